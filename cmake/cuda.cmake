@@ -1,0 +1,10 @@
+# Placeholder until the CUDA provider lands: reports whether nvcc is there.
+include(CheckLanguage)
+if(TOB_ENABLE_CUDA)
+  check_language(CUDA)
+endif()
+if(TOB_ENABLE_CUDA AND CMAKE_CUDA_COMPILER)
+  message(STATUS "CUDA compiler found: ${CMAKE_CUDA_COMPILER}")
+else()
+  message(STATUS "CUDA: nvcc not found or disabled; the CUDA provider and kernels/ are skipped")
+endif()

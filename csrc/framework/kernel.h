@@ -1,0 +1,62 @@
+// Kernels: stateless once built. Attributes are read and validated in the constructor (through a
+// factory that returns a Status); Compute(ctx) const reads inputs and writes outputs that the
+// executor has already allocated with the shapes the op's shape function computed.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "framework/allocator.h"
+#include "framework/tensor.h"
+#include "framework/thread_pool.h"
+#include "ir/graph.h"
+
+namespace tob {
+
+class KernelContext {
+ public:
+  KernelContext(const Node& node, std::vector<const Tensor*> inputs, std::vector<Tensor*> outputs,
+                ThreadPool* pool, std::shared_ptr<Allocator> scratch)
+      : node_(node), inputs_(std::move(inputs)), outputs_(std::move(outputs)), pool_(pool),
+        scratch_(std::move(scratch)) {}
+
+  const Node& node() const { return node_; }
+  int num_inputs() const { return static_cast<int>(inputs_.size()); }
+  int num_outputs() const { return static_cast<int>(outputs_.size()); }
+  // nullptr for an omitted optional input.
+  const Tensor* input(int i) const { return i < num_inputs() ? inputs_[i] : nullptr; }
+  // Pre-allocated output; nullptr for an omitted optional output.
+  Tensor* output(int i) { return i < num_outputs() ? outputs_[i] : nullptr; }
+  ThreadPool* thread_pool() const { return pool_; }
+  // Temporary memory for this Compute call (freed when the returned tensor dies).
+  StatusOr<Tensor> AllocateScratch(DType dtype, const Shape& shape) const {
+    return Tensor::Allocate(dtype, shape, scratch_);
+  }
+
+  template <typename... Args>
+  Status Fail(Args&&... args) const {
+    return RuntimeError(node_.Describe(), ": ", std::forward<Args>(args)...);
+  }
+
+ private:
+  const Node& node_;
+  std::vector<const Tensor*> inputs_;
+  std::vector<Tensor*> outputs_;
+  ThreadPool* pool_;
+  std::shared_ptr<Allocator> scratch_;
+};
+
+class OpKernel {
+ public:
+  explicit OpKernel(const Node& node) : node_(node) {}
+  virtual ~OpKernel() = default;
+  virtual Status Compute(KernelContext& ctx) const = 0;
+  const Node& node() const { return node_; }
+
+ private:
+  const Node& node_;
+};
+
+}  // namespace tob

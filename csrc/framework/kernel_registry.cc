@@ -1,0 +1,89 @@
+#include "framework/kernel_registry.h"
+
+#include <algorithm>
+
+namespace tob {
+
+namespace {
+
+std::string TypeList(const std::vector<DType>& types) {
+  std::string s;
+  for (size_t i = 0; i < types.size(); ++i) s += (i ? ", " : "") + std::string(DTypeName(types[i]));
+  return s;
+}
+
+}  // namespace
+
+bool KernelDef::Accepts(const std::vector<DType>& input_types, std::string* why_not) const {
+  for (const TypeConstraint& c : constraints) {
+    std::vector<int> indices;
+    for (int idx : c.input_indices) {
+      if (idx == TypeConstraint::kAllInputs) {
+        for (size_t i = 0; i < input_types.size(); ++i) indices.push_back(static_cast<int>(i));
+      } else {
+        int i = idx < 0 ? static_cast<int>(input_types.size()) + idx : idx;
+        if (i >= 0 && i < static_cast<int>(input_types.size())) indices.push_back(i);
+      }
+    }
+    for (int i : indices) {
+      DType t = input_types[i];
+      if (t == DType::kUndefined) continue;  // omitted optional input
+      if (std::find(c.allowed.begin(), c.allowed.end(), t) == c.allowed.end()) {
+        if (why_not)
+          *why_not = StrCat("input ", i, " has dtype ", DTypeName(t), "; type constraint ", c.name,
+                            " allows {", TypeList(c.allowed), "}");
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+std::string KernelDef::Describe() const {
+  return StrCat(domain.empty() ? "ai.onnx" : domain, "::", op_type, " [opset ", since_version, "..",
+                end_version == kMaxOpset ? std::string("") : std::to_string(end_version), "] on ", provider);
+}
+
+KernelRegistry& KernelRegistry::Global() {
+  static KernelRegistry* registry = [] {
+    auto* r = new KernelRegistry();
+    RegisterCpuKernels(*r);
+#ifdef TOB_WITH_CUDA
+    RegisterCudaKernels(*r);
+#endif
+    return r;
+  }();
+  return *registry;
+}
+
+void KernelRegistry::Register(KernelDef def) {
+  def.domain = Graph::NormalizeDomain(def.domain);
+  TOB_ENFORCE(def.factory != nullptr, "kernel registered without a factory: ", def.Describe());
+  defs_.push_back(std::move(def));
+}
+
+const KernelDef* KernelRegistry::Find(const std::string& provider, const std::string& domain,
+                                      const std::string& op_type, int opset,
+                                      const std::vector<DType>& input_types, std::string* why_not) const {
+  std::string d = Graph::NormalizeDomain(domain);
+  bool op_known = false, version_known = false;
+  std::string type_reason;
+  for (const KernelDef& def : defs_) {
+    if (def.provider != provider || def.domain != d || def.op_type != op_type) continue;
+    op_known = true;
+    if (opset < def.since_version || opset > def.end_version) continue;
+    version_known = true;
+    std::string reason;
+    if (def.Accepts(input_types, &reason)) return &def;
+    type_reason = reason;
+  }
+  if (why_not) {
+    std::string op = StrCat(d.empty() ? "ai.onnx" : d, "::", op_type);
+    if (!op_known) *why_not = StrCat(provider, " has no kernel for ", op);
+    else if (!version_known) *why_not = StrCat(provider, " has no kernel for ", op, " at opset ", opset);
+    else *why_not = StrCat(provider, " kernel for ", op, " does not accept these inputs: ", type_reason);
+  }
+  return nullptr;
+}
+
+}  // namespace tob

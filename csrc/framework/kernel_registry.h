@@ -1,0 +1,104 @@
+// THE kernel registry: the only list of what the engine runs. Keyed by (domain, op type, opset
+// range, provider, type constraints). The partitioner, the conformance include list, the docs'
+// op table and the op tests all read it.
+#pragma once
+
+#include <climits>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "framework/kernel.h"
+#include "ir/graph.h"
+
+namespace tob {
+
+inline constexpr const char* kCpuProvider = "CPUExecutionProvider";
+inline constexpr const char* kCudaProvider = "CUDAExecutionProvider";
+inline constexpr int kMaxOpset = INT_MAX;
+
+using KernelFactory = std::function<StatusOr<std::unique_ptr<OpKernel>>(const Node&)>;
+
+// Inputs `input_indices` (negative = counted from the end, e.g. -1 for variadic "all inputs")
+// must have one of `allowed` dtypes; `same_type` inputs must all share one dtype.
+struct TypeConstraint {
+  std::string name;                 // "T", "T1", ... as in the ONNX schema
+  std::vector<int> input_indices;   // which inputs it binds; {kAllInputs} for variadic ops
+  std::vector<DType> allowed;
+  static constexpr int kAllInputs = -1000;
+};
+
+struct KernelDef {
+  std::string domain;  // "" = ai.onnx
+  std::string op_type;
+  int since_version = 1;
+  int end_version = kMaxOpset;  // inclusive
+  std::string provider = kCpuProvider;
+  std::vector<TypeConstraint> constraints;
+  // (input, output) pairs where the output may share the input's buffer (Reshape, Identity).
+  std::vector<std::pair<int, int>> aliases;
+  KernelFactory factory;
+
+  // Fluent construction, used by every registration.
+  KernelDef& Domain(std::string d) { domain = std::move(d); return *this; }
+  KernelDef& Versions(int since, int end = kMaxOpset) { since_version = since; end_version = end; return *this; }
+  KernelDef& Provider(std::string p) { provider = std::move(p); return *this; }
+  KernelDef& Constraint(std::string name, std::vector<int> inputs, std::vector<DType> allowed) {
+    constraints.push_back(TypeConstraint{std::move(name), std::move(inputs), std::move(allowed)});
+    return *this;
+  }
+  KernelDef& Alias(int input, int output) { aliases.emplace_back(input, output); return *this; }
+  template <typename K>
+  KernelDef& Kernel() {
+    factory = [](const Node& n) -> StatusOr<std::unique_ptr<OpKernel>> { return K::Create(n); };
+    return *this;
+  }
+  KernelDef& Factory(KernelFactory f) { factory = std::move(f); return *this; }
+
+  // Whether this def accepts these input dtypes (kUndefined entries = omitted inputs).
+  bool Accepts(const std::vector<DType>& input_types, std::string* why_not) const;
+  std::string Describe() const;
+};
+
+// Convenience: KernelDef for op `op_type` in ai.onnx.
+inline KernelDef Def(std::string op_type) {
+  KernelDef d;
+  d.op_type = std::move(op_type);
+  return d;
+}
+
+// A kernel class that has no attributes to validate can use this factory helper:
+//   static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& n) { return MakeKernel<Foo>(n); }
+template <typename K, typename... Args>
+StatusOr<std::unique_ptr<OpKernel>> MakeKernel(const Node& node, Args&&... args) {
+  return std::unique_ptr<OpKernel>(new K(node, std::forward<Args>(args)...));
+}
+
+class KernelRegistry {
+ public:
+  // Built-in kernels of every compiled-in provider, registered on first use.
+  static KernelRegistry& Global();
+
+  void Register(KernelDef def);
+  // The def that runs `node` on `provider` at `opset` with these input dtypes, or nullptr with
+  // the reason in *why_not (op unknown to this provider, opset out of range, dtype not accepted).
+  const KernelDef* Find(const std::string& provider, const std::string& domain,
+                        const std::string& op_type, int opset, const std::vector<DType>& input_types,
+                        std::string* why_not = nullptr) const;
+  const std::vector<KernelDef>& defs() const { return defs_; }
+
+ private:
+  std::vector<KernelDef> defs_;
+};
+
+// One per provider family; each calls its kernel families' Register*Kernels functions.
+void RegisterCpuKernels(KernelRegistry& registry);
+#ifdef TOB_WITH_CUDA
+void RegisterCudaKernels(KernelRegistry& registry);
+#endif
+
+}  // namespace tob

@@ -1,0 +1,54 @@
+// The one intra-op thread pool. Workers block on a condition variable when idle (no spinning
+// against torch's own pool); the calling thread always takes part in the work.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace tob {
+
+class ThreadPool {
+ public:
+  // num_threads counts the caller: ThreadPool(1) runs everything inline.
+  explicit ThreadPool(int num_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int num_threads() const { return num_threads_; }
+
+  // Splits [0, n) into at most num_threads() contiguous chunks of at least `min_grain`
+  // iterations and runs fn(begin, end) on each; returns when all are done. Re-entrant calls
+  // from inside fn run inline.
+  void ParallelFor(int64_t n, int64_t min_grain, const std::function<void(int64_t, int64_t)>& fn);
+
+  // Process-wide pools, one per size, so sessions with the same setting share threads.
+  static std::shared_ptr<ThreadPool> Shared(int num_threads);
+
+ private:
+  void WorkerLoop(int worker_index);
+
+  int num_threads_;
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable work_cv_;
+  std::condition_variable done_cv_;
+  std::mutex call_mu_;  // one ParallelFor at a time per pool
+  // Current job.
+  const std::function<void(int64_t, int64_t)>* job_ = nullptr;
+  std::vector<std::pair<int64_t, int64_t>> chunks_;
+  int64_t generation_ = 0;
+  int remaining_ = 0;
+  bool stop_ = false;
+};
+
+// Runs fn over [0, n) on `pool`, or inline when pool is null or n is small.
+void ParallelFor(ThreadPool* pool, int64_t n, int64_t min_grain,
+                 const std::function<void(int64_t, int64_t)>& fn);
+
+}  // namespace tob

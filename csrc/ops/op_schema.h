@@ -1,0 +1,92 @@
+// One entry per operator: its arity and its one shape function. The optimizer (static types,
+// symbolic dims), the memory planner and the executor (concrete shapes, every run) all call the
+// same function through InferenceContext.
+#pragma once
+
+#include <climits>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+#include "framework/tensor.h"
+#include "ir/graph.h"
+#include "ir/value_type.h"
+
+namespace tob {
+
+class InferenceContext {
+ public:
+  InferenceContext(const Node& node, int opset, std::vector<const ValueType*> input_types,
+                   std::vector<const Tensor*> input_values)
+      : node_(node), opset_(opset), input_types_(std::move(input_types)),
+        input_values_(std::move(input_values)), output_types_(node.outputs().size()) {}
+
+  const Node& node() const { return node_; }
+  int opset() const { return opset_; }  // opset of the node's domain in this model
+  int num_inputs() const { return static_cast<int>(input_types_.size()); }
+  int num_outputs() const { return static_cast<int>(output_types_.size()); }
+  bool has_input(int i) const { return i < num_inputs() && input_types_[i] != nullptr; }
+  // nullptr for an omitted optional input.
+  const ValueType* input_type(int i) const { return has_input(i) ? input_types_[i] : nullptr; }
+  // The input's value when known: a constant at compile time, every input at run time (on CPU).
+  const Tensor* input_value(int i) const {
+    return i < static_cast<int>(input_values_.size()) ? input_values_[i] : nullptr;
+  }
+  void set_output(int i, ValueType t) { output_types_[i] = std::move(t); }
+  const std::vector<ValueType>& output_types() const { return output_types_; }
+
+  // Error naming the node: "Conv node 'c1': <message>".
+  template <typename... Args>
+  Status Fail(Args&&... args) const {
+    return InvalidModel(node_.Describe(), ": ", std::forward<Args>(args)...);
+  }
+
+ private:
+  const Node& node_;
+  int opset_;
+  std::vector<const ValueType*> input_types_;
+  std::vector<const Tensor*> input_values_;
+  std::vector<ValueType> output_types_;
+};
+
+using ShapeFunction = std::function<Status(InferenceContext&)>;
+
+struct OpSchema {
+  std::string domain;  // "" = ai.onnx
+  std::string op_type;
+  int min_inputs = 0;
+  int max_inputs = INT_MAX;
+  int min_outputs = 1;
+  int max_outputs = 1;
+  ShapeFunction infer;
+};
+
+class OpSchemaRegistry {
+ public:
+  static OpSchemaRegistry& Global();
+  void Register(OpSchema schema);
+  const OpSchema* Find(const std::string& domain, const std::string& op_type) const;
+  std::vector<const OpSchema*> All() const;
+
+  // Checks arity and runs the shape function for `node`; fills ctx outputs.
+  Status Infer(InferenceContext& ctx) const;
+
+ private:
+  std::map<std::pair<std::string, std::string>, OpSchema> schemas_;
+};
+
+// Registers every built-in schema (called once; the list lives in ops/op_families.inc).
+void RegisterAllOpSchemas(OpSchemaRegistry& registry);
+
+// ---- helpers for shape functions ----
+// Normalises a possibly negative axis into [0, rank); InvalidModel when out of range.
+Status NormalizeAxis(const InferenceContext& ctx, int64_t axis, int64_t rank, int64_t* out);
+// Numpy-style broadcast of two symbolic shapes.
+StatusOr<Dims> BroadcastDims(const InferenceContext& ctx, const Dims& a, const Dims& b);
+// Output i gets input j's type (same dtype and shape).
+Status PropagateType(InferenceContext& ctx, int input_index = 0, int output_index = 0);
+
+}  // namespace tob
