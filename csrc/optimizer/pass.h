@@ -1,0 +1,64 @@
+// A graph pass is a small named object: Status Run(Graph&, PassContext&, bool* changed).
+// The pipeline (optimizer/pipeline.cc) is one plain, ordered list of passes.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "framework/kernel_registry.h"
+#include "ir/graph.h"
+#include "ops/op_schema.h"
+
+namespace tob {
+
+// Graph optimisation levels, as in onnxruntime's GraphOptimizationLevel.
+enum class OptLevel : int { kDisableAll = 0, kBasic = 1, kExtended = 2, kAll = 99 };
+
+struct PassContext {
+  const OpSchemaRegistry* schemas = &OpSchemaRegistry::Global();
+  const KernelRegistry* kernels = &KernelRegistry::Global();
+  // Provider whose kernels evaluate constant subgraphs during folding.
+  std::string fold_provider = kCpuProvider;
+  // Verify the graph (optimizer/verifier.h) after every pass that changed it.
+  bool verify_after_each_pass = false;
+  // Receives one line per applied pass ("ConstantFolding: folded 3 nodes"); may be empty.
+  std::function<void(const std::string&)> log;
+  // Names of graph values that must survive (graph outputs are always kept).
+  std::vector<std::string> keep_values;
+};
+
+class GraphPass {
+ public:
+  virtual ~GraphPass() = default;
+  virtual const char* name() const = 0;
+  virtual Status Run(Graph& graph, PassContext& ctx, bool* changed) = 0;
+};
+
+class PassManager {
+ public:
+  void Add(std::unique_ptr<GraphPass> pass) { passes_.push_back(std::move(pass)); }
+  // Runs the passes in order, repeating the list until nothing changes (at most max_rounds).
+  Status Run(Graph& graph, PassContext& ctx, int max_rounds = 4);
+  // "pass: changed" lines from the last Run, in order.
+  const std::vector<std::string>& applied() const { return applied_; }
+  const std::vector<std::unique_ptr<GraphPass>>& passes() const { return passes_; }
+
+ private:
+  std::vector<std::unique_ptr<GraphPass>> passes_;
+  std::vector<std::string> applied_;
+};
+
+// The standard pipeline for a level (optimizer/pipeline.cc).
+PassManager BuildPipeline(OptLevel level);
+
+// Fills every value's ValueType from the op schemas (static, symbolic dims allowed).
+Status InferShapes(Graph& graph, const OpSchemaRegistry& schemas);
+
+// Structural checks: every node input defined, single producer, no cycle, known schema and arity,
+// graph outputs defined. Names the offending node/value.
+Status VerifyGraph(const Graph& graph, const OpSchemaRegistry& schemas);
+
+}  // namespace tob

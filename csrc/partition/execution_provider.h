@@ -1,0 +1,60 @@
+// The execution-provider contract (after onnxruntime's IExecutionProvider and ggml's backend
+// vtable): a name, a device with its allocator, which nodes it can run, and copies to/from host.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "framework/allocator.h"
+#include "framework/kernel_registry.h"
+#include "framework/tensor.h"
+#include "ir/graph.h"
+
+namespace tob {
+
+class ExecutionProvider {
+ public:
+  virtual ~ExecutionProvider() = default;
+  virtual std::string name() const = 0;
+  virtual Device device() const = 0;
+  virtual std::shared_ptr<Allocator> allocator() const = 0;
+  // Copies between this provider's device and the host (either direction, same dtype/size).
+  virtual Status CopyTensor(const Tensor& src, Tensor& dst) const = 0;
+
+  // Can this provider run `node` (given its inputs' dtypes and the model's opset)? The default
+  // asks the kernel registry for a kernel registered under name(); why_not says why not.
+  virtual bool CanRun(const Node& node, int opset, const KernelRegistry& registry,
+                      std::string* why_not) const;
+};
+
+class CpuExecutionProvider final : public ExecutionProvider {
+ public:
+  std::string name() const override { return kCpuProvider; }
+  Device device() const override { return Device{}; }
+  std::shared_ptr<Allocator> allocator() const override { return CpuAllocator::Default(); }
+  Status CopyTensor(const Tensor& src, Tensor& dst) const override;
+};
+
+// The dtypes of a node's inputs (kUndefined for omitted inputs or unknown types).
+std::vector<DType> InputDTypes(const Node& node);
+
+// Per-graph partition summary: which provider got each node, and why nodes fell to a later one.
+struct PartitionReport {
+  struct Entry {
+    std::string node, op_type, provider;
+    std::string why_not_earlier;  // reasons earlier providers declined
+  };
+  std::vector<Entry> nodes;
+  int copies_inserted = 0;
+  std::string ToString() const;
+};
+
+// Assigns every node to the first provider (in priority order) that can run it, then inserts
+// MemcpyFromHost / MemcpyToHost nodes (domain com.microsoft) where an edge crosses devices.
+// kNotImplemented naming op, domain and opset when no provider can run a node.
+Status PartitionGraph(Graph& graph, const std::vector<const ExecutionProvider*>& providers,
+                      const KernelRegistry& registry, PartitionReport* report);
+
+}  // namespace tob
