@@ -1,0 +1,394 @@
+// torch_ort_backend._C: builds engine graphs from Python (the onnx package parses, we build),
+// runs sessions with zero-copy tensors, and exposes the kernel registry. Engine Status values
+// become Python exceptions of a matching class.
+#include <pybind11/functional.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "framework/kernel_registry.h"
+#include "ir/graph.h"
+#include "ops/op_schema.h"
+#include "python/tensor_bridge.h"
+#include "runtime/session.h"
+
+namespace py = pybind11;
+
+namespace tob::python {
+
+namespace {
+
+PyObject* g_engine_error = nullptr;
+PyObject* g_invalid_argument = nullptr;
+PyObject* g_invalid_model = nullptr;
+PyObject* g_not_implemented = nullptr;
+PyObject* g_out_of_memory = nullptr;
+PyObject* g_kernel_error = nullptr;
+
+[[noreturn]] void Raise(const Status& s) {
+  PyObject* type = g_engine_error;
+  switch (s.code()) {
+    case StatusCode::kInvalidArgument: type = g_invalid_argument; break;
+    case StatusCode::kInvalidModel: type = g_invalid_model; break;
+    case StatusCode::kNotImplemented: type = g_not_implemented; break;
+    case StatusCode::kOutOfMemory: type = g_out_of_memory; break;
+    case StatusCode::kRuntimeError: type = g_kernel_error; break;
+    default: break;
+  }
+  PyErr_SetString(type, s.message().c_str());
+  throw py::error_already_set();
+}
+
+void Check(const Status& s) {
+  if (!s.ok()) Raise(s);
+}
+
+template <typename T>
+T Unwrap(StatusOr<T> v) {
+  if (!v.ok()) Raise(v.status());
+  return std::move(v).value();
+}
+
+// A feed or an initializer: a numpy array or a DLPack capsule.
+Tensor ToTensor(const py::handle& obj, const std::string& what) {
+  if (py::isinstance<py::capsule>(obj)) return TensorFromDLPack(py::reinterpret_borrow<py::capsule>(obj), what);
+  if (py::isinstance<py::array>(obj)) return TensorFromNumpy(py::reinterpret_borrow<py::array>(obj), what);
+  throw py::type_error(StrCat(what, ": expected a numpy array or a DLPack capsule, got ",
+                              std::string(py::str(obj.get_type()))));
+}
+
+std::optional<Dims> ToDims(const py::object& dims) {
+  if (dims.is_none()) return std::nullopt;
+  Dims out;
+  for (const py::handle& d : dims) {
+    if (d.is_none()) out.push_back(Dim::Unknown());
+    else if (py::isinstance<py::str>(d)) out.push_back(Dim::Symbol(d.cast<std::string>()));
+    else out.emplace_back(d.cast<int64_t>());
+  }
+  return out;
+}
+
+py::object FromDims(const std::optional<Dims>& dims) {
+  if (!dims) return py::none();
+  py::list l;
+  for (const Dim& d : *dims) {
+    if (d.is_known()) l.append(d.value);
+    else if (d.is_symbolic()) l.append(d.symbol);
+    else l.append(py::none());
+  }
+  return l;
+}
+
+Attribute ToAttribute(const std::string& node, const std::string& name, int type, const py::handle& v) {
+  switch (static_cast<AttrType>(type)) {
+    case AttrType::kFloat: return Attribute::Float(v.cast<float>());
+    case AttrType::kInt: return Attribute::Int(v.cast<int64_t>());
+    case AttrType::kString: return Attribute::String(v.cast<std::string>());
+    case AttrType::kFloats: return Attribute::Floats(v.cast<std::vector<float>>());
+    case AttrType::kInts: return Attribute::Ints(v.cast<std::vector<int64_t>>());
+    case AttrType::kStrings: return Attribute::Strings(v.cast<std::vector<std::string>>());
+    case AttrType::kTensor: {
+      // (array, onnx dtype): the dtype re-labels same-sized data (bfloat16 arrives as uint16).
+      auto tup = v.cast<py::tuple>();
+      Tensor t = ToTensor(tup[0], StrCat("node '", node, "' attribute '", name, "'"));
+      DType want = DTypeFromOnnx(tup[1].cast<int>());
+      if (want != DType::kUndefined && DTypeSize(want) == DTypeSize(t.dtype()))
+        t = Tensor(want, t.shape(), t.buffer(), t.byte_offset());
+      return Attribute::TensorValue(std::move(t));
+    }
+    default:
+      Raise(NotImplemented("node '", node, "': attribute '", name, "' has type ",
+                           AttrTypeName(static_cast<AttrType>(type)),
+                           ", which the engine does not support (subgraphs and tensor lists)"));
+  }
+}
+
+py::object FromAttribute(const Attribute& a) {
+  switch (a.type) {
+    case AttrType::kFloat: return py::float_(a.f);
+    case AttrType::kInt: return py::int_(a.i);
+    case AttrType::kString: return py::bytes(a.s);
+    case AttrType::kFloats: return py::cast(a.floats);
+    case AttrType::kInts: return py::cast(a.ints);
+    case AttrType::kStrings: {
+      py::list l;
+      for (const auto& s : a.strings) l.append(py::bytes(s));
+      return l;
+    }
+    case AttrType::kTensor: return TensorToDLPack(a.t);
+    default: return py::none();
+  }
+}
+
+// Owns a Graph until a Session takes it.
+class GraphBuilder {
+ public:
+  GraphBuilder() : graph_(std::make_unique<Graph>()) {}
+  Graph& graph() {
+    if (!graph_) throw py::value_error("this GraphBuilder was already used to create a session");
+    return *graph_;
+  }
+  std::unique_ptr<Graph> Take() {
+    graph();
+    return std::move(graph_);
+  }
+
+ private:
+  std::unique_ptr<Graph> graph_;
+};
+
+// An engine tensor handed to Python; exported through __dlpack__ without a copy.
+struct PyTensor {
+  Tensor tensor;
+};
+
+py::dict StatsDict(const RunStats& s) {
+  py::dict d;
+  d["peak_bytes"] = s.peak_bytes;
+  d["arena_bytes"] = s.arena_bytes;
+  d["planned"] = s.planned;
+  d["plan_misses"] = s.plan_misses;
+  return d;
+}
+
+class PySession {
+ public:
+  PySession(GraphBuilder& builder, const SessionOptions& options) {
+    std::unique_ptr<Graph> g = builder.Take();
+    StatusOr<std::unique_ptr<Session>> s = [&] {
+      py::gil_scoped_release release;
+      return Session::Create(std::move(g), options);
+    }();
+    session_ = Unwrap(std::move(s));
+  }
+
+  std::vector<PyTensor> Run(const std::vector<std::string>& feed_names, const py::list& feeds,
+                            const std::vector<std::string>& fetch_names) {
+    if (feed_names.size() != feeds.size())
+      throw py::value_error(StrCat("got ", feed_names.size(), " feed names and ", feeds.size(), " values"));
+    std::vector<Tensor> tensors;
+    tensors.reserve(feeds.size());
+    for (size_t i = 0; i < feeds.size(); ++i)
+      tensors.push_back(ToTensor(feeds[i], StrCat("input '", feed_names[i], "'")));
+    std::vector<Tensor> fetches;
+    Status st;
+    {
+      py::gil_scoped_release release;
+      st = session_->Run(feed_names, std::move(tensors), fetch_names, &fetches, &last_stats_);
+    }
+    Check(st);
+    std::vector<PyTensor> out;
+    out.reserve(fetches.size());
+    for (auto& t : fetches) out.push_back(PyTensor{std::move(t)});
+    return out;
+  }
+
+  py::list IO(bool inputs) const {
+    py::list l;
+    for (const IOInfo& io : inputs ? session_->inputs() : session_->outputs())
+      l.append(py::make_tuple(io.name, static_cast<int>(io.type.dtype), FromDims(io.type.shape)));
+    return l;
+  }
+
+  // The optimised graph, for saving as an ONNX model from Python.
+  py::dict OptimizedGraph() const {
+    const Graph& g = session_->graph();
+    py::dict d;
+    py::list nodes;
+    auto order = g.TopologicalOrder();
+    Check(order.status());
+    for (const Node* n : order.value()) {
+      py::list ins, outs, attrs;
+      for (const Value* v : n->inputs()) ins.append(v ? v->name() : std::string());
+      for (const Value* v : n->outputs()) outs.append(v->name());
+      for (const auto& [name, a] : n->attributes())
+        attrs.append(py::make_tuple(name, static_cast<int>(a.type), FromAttribute(a)));
+      nodes.append(py::dict(py::arg("op_type") = n->op_type(), py::arg("domain") = n->domain(),
+                            py::arg("name") = n->name(), py::arg("inputs") = ins, py::arg("outputs") = outs,
+                            py::arg("attributes") = attrs, py::arg("provider") = n->provider()));
+    }
+    py::list inits;
+    for (const Value* v : g.initializers()) inits.append(py::make_tuple(v->name(), PyTensor{*v->initializer()}));
+    py::list values;
+    for (const Node* n : order.value())
+      for (const Value* v : n->outputs())
+        values.append(py::make_tuple(v->name(), static_cast<int>(v->type().dtype), FromDims(v->type().shape)));
+    py::list outputs;
+    for (size_t i = 0; i < g.outputs().size(); ++i)
+      outputs.append(py::make_tuple(g.output_names()[i], g.outputs()[i]->name()));
+    d["nodes"] = nodes;
+    d["initializers"] = inits;
+    d["values"] = values;
+    d["inputs"] = IO(true);
+    d["outputs"] = outputs;
+    d["opsets"] = g.opsets();
+    return d;
+  }
+
+  Session& session() { return *session_; }
+  const RunStats& last_stats() const { return last_stats_; }
+
+ private:
+  std::unique_ptr<Session> session_;
+  RunStats last_stats_;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "torch_ort_backend engine binding";
+
+  g_engine_error = PyErr_NewException("torch_ort_backend._C.EngineError", PyExc_RuntimeError, nullptr);
+  g_invalid_argument = PyErr_NewException(
+      "torch_ort_backend._C.InvalidArgumentError",
+      py::make_tuple(py::handle(g_engine_error), py::handle(PyExc_ValueError)).release().ptr(), nullptr);
+  g_invalid_model = PyErr_NewException(
+      "torch_ort_backend._C.InvalidModelError",
+      py::make_tuple(py::handle(g_engine_error), py::handle(PyExc_ValueError)).release().ptr(), nullptr);
+  g_not_implemented = PyErr_NewException(
+      "torch_ort_backend._C.NotImplementedOpError",
+      py::make_tuple(py::handle(g_engine_error), py::handle(PyExc_NotImplementedError)).release().ptr(), nullptr);
+  g_out_of_memory = PyErr_NewException(
+      "torch_ort_backend._C.OutOfMemoryError",
+      py::make_tuple(py::handle(g_engine_error), py::handle(PyExc_MemoryError)).release().ptr(), nullptr);
+  g_kernel_error = PyErr_NewException("torch_ort_backend._C.KernelError", g_engine_error, nullptr);
+  m.attr("EngineError") = py::handle(g_engine_error);
+  m.attr("InvalidArgumentError") = py::handle(g_invalid_argument);
+  m.attr("InvalidModelError") = py::handle(g_invalid_model);
+  m.attr("NotImplementedOpError") = py::handle(g_not_implemented);
+  m.attr("OutOfMemoryError") = py::handle(g_out_of_memory);
+  m.attr("KernelError") = py::handle(g_kernel_error);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const InternalError& e) {
+      PyErr_SetString(g_engine_error, e.what());
+    }
+  });
+
+  m.attr("CPU_PROVIDER") = kCpuProvider;
+  m.attr("CUDA_PROVIDER") = kCudaProvider;
+#ifdef TOB_WITH_CUDA
+  m.attr("built_with_cuda") = true;
+#else
+  m.attr("built_with_cuda") = false;
+#endif
+
+  py::class_<PyTensor>(m, "EngineTensor")
+      .def_property_readonly("shape", [](const PyTensor& t) { return t.tensor.shape(); })
+      .def_property_readonly("dtype", [](const PyTensor& t) { return static_cast<int>(t.tensor.dtype()); })
+      .def("data_ptr", [](const PyTensor& t) { return reinterpret_cast<uintptr_t>(t.tensor.raw_data()); })
+      .def("__dlpack__",
+           [](const PyTensor& t, py::kwargs) { return TensorToDLPack(t.tensor); })
+      .def("__dlpack_device__", [](const PyTensor& t) {
+        Device d = t.tensor.device();
+        return py::make_tuple(d.type == DeviceType::kCPU ? 1 : 2, d.index);
+      });
+
+  py::class_<GraphBuilder>(m, "GraphBuilder")
+      .def(py::init<>())
+      .def("set_opset", [](GraphBuilder& b, const std::string& domain, int v) { b.graph().SetOpset(domain, v); })
+      .def("add_input",
+           [](GraphBuilder& b, const std::string& name, int dtype, const py::object& dims) {
+             Unwrap(b.graph().AddInput(name, ValueType(DTypeFromOnnx(dtype), ToDims(dims))));
+           })
+      .def("add_initializer",
+           [](GraphBuilder& b, const std::string& name, const py::object& value, int dtype) {
+             Tensor t = ToTensor(value, StrCat("initializer '", name, "'"));
+             if (dtype != 0) {  // reinterpret (bfloat16 arrives as uint16 from numpy)
+               DType want = DTypeFromOnnx(dtype);
+               if (want == DType::kUndefined || DTypeSize(want) != DTypeSize(t.dtype()))
+                 throw py::value_error(StrCat("initializer '", name, "': cannot view ", DTypeName(t.dtype()),
+                                              " data as ONNX dtype ", dtype));
+               t = Tensor(want, t.shape(), t.buffer(), t.byte_offset());
+             }
+             Unwrap(b.graph().AddInitializer(name, std::move(t)));
+           },
+           py::arg("name"), py::arg("value"), py::arg("dtype") = 0)
+      .def("add_node",
+           [](GraphBuilder& b, const std::string& op_type, const std::string& domain,
+              const std::vector<std::string>& inputs, const std::vector<std::string>& outputs,
+              const py::list& attrs, const std::string& name) {
+             AttributeMap map;
+             for (const py::handle& a : attrs) {
+               auto tup = a.cast<py::tuple>();
+               std::string an = tup[0].cast<std::string>();
+               map[an] = ToAttribute(name, an, tup[1].cast<int>(), tup[2]);
+             }
+             Unwrap(b.graph().AddNode(op_type, domain, inputs, outputs, std::move(map), name));
+           },
+           py::arg("op_type"), py::arg("domain"), py::arg("inputs"), py::arg("outputs"),
+           py::arg("attributes"), py::arg("name") = "")
+      .def("add_output",
+           [](GraphBuilder& b, const std::string& name, int dtype, const py::object& dims) {
+             std::optional<ValueType> declared;
+             if (dtype != 0) declared = ValueType(DTypeFromOnnx(dtype), ToDims(dims));
+             Check(b.graph().AddOutput(name, declared));
+           });
+
+  py::class_<SessionOptions>(m, "SessionOptions")
+      .def(py::init<>())
+      .def_readwrite("intra_op_threads", &SessionOptions::intra_op_threads)
+      .def_property(
+          "optimization_level", [](const SessionOptions& o) { return static_cast<int>(o.optimization_level); },
+          [](SessionOptions& o, int v) {
+            if (v != 0 && v != 1 && v != 2 && v != 99)
+              throw py::value_error(StrCat("optimization_level must be 0, 1, 2 or 99, got ", v));
+            o.optimization_level = static_cast<OptLevel>(v);
+          })
+      .def_readwrite("enable_profiling", &SessionOptions::enable_profiling)
+      .def_readwrite("profile_file_prefix", &SessionOptions::profile_file_prefix)
+      .def_readwrite("enable_memory_pattern", &SessionOptions::enable_memory_pattern)
+      .def_readwrite("verify_each_pass", &SessionOptions::verify_each_pass)
+      .def_readwrite("providers", &SessionOptions::providers);
+
+  py::class_<PySession>(m, "Session")
+      .def(py::init<GraphBuilder&, const SessionOptions&>())
+      .def("run", &PySession::Run)
+      .def("inputs", [](const PySession& s) { return s.IO(true); })
+      .def("outputs", [](const PySession& s) { return s.IO(false); })
+      .def("optimized_graph", &PySession::OptimizedGraph)
+      .def("partition_report", [](PySession& s) { return s.session().partition_report().ToString(); })
+      .def("partition", [](PySession& s) {
+        py::list l;
+        for (const auto& e : s.session().partition_report().nodes)
+          l.append(py::make_tuple(e.node, e.op_type, e.provider, e.why_not_earlier));
+        return l;
+      })
+      .def("log", [](PySession& s) { return s.session().log(); })
+      .def("applied_passes", [](PySession& s) { return s.session().applied_passes(); })
+      .def("end_profiling", [](PySession& s) { return s.session().EndProfiling(); })
+      .def("num_threads", [](PySession& s) { return s.session().num_threads(); })
+      .def("last_run_stats", [](const PySession& s) { return StatsDict(s.last_stats()); });
+
+  m.def("registered_kernels", [] {
+    py::list l;
+    for (const KernelDef& d : KernelRegistry::Global().defs()) {
+      py::list cons;
+      for (const auto& c : d.constraints) {
+        std::vector<int> types;
+        for (DType t : c.allowed) types.push_back(static_cast<int>(t));
+        cons.append(py::make_tuple(c.name, c.input_indices, types));
+      }
+      l.append(py::dict(py::arg("domain") = d.domain, py::arg("op_type") = d.op_type,
+                        py::arg("since_version") = d.since_version,
+                        py::arg("end_version") = d.end_version == kMaxOpset ? -1 : d.end_version,
+                        py::arg("provider") = d.provider, py::arg("constraints") = cons));
+    }
+    return l;
+  });
+  m.def("find_kernel",
+        [](const std::string& provider, const std::string& domain, const std::string& op_type, int opset,
+           const std::vector<int>& input_dtypes) {
+          std::vector<DType> types;
+          for (int t : input_dtypes) types.push_back(DTypeFromOnnx(t));
+          std::string why;
+          const KernelDef* d = KernelRegistry::Global().Find(provider, domain, op_type, opset, types, &why);
+          return py::make_tuple(d != nullptr, why);
+        });
+  m.def("has_schema", [](const std::string& domain, const std::string& op_type) {
+    return OpSchemaRegistry::Global().Find(domain, op_type) != nullptr;
+  });
+}
+
+}  // namespace tob::python

@@ -1,0 +1,191 @@
+#include "python/tensor_bridge.h"
+
+#include <memory>
+#include <stdexcept>
+
+#include "python/dlpack.h"
+
+namespace py = pybind11;
+
+namespace tob::python {
+
+namespace {
+
+bool DTypeFromDL(const DLDataType& t, DType* out) {
+  if (t.lanes != 1) return false;
+  switch (t.code) {
+    case kDLFloat:
+      if (t.bits == 32) { *out = DType::kFloat32; return true; }
+      if (t.bits == 64) { *out = DType::kFloat64; return true; }
+      if (t.bits == 16) { *out = DType::kFloat16; return true; }
+      return false;
+    case kDLBfloat:
+      if (t.bits == 16) { *out = DType::kBFloat16; return true; }
+      return false;
+    case kDLInt:
+      if (t.bits == 8) { *out = DType::kInt8; return true; }
+      if (t.bits == 16) { *out = DType::kInt16; return true; }
+      if (t.bits == 32) { *out = DType::kInt32; return true; }
+      if (t.bits == 64) { *out = DType::kInt64; return true; }
+      return false;
+    case kDLUInt:
+      if (t.bits == 8) { *out = DType::kUInt8; return true; }
+      if (t.bits == 16) { *out = DType::kUInt16; return true; }
+      if (t.bits == 32) { *out = DType::kUInt32; return true; }
+      if (t.bits == 64) { *out = DType::kUInt64; return true; }
+      return false;
+    case kDLBool:
+      if (t.bits == 8) { *out = DType::kBool; return true; }
+      return false;
+    default:
+      return false;
+  }
+}
+
+DLDataType DTypeToDL(DType t) {
+  switch (t) {
+    case DType::kFloat32: return {kDLFloat, 32, 1};
+    case DType::kFloat64: return {kDLFloat, 64, 1};
+    case DType::kFloat16: return {kDLFloat, 16, 1};
+    case DType::kBFloat16: return {kDLBfloat, 16, 1};
+    case DType::kInt8: return {kDLInt, 8, 1};
+    case DType::kInt16: return {kDLInt, 16, 1};
+    case DType::kInt32: return {kDLInt, 32, 1};
+    case DType::kInt64: return {kDLInt, 64, 1};
+    case DType::kUInt8: return {kDLUInt, 8, 1};
+    case DType::kUInt16: return {kDLUInt, 16, 1};
+    case DType::kUInt32: return {kDLUInt, 32, 1};
+    case DType::kUInt64: return {kDLUInt, 64, 1};
+    case DType::kBool: return {kDLBool, 8, 1};
+    default: throw std::invalid_argument(StrCat("dtype ", DTypeName(t), " cannot be exported by DLPack"));
+  }
+}
+
+// What an exported capsule owns: the engine tensor (keeps its buffer) and the shape array.
+struct ExportContext {
+  Tensor tensor;
+  std::vector<int64_t> shape;
+  DLManagedTensor managed;
+};
+
+void DeleteExport(DLManagedTensor* self) { delete static_cast<ExportContext*>(self->manager_ctx); }
+
+void CapsuleDestructor(PyObject* capsule) {
+  // Called when the capsule dies unconsumed (name still "dltensor").
+  if (PyCapsule_IsValid(capsule, "dltensor")) {
+    auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
+    if (m && m->deleter) m->deleter(m);
+  }
+}
+
+}  // namespace
+
+DType DTypeFromNumpy(const py::dtype& dt) {
+  char kind = dt.kind();
+  size_t size = dt.itemsize();
+  if (kind == 'f') {
+    if (size == 4) return DType::kFloat32;
+    if (size == 8) return DType::kFloat64;
+    if (size == 2) return DType::kFloat16;
+  } else if (kind == 'i') {
+    if (size == 1) return DType::kInt8;
+    if (size == 2) return DType::kInt16;
+    if (size == 4) return DType::kInt32;
+    if (size == 8) return DType::kInt64;
+  } else if (kind == 'u') {
+    if (size == 1) return DType::kUInt8;
+    if (size == 2) return DType::kUInt16;
+    if (size == 4) return DType::kUInt32;
+    if (size == 8) return DType::kUInt64;
+  } else if (kind == 'b') {
+    return DType::kBool;
+  } else if (kind == 'V' && size == 2 && std::string(py::str(dt)) == "bfloat16") {
+    return DType::kBFloat16;  // ml_dtypes.bfloat16
+  }
+  return DType::kUndefined;
+}
+
+Tensor TensorFromNumpy(const py::array& array, const std::string& what) {
+  DType dtype = DTypeFromNumpy(array.dtype());
+  if (dtype == DType::kUndefined)
+    throw py::value_error(StrCat(what, ": numpy dtype ", std::string(py::str(array.dtype())),
+                                 " is not supported"));
+  if (!(array.flags() & py::array::c_style))
+    throw py::value_error(StrCat(what, ": array must be C-contiguous"));
+  Shape shape(array.shape(), array.shape() + array.ndim());
+  auto* keep = new py::object(array);
+  void* data = const_cast<void*>(array.data());
+  auto buffer = std::make_shared<Buffer>(data, array.nbytes(), Device{}, [keep](void*) {
+    py::gil_scoped_acquire gil;
+    delete keep;
+  });
+  return Tensor(dtype, std::move(shape), std::move(buffer));
+}
+
+Tensor TensorFromDLPack(const py::capsule& capsule, const std::string& what) {
+  PyObject* cap = capsule.ptr();
+  if (!PyCapsule_IsValid(cap, "dltensor"))
+    throw py::value_error(StrCat(what, ": expected an unconsumed DLPack capsule"));
+  auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap, "dltensor"));
+  const DLTensor& dl = m->dl_tensor;
+  DType dtype;
+  if (!DTypeFromDL(dl.dtype, &dtype))
+    throw py::value_error(StrCat(what, ": DLPack dtype (code ", int(dl.dtype.code), ", bits ",
+                                 int(dl.dtype.bits), ") is not supported"));
+  Device device;
+  if (dl.device.device_type == kDLCPU || dl.device.device_type == kDLCUDAHost) {
+    device = Device{};
+  } else if (dl.device.device_type == kDLCUDA) {
+    device = Device{DeviceType::kCUDA, dl.device.device_id};
+  } else {
+    throw py::value_error(StrCat(what, ": DLPack device type ", dl.device.device_type, " is not supported"));
+  }
+  Shape shape(dl.shape, dl.shape + dl.ndim);
+  if (dl.strides != nullptr) {
+    std::vector<int64_t> want = ContiguousStrides(shape);
+    for (int i = 0; i < dl.ndim; ++i)
+      if (shape[i] > 1 && dl.strides[i] != want[i])
+        throw py::value_error(StrCat(what, ": tensor must be contiguous (call .contiguous())"));
+  }
+  size_t bytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
+  void* data = static_cast<char*>(dl.data) + dl.byte_offset;
+  // Consume the capsule: from now on we own `m` and call its deleter.
+  PyCapsule_SetName(cap, "used_dltensor");
+  auto buffer = std::make_shared<Buffer>(data, bytes, device, [m](void*) {
+    if (m->deleter) {
+      py::gil_scoped_acquire gil;
+      m->deleter(m);
+    }
+  });
+  return Tensor(dtype, std::move(shape), std::move(buffer));
+}
+
+py::capsule TensorToDLPack(const Tensor& tensor) {
+  auto* ctx = new ExportContext();
+  ctx->tensor = tensor;
+  ctx->shape = tensor.shape();
+  DLTensor& dl = ctx->managed.dl_tensor;
+  dl.data = const_cast<void*>(tensor.raw_data());
+  Device d = tensor.device();
+  dl.device = DLDevice{d.type == DeviceType::kCPU ? kDLCPU : kDLCUDA, d.index};
+  dl.ndim = static_cast<int32_t>(ctx->shape.size());
+  try {
+    dl.dtype = DTypeToDL(tensor.dtype());
+  } catch (...) {
+    delete ctx;
+    throw;
+  }
+  dl.shape = ctx->shape.data();
+  dl.strides = nullptr;
+  dl.byte_offset = 0;
+  ctx->managed.manager_ctx = ctx;
+  ctx->managed.deleter = DeleteExport;
+  PyObject* cap = PyCapsule_New(&ctx->managed, "dltensor", CapsuleDestructor);
+  if (cap == nullptr) {
+    delete ctx;
+    throw py::error_already_set();
+  }
+  return py::reinterpret_steal<py::capsule>(cap);
+}
+
+}  // namespace tob::python

@@ -1,0 +1,360 @@
+#include "runtime/session.h"
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+#include <unordered_map>
+
+#include "memory/run_allocator.h"
+#include "ops/op_schema.h"
+#ifdef TOB_WITH_CUDA
+#include "providers/cuda/cuda_provider.h"
+#endif
+
+namespace tob {
+
+namespace {
+
+constexpr size_t kMaxMemoryPatterns = 16;
+
+std::string OpsetLabel(const Graph& g, const Node& n) {
+  return StrCat("opset ", g.Opset(n.domain()));
+}
+
+StatusOr<std::unique_ptr<ExecutionProvider>> MakeProvider(const std::string& name) {
+  if (name == kCpuProvider) return std::unique_ptr<ExecutionProvider>(new CpuExecutionProvider());
+#ifdef TOB_WITH_CUDA
+  if (name == kCudaProvider) {
+    if (!CudaDeviceAvailable())
+      return InvalidArgument("provider ", kCudaProvider, " was requested but no CUDA device is visible");
+    return std::unique_ptr<ExecutionProvider>(new CudaExecutionProvider(0));
+  }
+#endif
+  return InvalidArgument("unknown execution provider '", name, "'; available: ", kCpuProvider
+#ifdef TOB_WITH_CUDA
+                         , ", ", kCudaProvider
+#endif
+  );
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Session>> Session::Create(std::unique_ptr<Graph> graph, SessionOptions options) {
+  if (graph == nullptr) return InvalidArgument("Session::Create: graph is null");
+  if (options.intra_op_threads < 0)
+    return InvalidArgument("intra_op_threads must be >= 0 (0 = all cores), got ", options.intra_op_threads);
+  std::unique_ptr<Session> s(new Session());
+  s->options_ = std::move(options);
+  s->graph_ = std::move(graph);
+  TOB_RETURN_IF_ERROR(s->Initialize());
+  return s;
+}
+
+Session::~Session() = default;
+
+Status Session::Initialize() {
+  profiler_ = std::make_unique<Profiler>(options_.enable_profiling);
+  const int64_t t0 = profiler_->NowUs();
+  int threads = options_.intra_op_threads;
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  pool_ = ThreadPool::Shared(threads);
+
+  for (const std::string& name : options_.providers) {
+    if (name == kCpuProvider) continue;
+    TOB_ASSIGN_OR_RETURN(auto ep, MakeProvider(name));
+    providers_.push_back(std::move(ep));
+  }
+  providers_.push_back(std::make_unique<CpuExecutionProvider>());
+
+  Graph& g = *graph_;
+  const OpSchemaRegistry& schemas = OpSchemaRegistry::Global();
+  TOB_RETURN_IF_ERROR(VerifyGraph(g, schemas));
+  TOB_RETURN_IF_ERROR(InferShapes(g, schemas));
+  // IO types as the user declared them (before passes may re-point outputs).
+  for (const Value* v : g.inputs()) input_info_.push_back({v->name(), v->type()});
+  for (size_t i = 0; i < g.outputs().size(); ++i)
+    output_info_.push_back({g.output_names()[i], g.outputs()[i]->type()});
+
+  PassManager pipeline = BuildPipeline(options_.optimization_level);
+  PassContext pctx;
+  pctx.verify_after_each_pass = options_.verify_each_pass;
+  TOB_RETURN_IF_ERROR(pipeline.Run(g, pctx));
+  applied_passes_ = pipeline.applied();
+  for (const auto& line : applied_passes_) log_.push_back("pass " + line);
+  TOB_RETURN_IF_ERROR(InferShapes(g, schemas));
+
+  std::vector<const ExecutionProvider*> eps;
+  for (const auto& ep : providers_) eps.push_back(ep.get());
+  TOB_RETURN_IF_ERROR(PartitionGraph(g, eps, KernelRegistry::Global(), &partition_report_));
+  log_.push_back(partition_report_.ToString());
+  TOB_RETURN_IF_ERROR(BuildPlan());
+  profiler_->Record(ProfileEvent{"session_initialization", "Session", "", "", "", t0,
+                                 profiler_->NowUs() - t0});
+  return Status::OK();
+}
+
+Status Session::BuildPlan() {
+  Graph& g = *graph_;
+  auto slot = [&](const Value* v) {
+    auto it = slot_of_.find(v);
+    if (it != slot_of_.end()) return it->second;
+    int s = static_cast<int>(slot_values_.size());
+    slot_of_[v] = s;
+    slot_values_.push_back(v);
+    return s;
+  };
+  for (const Value* v : g.inputs()) input_slots_.push_back(slot(v));
+  for (const Value* v : g.initializers()) slot(v);
+
+  TOB_ASSIGN_OR_RETURN(std::vector<Node*> order, g.TopologicalOrder());
+  std::unordered_map<std::string, const ExecutionProvider*> by_name;
+  for (const auto& ep : providers_) by_name[ep->name()] = ep.get();
+
+  for (Node* node : order) {
+    Step step;
+    step.node = node;
+    step.opset = g.Opset(node->domain());
+    auto ep_it = by_name.find(node->provider());
+    TOB_ENFORCE(ep_it != by_name.end(), "node without a provider after partitioning: ", node->Describe());
+    step.provider = ep_it->second;
+    std::string why;
+    step.def = KernelRegistry::Global().Find(node->provider(), node->domain(), node->op_type(),
+                                             step.opset, InputDTypes(*node), &why);
+    if (step.def == nullptr)
+      return NotImplemented(node->Describe(), " (", OpsetLabel(g, *node), "): ", why);
+    auto kernel = step.def->factory(*node);
+    if (!kernel.ok()) return kernel.status();
+    step.kernel = std::move(kernel).value();
+    for (const Value* in : node->inputs()) step.inputs.push_back(in ? slot(in) : -1);
+    for (const Value* out : node->outputs()) step.outputs.push_back(slot(out));
+    steps_.push_back(std::move(step));
+  }
+  for (const Value* v : g.outputs()) output_slots_.push_back(slot(v));
+
+  const int n = static_cast<int>(slot_values_.size());
+  is_output_slot_.assign(n, false);
+  for (int s : output_slots_) is_output_slot_[s] = true;
+  constants_.assign(n, Tensor());
+  for (const Value* v : g.initializers()) constants_[slot_of_[v]] = *v->initializer();
+
+  // Last reader of every intermediate: it is released right after that step.
+  std::vector<int> last_use(n, -1);
+  for (int i = 0; i < static_cast<int>(steps_.size()); ++i) {
+    for (int s : steps_[i].inputs)
+      if (s >= 0) last_use[s] = i;
+    for (int s : steps_[i].outputs)
+      if (last_use[s] < i) last_use[s] = i;  // unused outputs die at their producer
+  }
+  std::vector<bool> persistent(n, false);
+  for (int s : input_slots_) persistent[s] = true;
+  for (int s : output_slots_) persistent[s] = true;
+  for (const Value* v : g.initializers()) persistent[slot_of_[v]] = true;
+  for (int s = 0; s < n; ++s)
+    if (!persistent[s] && last_use[s] >= 0) steps_[last_use[s]].free_after.push_back(s);
+  log_.push_back(StrCat("execution plan: ", steps_.size(), " steps, ", n, " values, ", pool_->num_threads(),
+                        " intra-op threads"));
+  return Status::OK();
+}
+
+Status Session::BindFeeds(const std::vector<std::string>& names, std::vector<Tensor>& feeds,
+                          std::vector<Tensor>& slots, std::string* signature) const {
+  if (names.size() != feeds.size())
+    return InvalidArgument("got ", names.size(), " feed names but ", feeds.size(), " tensors");
+  const Graph& g = *graph_;
+  std::vector<bool> bound(g.inputs().size(), false);
+  std::unordered_map<std::string, int64_t> symbols;
+  auto input_list = [&] {
+    std::string s;
+    for (const auto& io : input_info_) s += (s.empty() ? "" : ", ") + io.name + " " + io.type.ToString();
+    return s;
+  };
+  for (size_t f = 0; f < names.size(); ++f) {
+    size_t idx = 0;
+    while (idx < g.inputs().size() && g.inputs()[idx]->name() != names[f]) ++idx;
+    if (idx == g.inputs().size())
+      return InvalidArgument("unknown input '", names[f], "'; the model's inputs are: ", input_list());
+    if (bound[idx]) return InvalidArgument("input '", names[f], "' is fed twice");
+    const ValueType& want = input_info_[idx].type;
+    Tensor& t = feeds[f];
+    if (t.device() != Device{})
+      return InvalidArgument("input '", names[f], "' is on ", t.device().ToString(),
+                             "; this session takes host (cpu) tensors");
+    if (want.dtype != DType::kUndefined && t.dtype() != want.dtype)
+      return InvalidArgument("input '", names[f], "': expected dtype ", DTypeName(want.dtype), ", got ",
+                             DTypeName(t.dtype()));
+    if (want.shape) {
+      const Dims& dims = *want.shape;
+      if (static_cast<int64_t>(dims.size()) != t.rank())
+        return InvalidArgument("input '", names[f], "': expected rank ", dims.size(), " (shape ",
+                               DimsToString(dims), "), got shape ", ShapeToString(t.shape()));
+      for (size_t d = 0; d < dims.size(); ++d) {
+        if (dims[d].is_known() && dims[d].value != t.shape()[d])
+          return InvalidArgument("input '", names[f], "': dimension ", d, " must be ", dims[d].value,
+                                 " (shape ", DimsToString(dims), "), got shape ", ShapeToString(t.shape()));
+        if (dims[d].is_symbolic()) {
+          auto [it, fresh] = symbols.emplace(dims[d].symbol, t.shape()[d]);
+          if (!fresh && it->second != t.shape()[d])
+            return InvalidArgument("input '", names[f], "': dimension ", d, " ('", dims[d].symbol, "') is ",
+                                   t.shape()[d], " but another input bound '", dims[d].symbol, "' to ",
+                                   it->second);
+        }
+      }
+    }
+    bound[idx] = true;
+    slots[input_slots_[idx]] = std::move(t);
+  }
+  for (size_t i = 0; i < bound.size(); ++i)
+    if (!bound[i])
+      return InvalidArgument("missing input '", g.inputs()[i]->name(), "' (", input_info_[i].type.ToString(), ")");
+  signature->clear();
+  for (int s : input_slots_) {
+    const Tensor& t = slots[s];
+    *signature += StrCat(static_cast<int>(t.dtype()), ShapeToString(t.shape()), ";");
+  }
+  return Status::OK();
+}
+
+Status Session::RunStep(Step& step, std::vector<Tensor>& slots, const std::shared_ptr<Allocator>& run_alloc) {
+  const Node& node = *step.node;
+  const size_t n_in = step.inputs.size();
+  std::vector<const Tensor*> in_ptrs(n_in, nullptr);
+  std::vector<ValueType> in_types(n_in);
+  std::vector<const ValueType*> type_ptrs(n_in, nullptr);
+  std::vector<const Tensor*> values(n_in, nullptr);
+  for (size_t i = 0; i < n_in; ++i) {
+    int s = step.inputs[i];
+    if (s < 0) continue;
+    const Tensor& t = slots[s];
+    if (!t.defined())
+      return RuntimeError(node.Describe(), ": input ", i, " '", slot_values_[s]->name(), "' has no value");
+    in_ptrs[i] = &t;
+    in_types[i] = ValueType::OfTensor(t);
+    type_ptrs[i] = &in_types[i];
+    if (t.device().type == DeviceType::kCPU) values[i] = &t;
+  }
+  InferenceContext ictx(node, step.opset, type_ptrs, values);
+  TOB_RETURN_IF_ERROR(OpSchemaRegistry::Global().Infer(ictx));
+
+  const bool on_host = step.provider->device().type == DeviceType::kCPU;
+  std::vector<Tensor*> out_ptrs(step.outputs.size(), nullptr);
+  for (size_t j = 0; j < step.outputs.size(); ++j) {
+    const ValueType& t = ictx.output_types()[j];
+    auto shape = t.shape ? ConcreteShape(*t.shape) : std::nullopt;
+    if (!shape || t.dtype == DType::kUndefined)
+      return RuntimeError(node.Describe(), ": could not determine output ", j, " (",
+                          t.ToString(), ") from the inputs");
+    const int s = step.outputs[j];
+    Tensor& out = slots[s];
+    bool aliased = false;
+    if (!is_output_slot_[s]) {
+      for (const auto& [ai, ao] : step.def->aliases) {
+        if (ao != static_cast<int>(j) || ai >= static_cast<int>(n_in) || in_ptrs[ai] == nullptr) continue;
+        const Tensor& src = *in_ptrs[ai];
+        if (src.dtype() == t.dtype && src.numel() == NumElements(*shape)) {
+          out = src.Reshaped(*shape);
+          aliased = true;
+        }
+      }
+    }
+    if (!aliased) {
+      const std::shared_ptr<Allocator>& alloc =
+          (is_output_slot_[s] || !on_host) ? step.provider->allocator() : run_alloc;
+      TOB_ASSIGN_OR_RETURN(out, Tensor::Allocate(t.dtype, *shape, alloc));
+    }
+    out_ptrs[j] = &out;
+  }
+  KernelContext kctx(node, in_ptrs, out_ptrs, pool_.get(), on_host ? run_alloc : step.provider->allocator());
+  const bool profiling = profiler_->enabled();
+  const int64_t t0 = profiling ? profiler_->NowUs() : 0;
+  Status st = step.kernel->Compute(kctx);
+  if (!st.ok()) return st.WithContext(StrCat("while running ", node.Describe()));
+  if (profiling) {
+    std::string shapes;
+    for (Tensor* o : out_ptrs) shapes += (shapes.empty() ? "" : " ") + ShapeToString(o->shape());
+    profiler_->Record(ProfileEvent{node.name(), "Node", node.op_type(), node.provider(), shapes, t0,
+                                   profiler_->NowUs() - t0});
+  }
+  for (int s : step.free_after) slots[s] = Tensor();
+  return Status::OK();
+}
+
+Status Session::Run(const std::vector<std::string>& feed_names, std::vector<Tensor> feeds,
+                    const std::vector<std::string>& fetch_names, std::vector<Tensor>* fetches,
+                    RunStats* stats) {
+  // Resolve fetches first so a typo fails before any work.
+  std::vector<int> fetch_slots;
+  const auto& out_names = graph_->output_names();
+  if (fetch_names.empty()) {
+    fetch_slots = output_slots_;
+  } else {
+    for (const std::string& name : fetch_names) {
+      auto it = std::find(out_names.begin(), out_names.end(), name);
+      if (it == out_names.end()) {
+        std::string all;
+        for (const auto& n : out_names) all += (all.empty() ? "" : ", ") + n;
+        return InvalidArgument("unknown output '", name, "'; the model's outputs are: ", all);
+      }
+      fetch_slots.push_back(output_slots_[it - out_names.begin()]);
+    }
+  }
+
+  std::lock_guard<std::mutex> lock(run_mu_);
+  const int64_t t0 = profiler_->NowUs();
+  std::vector<Tensor> slots = constants_;
+  std::string signature;
+  TOB_RETURN_IF_ERROR(BindFeeds(feed_names, feeds, slots, &signature));
+
+  const std::shared_ptr<Allocator> host = CpuAllocator::Default();
+  std::shared_ptr<RunAllocator> run_alloc;
+  MemoryPattern* pattern = nullptr;
+  if (options_.enable_memory_pattern) {
+    auto it = patterns_.find(signature);
+    if (it != patterns_.end()) pattern = &it->second;
+  }
+  if (pattern != nullptr) {
+    if (!pattern->arena) {
+      pattern->arena = AllocateBuffer(host, pattern->plan.arena_bytes);
+      if (!pattern->arena)
+        return Status(StatusCode::kOutOfMemory, StrCat("out of memory allocating the ",
+                                                       pattern->plan.arena_bytes, "-byte arena"));
+    }
+    run_alloc = std::make_shared<RunAllocator>(host, &pattern->plan, &pattern->lifetimes, pattern->arena->data());
+  } else {
+    run_alloc = std::make_shared<RunAllocator>(host);
+  }
+
+  for (Step& step : steps_) {
+    Status st = RunStep(step, slots, run_alloc);
+    if (!st.ok()) return st;
+  }
+
+  fetches->clear();
+  for (int s : fetch_slots) {
+    if (!slots[s].defined())
+      return RuntimeError("output '", slot_values_[s]->name(), "' was not computed");
+    fetches->push_back(slots[s]);
+  }
+  slots.clear();
+
+  if (stats) {
+    stats->peak_bytes = run_alloc->peak_bytes();
+    stats->planned = run_alloc->planned();
+    stats->arena_bytes = pattern ? pattern->plan.arena_bytes : 0;
+    stats->plan_misses = run_alloc->plan_misses();
+  }
+  if (pattern == nullptr && options_.enable_memory_pattern) {
+    if (patterns_.size() >= kMaxMemoryPatterns) patterns_.erase(patterns_.begin());
+    MemoryPattern p;
+    p.lifetimes = run_alloc->TakeTrace().lifetimes;
+    p.plan = PlanBuffers(p.lifetimes, kTensorAlignment);
+    patterns_[signature] = std::move(p);
+  }
+  profiler_->Record(ProfileEvent{"run", "Session", "", "", "", t0, profiler_->NowUs() - t0});
+  return Status::OK();
+}
+
+std::string Session::EndProfiling() {
+  return profiler_->WriteChromeTrace(options_.profile_file_prefix);
+}
+
+}  // namespace tob

@@ -1,0 +1,113 @@
+// Session: the compiled form of one graph. Create() verifies, infers shapes, optimises,
+// partitions across providers and builds the kernels and the execution plan once; Run() binds
+// feeds, executes the plan sequentially and returns the fetches.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "framework/kernel_registry.h"
+#include "framework/thread_pool.h"
+#include "ir/graph.h"
+#include "memory/buffer_plan.h"
+#include "optimizer/pass.h"
+#include "partition/execution_provider.h"
+#include "runtime/profiler.h"
+
+namespace tob {
+
+struct SessionOptions {
+  int intra_op_threads = 0;  // 0: all hardware threads (the Python front end passes torch's count)
+  OptLevel optimization_level = OptLevel::kAll;
+  bool enable_profiling = false;
+  std::string profile_file_prefix = "tob_profile";
+  bool enable_memory_pattern = true;  // plan and reuse one arena per input-shape signature
+  bool verify_each_pass = false;
+  std::vector<std::string> providers;  // priority order; CPU is always the last resort
+};
+
+struct RunStats {
+  size_t peak_bytes = 0;   // most bytes of intermediates and scratch live at once
+  size_t arena_bytes = 0;  // size of the planned arena (0 for an unplanned run)
+  bool planned = false;    // this run used a memory plan recorded by an earlier run
+  int64_t plan_misses = 0;
+};
+
+struct IOInfo {
+  std::string name;
+  ValueType type;
+};
+
+class Session {
+ public:
+  static StatusOr<std::unique_ptr<Session>> Create(std::unique_ptr<Graph> graph, SessionOptions options);
+  ~Session();
+
+  const std::vector<IOInfo>& inputs() const { return input_info_; }
+  const std::vector<IOInfo>& outputs() const { return output_info_; }
+
+  // fetch_names empty: all graph outputs in order. Errors name the offending feed or fetch.
+  Status Run(const std::vector<std::string>& feed_names, std::vector<Tensor> feeds,
+             const std::vector<std::string>& fetch_names, std::vector<Tensor>* fetches,
+             RunStats* stats = nullptr);
+
+  const Graph& graph() const { return *graph_; }
+  const PartitionReport& partition_report() const { return partition_report_; }
+  const std::vector<std::string>& applied_passes() const { return applied_passes_; }
+  // Human-readable lines about how the session was built (passes, partition, plan).
+  const std::vector<std::string>& log() const { return log_; }
+  std::string EndProfiling();
+  int num_threads() const { return pool_->num_threads(); }
+  const SessionOptions& options() const { return options_; }
+
+ private:
+  struct Step {
+    const Node* node = nullptr;
+    const KernelDef* def = nullptr;
+    std::unique_ptr<OpKernel> kernel;
+    const ExecutionProvider* provider = nullptr;
+    int opset = 0;
+    std::vector<int> inputs;     // slot per input, -1 when omitted
+    std::vector<int> outputs;    // slot per output
+    std::vector<int> free_after; // slots whose last reader is this step
+  };
+  struct MemoryPattern {
+    std::vector<BufferLifetime> lifetimes;
+    BufferPlan plan;
+    std::shared_ptr<Buffer> arena;
+  };
+
+  Session() = default;
+  Status Initialize();
+  Status BuildPlan();
+  Status BindFeeds(const std::vector<std::string>& names, std::vector<Tensor>& feeds,
+                   std::vector<Tensor>& slots, std::string* signature) const;
+  Status RunStep(Step& step, std::vector<Tensor>& slots, const std::shared_ptr<Allocator>& run_alloc);
+
+  SessionOptions options_;
+  std::unique_ptr<Graph> graph_;
+  std::shared_ptr<ThreadPool> pool_;
+  std::vector<std::unique_ptr<ExecutionProvider>> providers_;
+  PartitionReport partition_report_;
+  std::vector<std::string> applied_passes_;
+  std::vector<std::string> log_;
+  std::vector<IOInfo> input_info_, output_info_;
+
+  std::map<const Value*, int> slot_of_;
+  std::vector<const Value*> slot_values_;
+  std::vector<Tensor> constants_;        // by slot; defined for initializers
+  std::vector<int> input_slots_;         // graph inputs, in order
+  std::vector<int> output_slots_;        // graph outputs, in order
+  std::vector<bool> is_output_slot_;
+  std::vector<Step> steps_;
+
+  std::mutex run_mu_;
+  std::map<std::string, MemoryPattern> patterns_;  // by input-shape signature
+  std::unique_ptr<Profiler> profiler_;
+};
+
+}  // namespace tob

@@ -1,0 +1,155 @@
+"""Bad input gets an exception that names the culprit and what was expected: never a crash or a
+silently wrong answer. Includes a bounded fuzz of the loader with mutated models."""
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper
+
+import torch_ort_backend as tob
+from conftest import nonzero
+from models import mlp, single_node
+
+
+@pytest.fixture
+def sess(rng):
+    return tob.InferenceSession(mlp(rng))
+
+
+def test_wrong_dtype_names_input_and_types(sess, rng):
+    with pytest.raises(tob.InvalidArgumentError, match=r"input 'x': expected dtype float32, got float64"):
+        sess.run(None, {"x": nonzero(rng, (2, 16), np.float64)})
+
+
+def test_wrong_rank_names_input_and_shapes(sess, rng):
+    with pytest.raises(tob.InvalidArgumentError, match=r"input 'x': expected rank 2 .*got shape \[16\]"):
+        sess.run(None, {"x": nonzero(rng, (16,))})
+
+
+def test_wrong_size_names_dimension(sess, rng):
+    with pytest.raises(tob.InvalidArgumentError, match=r"input 'x': dimension 1 must be 16.*got shape \[2, 15\]"):
+        sess.run(None, {"x": nonzero(rng, (2, 15))})
+
+
+def test_missing_feed(sess):
+    with pytest.raises(tob.InvalidArgumentError, match=r"missing input 'x' \(float32\[batch, 16\]\)"):
+        sess.run(None, {})
+
+
+def test_unknown_feed(sess, rng):
+    with pytest.raises(tob.InvalidArgumentError, match=r"unknown input 'y'; the model's inputs are: x"):
+        sess.run(None, {"x": nonzero(rng, (1, 16)), "y": nonzero(rng, (1,))})
+
+
+def test_unknown_output_name(sess, rng):
+    with pytest.raises(tob.InvalidArgumentError, match=r"unknown output 'nope'; the model's outputs are: probs, logits"):
+        sess.run(["nope"], {"x": nonzero(rng, (1, 16))})
+
+
+def test_inconsistent_symbolic_dims_across_inputs(rng):
+    model = single_node("Add", [("a", TensorProto.FLOAT, ["n"]), ("b", TensorProto.FLOAT, ["n"])],
+                        [("c", TensorProto.FLOAT, ["n"])])
+    sess = tob.InferenceSession(model)
+    with pytest.raises(tob.InvalidArgumentError, match=r"'n'"):
+        sess.run(None, {"a": nonzero(rng, (3,)), "b": nonzero(rng, (4,))})
+
+
+def test_non_contiguous_torch_input_is_made_contiguous(sess, rng):
+    x = torch.from_numpy(nonzero(rng, (16, 4))).t()  # a transposed view
+    (logits,) = sess.run(["logits"], {"x": x})
+    (expected,) = sess.run(["logits"], {"x": x.contiguous()})
+    torch.testing.assert_close(logits, expected)
+
+
+def test_unsupported_op_names_op_domain_and_opset():
+    model = single_node("NoSuchOp", [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])],
+                        domain="custom.domain")
+    with pytest.raises(tob.NotImplementedOpError, match=r"NoSuchOp.*custom\.domain.*opset 1"):
+        tob.InferenceSession(model)
+
+
+def test_truncated_bytes(rng):
+    data = mlp(rng).SerializeToString()
+    with pytest.raises(tob.InvalidModelError):
+        tob.InferenceSession(data[: len(data) // 2])
+
+
+def test_dangling_edge(rng):
+    model = mlp(rng)
+    model.graph.node[2].input[0] = "does_not_exist"
+    with pytest.raises(tob.InvalidModelError, match="does_not_exist"):
+        tob.InferenceSession(model)
+
+
+def test_cycle(rng):
+    nodes = [helper.make_node("Relu", ["x", ], ["a"], name="r0"),
+             helper.make_node("Add", ["a", "c"], ["b"], name="add"),
+             helper.make_node("Relu", ["b"], ["c"], name="r1")]
+    graph = helper.make_graph(nodes, "cyc", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("c", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(tob.InvalidModelError):
+        tob.InferenceSession(model)
+
+
+def test_attribute_of_wrong_type(rng):
+    model = single_node("Softmax", [("x", TensorProto.FLOAT, [2, 3])], [("y", TensorProto.FLOAT, [2, 3])])
+    del model.graph.node[0].attribute[:]
+    model.graph.node[0].attribute.append(helper.make_attribute("axis", 1.5))
+    with pytest.raises(tob.InvalidModelError, match=r"axis"):
+        tob.InferenceSession(model)
+
+
+def test_string_input_is_refused():
+    model = single_node("Identity", [("x", TensorProto.STRING, [2])], [("y", TensorProto.STRING, [2])])
+    with pytest.raises(tob.NotImplementedOpError, match="string"):
+        tob.InferenceSession(model)
+
+
+def test_wrong_model_argument_type():
+    with pytest.raises(TypeError, match="path, bytes or onnx.ModelProto"):
+        tob.InferenceSession(12345)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        tob.InferenceSession(str(tmp_path / "nope.onnx"))
+
+
+def _mutations(rng, data: bytes, count: int):
+    """Byte flips, truncations, splices and duplications of a valid serialized model."""
+    for i in range(count):
+        b = bytearray(data)
+        kind = i % 4
+        if kind == 0:
+            for _ in range(rng.integers(1, 8)):
+                b[rng.integers(len(b))] = rng.integers(256)
+        elif kind == 1:
+            b = b[: rng.integers(1, len(b))]
+        elif kind == 2:
+            start, length = rng.integers(len(b)), rng.integers(1, 64)
+            b[start:start] = bytes(rng.integers(0, 256, size=length, dtype=np.uint8))
+        else:
+            start, length = rng.integers(len(b)), rng.integers(1, 128)
+            b = b[:start] + b[start:start + length] * 2 + b[start + length:]
+        yield bytes(b)
+
+
+def test_fuzzed_models_raise_or_run_but_never_crash(rng):
+    data = mlp(rng, in_dim=4, hidden=6, out_dim=3).SerializeToString()
+    outcomes = {"error": 0, "ran": 0}
+    for mutated in _mutations(rng, data, 400):
+        try:
+            sess = tob.InferenceSession(mutated)
+            feeds = {}
+            for i in sess.get_inputs():
+                shape = [d if isinstance(d, int) else 2 for d in (i.shape or [])]
+                if np.prod(shape) > 1 << 16:  # a mutated dim: not worth allocating
+                    raise ValueError("mutated shape too large to feed")
+                feeds[i.name] = np.ones(shape, dtype=np.float32)
+            sess.run(None, feeds)
+            outcomes["ran"] += 1
+        except (tob.EngineError, ValueError, TypeError, NotImplementedError, FileNotFoundError):
+            outcomes["error"] += 1
+    assert outcomes["error"] > 0  # the mutations did reach the error paths

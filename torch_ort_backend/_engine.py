@@ -1,0 +1,32 @@
+"""Loads the compiled engine (torch_ort_backend._C).
+
+The extension links OpenBLAS from the scipy-openblas32 wheel and finds it through an rpath; when
+the package was installed some other way (an unusual site layout), the library is loaded by
+absolute path first so the import still works.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+try:
+    from . import _C  # noqa: F401
+except ImportError as first_error:  # pragma: no cover - depends on the install layout
+    if "scipy_openblas" not in str(first_error):
+        raise
+    import scipy_openblas32
+
+    ctypes.CDLL(
+        os.path.join(scipy_openblas32.get_lib_dir(), "libscipy_openblas.so"), mode=ctypes.RTLD_GLOBAL
+    )
+    from . import _C  # noqa: F401
+
+C = _C
+
+EngineError = _C.EngineError
+InvalidArgumentError = _C.InvalidArgumentError
+InvalidModelError = _C.InvalidModelError
+NotImplementedOpError = _C.NotImplementedOpError
+OutOfMemoryError = _C.OutOfMemoryError
+KernelError = _C.KernelError

@@ -1,0 +1,164 @@
+"""ONNX model → engine graph.
+
+The onnx package parses and checks; we walk the parsed ModelProto and build the engine IR through
+the binding's builder. Initializers stored as raw bytes are handed over without a copy (a numpy
+view on the protobuf's bytes, kept alive by the engine tensor).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Union
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import AttributeProto, TensorProto, numpy_helper
+
+from . import dtypes
+from ._engine import C, InvalidModelError, NotImplementedOpError
+
+ModelLike = Union[str, os.PathLike, bytes, onnx.ModelProto]
+
+
+def parse_model(model: ModelLike) -> onnx.ModelProto:
+    """Returns a checked ModelProto from a path, serialized bytes or a ModelProto."""
+    if isinstance(model, onnx.ModelProto):
+        proto = model
+    elif isinstance(model, (bytes, bytearray, memoryview)):
+        try:
+            proto = onnx.load_model_from_string(bytes(model))
+        except (DecodeError, RuntimeWarning, ValueError) as e:
+            raise InvalidModelError(f"could not parse the model bytes ({len(model)} bytes): {e}") from e
+    elif isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"ONNX model file not found: {path}")
+        try:
+            proto = onnx.load(path)
+        except (DecodeError, RuntimeWarning, ValueError) as e:
+            raise InvalidModelError(f"could not parse ONNX file {path}: {e}") from e
+    else:
+        raise TypeError(
+            f"model must be a path, bytes or onnx.ModelProto, got {type(model).__name__}"
+        )
+    if len(proto.graph.node) == 0 and len(proto.graph.output) == 0:
+        raise InvalidModelError("the model has an empty graph (no nodes and no outputs)")
+    try:
+        onnx.checker.check_model(proto)
+    except onnx.checker.ValidationError as e:
+        raise InvalidModelError(f"the model is not valid ONNX: {e}") from e
+    if proto.functions:
+        proto = onnx.inliner.inline_local_functions(proto)
+    return proto
+
+
+def _tensor_to_array(t: TensorProto, what: str) -> tuple[np.ndarray, int]:
+    """A numpy view (no copy when stored as raw bytes) and the ONNX dtype it carries."""
+    if t.data_type not in dtypes.SUPPORTED:
+        raise NotImplementedOpError(
+            f"{what}: tensor dtype {dtypes.onnx_type_name(t.data_type)} is not supported by the engine"
+        )
+    if t.data_location == TensorProto.EXTERNAL:
+        raise InvalidModelError(f"{what}: external data was not loaded (load the model from its path)")
+    dims = tuple(t.dims)
+    if t.data_type == TensorProto.BFLOAT16:
+        if t.HasField("raw_data"):
+            arr = np.frombuffer(t.raw_data, dtype=np.uint16)
+        else:
+            arr = np.asarray(t.int32_data, dtype=np.uint32).astype(np.uint16)
+    elif t.HasField("raw_data"):
+        np_dtype = dtypes.ONNX_TO_NUMPY[t.data_type]
+        expected = int(np.prod(dims, dtype=np.int64)) * np_dtype.itemsize
+        if len(t.raw_data) != expected:
+            raise InvalidModelError(
+                f"{what}: raw_data holds {len(t.raw_data)} bytes but shape {list(dims)} of "
+                f"{np_dtype} needs {expected}"
+            )
+        arr = np.frombuffer(t.raw_data, dtype=np_dtype)
+    else:
+        try:
+            arr = numpy_helper.to_array(t)
+        except Exception as e:  # onnx raises several types for inconsistent tensors
+            raise InvalidModelError(f"{what}: cannot read tensor data: {e}") from e
+    try:
+        arr = arr.reshape(dims)
+    except ValueError as e:
+        raise InvalidModelError(f"{what}: data does not match shape {list(dims)}: {e}") from e
+    return (arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)), t.data_type
+
+
+def _attribute_value(node: onnx.NodeProto, a: AttributeProto):
+    what = f"node '{node.name}' ({node.op_type}) attribute '{a.name}'"
+    if a.type == AttributeProto.FLOAT:
+        return a.f
+    if a.type == AttributeProto.INT:
+        return a.i
+    if a.type == AttributeProto.STRING:
+        return a.s
+    if a.type == AttributeProto.FLOATS:
+        return list(a.floats)
+    if a.type == AttributeProto.INTS:
+        return list(a.ints)
+    if a.type == AttributeProto.STRINGS:
+        return list(a.strings)
+    if a.type == AttributeProto.TENSOR:
+        return _tensor_to_array(a.t, what)
+    raise NotImplementedOpError(
+        f"{what} has type {AttributeProto.AttributeType.Name(a.type)}: subgraphs, sparse tensors and "
+        "type protos are not supported by the engine"
+    )
+
+
+def _value_info(vi: onnx.ValueInfoProto, what: str) -> tuple[int, list | None]:
+    t = vi.type
+    kind = t.WhichOneof("value")
+    if kind is None:
+        return 0, None
+    if kind != "tensor_type":
+        raise NotImplementedOpError(
+            f"{what} '{vi.name}' is a {kind.replace('_type', '')}; the engine supports tensors only"
+        )
+    elem = t.tensor_type.elem_type
+    if elem not in dtypes.SUPPORTED:
+        raise NotImplementedOpError(
+            f"{what} '{vi.name}' has dtype {dtypes.onnx_type_name(elem)}, which the engine does not support"
+        )
+    if not t.tensor_type.HasField("shape"):
+        return elem, None
+    dims = []
+    for d in t.tensor_type.shape.dim:
+        if d.HasField("dim_value"):
+            dims.append(int(d.dim_value))
+        elif d.HasField("dim_param") and d.dim_param:
+            dims.append(d.dim_param)
+        else:
+            dims.append(None)
+    return elem, dims
+
+
+def build_graph(proto: onnx.ModelProto):
+    """Walks a checked ModelProto and returns a filled _C.GraphBuilder."""
+    b = C.GraphBuilder()
+    for op in proto.opset_import:
+        b.set_opset(op.domain, op.version)
+    g = proto.graph
+    init_names = set()
+    for t in g.initializer:
+        arr, dt = _tensor_to_array(t, f"initializer '{t.name}'")
+        b.add_initializer(t.name, arr, dt)
+        init_names.add(t.name)
+    if len(g.sparse_initializer):
+        raise NotImplementedOpError("sparse initializers are not supported by the engine")
+    for vi in g.input:
+        if vi.name in init_names:
+            continue
+        elem, dims = _value_info(vi, "graph input")
+        b.add_input(vi.name, elem, dims)
+    for i, n in enumerate(g.node):
+        attrs = [(a.name, int(a.type), _attribute_value(n, a)) for a in n.attribute]
+        b.add_node(n.op_type, n.domain, list(n.input), list(n.output), attrs, n.name or f"{n.op_type}_{i}")
+    for vi in g.output:
+        elem, dims = _value_info(vi, "graph output")
+        b.add_output(vi.name, elem, dims)
+    return b

@@ -1,0 +1,77 @@
+"""Writes the engine's optimised graph back out as an ONNX model, so a user can open exactly what
+ran in an ONNX viewer. Each node carries the provider it was assigned as metadata_props."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from . import dtypes
+
+
+def _array(t) -> tuple[np.ndarray, int]:
+    import torch
+
+    tt = torch.from_dlpack(t)
+    if t.dtype == dtypes.BFLOAT16:
+        return tt.view(torch.int16).numpy().view(np.uint16), t.dtype
+    return tt.numpy(), t.dtype
+
+
+def _tensor_proto(name: str, t) -> onnx.TensorProto:
+    arr, code = _array(t)
+    if code == dtypes.BFLOAT16:
+        proto = onnx.TensorProto(name=name, data_type=code, dims=list(arr.shape))
+        proto.raw_data = arr.tobytes()
+        return proto
+    return numpy_helper.from_array(arr, name)
+
+
+def _attribute(name: str, kind: int, value) -> onnx.AttributeProto:
+    if kind == onnx.AttributeProto.TENSOR:
+        return helper.make_attribute(name, _tensor_proto("", value))
+    if kind == onnx.AttributeProto.FLOATS:
+        return helper.make_attribute(name, [float(v) for v in value], attr_type=onnx.AttributeProto.FLOATS)
+    if kind == onnx.AttributeProto.INTS:
+        return helper.make_attribute(name, [int(v) for v in value], attr_type=onnx.AttributeProto.INTS)
+    if kind == onnx.AttributeProto.STRINGS:
+        return helper.make_attribute(name, list(value), attr_type=onnx.AttributeProto.STRINGS)
+    return helper.make_attribute(name, value)
+
+
+def _value_info(name: str, code: int, dims) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, code, dims)
+
+
+def optimized_model_proto(graph: dict, source: onnx.ModelProto) -> onnx.ModelProto:
+    nodes = []
+    for n in graph["nodes"]:
+        node = helper.make_node(n["op_type"], n["inputs"], n["outputs"], name=n["name"], domain=n["domain"])
+        node.attribute.extend(_attribute(*a) for a in n["attributes"])
+        entry = node.metadata_props.add()
+        entry.key, entry.value = "provider", n["provider"]
+        nodes.append(node)
+    # Outputs re-pointed by passes are renamed back with an Identity.
+    outputs = []
+    types = {name: (code, dims) for name, code, dims in graph["values"]}
+    types.update({name: (code, dims) for name, code, dims in graph["inputs"]})
+    for external, internal in graph["outputs"]:
+        if external != internal:
+            nodes.append(helper.make_node("Identity", [internal], [external], name=f"{external}_rename"))
+        code, dims = types.get(internal, (0, None))
+        outputs.append(_value_info(external, code, dims))
+    inputs = [_value_info(name, code, dims) for name, code, dims in graph["inputs"]]
+    inits = [_tensor_proto(name, t) for name, t in graph["initializers"]]
+    value_info = [
+        _value_info(name, code, dims)
+        for name, code, dims in graph["values"]
+        if code != 0 and name not in {o.name for o in outputs}
+    ]
+    g = helper.make_graph(nodes, f"{source.graph.name}_optimized", inputs, outputs, inits, value_info=value_info)
+    opsets = [helper.make_opsetid(d, v) for d, v in graph["opsets"].items()]
+    if "com.microsoft" not in graph["opsets"] and any(n.domain == "com.microsoft" for n in nodes):
+        opsets.append(helper.make_opsetid("com.microsoft", 1))
+    model = helper.make_model(g, opset_imports=opsets, producer_name="torch_ort_backend")
+    model.ir_version = source.ir_version
+    return model

@@ -1,0 +1,259 @@
+"""InferenceSession: run an ONNX model on the engine, numpy or torch tensors in and out."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from . import dtypes
+from ._engine import C, InvalidArgumentError
+from .onnx_loader import ModelLike, build_graph, parse_model
+
+logger = logging.getLogger("torch_ort_backend")
+
+
+class GraphOptimizationLevel(enum.IntEnum):
+    """Same names and values as onnxruntime's GraphOptimizationLevel."""
+
+    ORT_DISABLE_ALL = 0
+    ORT_ENABLE_BASIC = 1
+    ORT_ENABLE_EXTENDED = 2
+    ORT_ENABLE_ALL = 99
+
+
+def default_num_threads() -> int:
+    """The intra-op thread count: torch's, so the engine and torch never fight over cores."""
+    import torch
+
+    return max(1, torch.get_num_threads())
+
+
+class SessionOptions:
+    """Options for one InferenceSession; every value is validated when it is set."""
+
+    def __init__(self) -> None:
+        self.intra_op_num_threads = 0
+        self.graph_optimization_level = GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.enable_profiling = False
+        self.profile_file_prefix = "tob_profile"
+        self.optimized_model_filepath = ""
+        self.enable_mem_pattern = True
+        self.verify_each_pass = False
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        validator = _VALIDATORS.get(name)
+        if validator is None:
+            raise AttributeError(
+                f"SessionOptions has no option '{name}'; options are: {', '.join(sorted(_VALIDATORS))}"
+            )
+        object.__setattr__(self, name, validator(name, value))
+
+    def _to_engine(self) -> "C.SessionOptions":
+        o = C.SessionOptions()
+        o.intra_op_threads = self.intra_op_num_threads or default_num_threads()
+        o.optimization_level = int(self.graph_optimization_level)
+        o.enable_profiling = self.enable_profiling
+        o.profile_file_prefix = self.profile_file_prefix
+        o.enable_memory_pattern = self.enable_mem_pattern
+        o.verify_each_pass = self.verify_each_pass
+        return o
+
+
+def _non_negative_int(name: str, v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ValueError(f"SessionOptions.{name} must be an int >= 0 (0 = torch's thread count), got {v!r}")
+    return v
+
+
+def _opt_level(name: str, v: Any) -> GraphOptimizationLevel:
+    try:
+        return GraphOptimizationLevel(v)
+    except ValueError:
+        allowed = ", ".join(f"{m.name}={m.value}" for m in GraphOptimizationLevel)
+        raise ValueError(f"SessionOptions.{name} must be one of {allowed}; got {v!r}") from None
+
+
+def _bool(name: str, v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise ValueError(f"SessionOptions.{name} must be a bool, got {v!r}")
+    return v
+
+
+def _str(name: str, v: Any) -> str:
+    if not isinstance(v, (str, os.PathLike)):
+        raise ValueError(f"SessionOptions.{name} must be a string path, got {v!r}")
+    return os.fspath(v)
+
+
+_VALIDATORS = {
+    "intra_op_num_threads": _non_negative_int,
+    "graph_optimization_level": _opt_level,
+    "enable_profiling": _bool,
+    "profile_file_prefix": _str,
+    "optimized_model_filepath": _str,
+    "enable_mem_pattern": _bool,
+    "verify_each_pass": _bool,
+}
+
+
+@dataclass(frozen=True)
+class NodeArg:
+    """An input or output of the model, as onnxruntime describes it."""
+
+    name: str
+    type: str
+    shape: list | None
+
+
+def available_providers() -> list[str]:
+    providers = [C.CPU_PROVIDER]
+    if C.built_with_cuda:
+        providers.insert(0, C.CUDA_PROVIDER)
+    return providers
+
+
+class InferenceSession:
+    """Runs an ONNX model on the engine.
+
+    ``model`` is a path, serialized bytes or an onnx.ModelProto. Feeds may be numpy arrays or
+    torch tensors (passed without a copy); outputs are torch tensors when any feed is a torch
+    tensor, numpy arrays otherwise, and share engine memory without a copy.
+    """
+
+    def __init__(
+        self,
+        model: ModelLike,
+        sess_options: SessionOptions | None = None,
+        providers: Sequence[str] | None = None,
+    ) -> None:
+        if sess_options is not None and not isinstance(sess_options, SessionOptions):
+            raise TypeError(f"sess_options must be a SessionOptions, got {type(sess_options).__name__}")
+        self._options = sess_options or SessionOptions()
+        proto = parse_model(model)
+        engine_options = self._options._to_engine()
+        engine_options.providers = self._resolve_providers(providers)
+        self._providers = list(engine_options.providers)
+        self._session = C.Session(build_graph(proto), engine_options)
+        for line in self._session.log():
+            logger.debug("%s", line)
+        self._inputs = [NodeArg(n, dtypes.onnx_type_name(t), s) for n, t, s in self._session.inputs()]
+        self._outputs = [NodeArg(n, dtypes.onnx_type_name(t), s) for n, t, s in self._session.outputs()]
+        self._opset_imports = {op.domain: op.version for op in proto.opset_import}
+        if self._options.optimized_model_filepath:
+            self._save_optimized(proto)
+
+    def _save_optimized(self, source) -> None:
+        import onnx
+
+        from .optimized_model import optimized_model_proto
+
+        path = self._options.optimized_model_filepath
+        onnx.save(optimized_model_proto(self._session.optimized_graph(), source), path)
+        logger.info("saved the optimized model to %s", path)
+
+    @staticmethod
+    def _resolve_providers(providers: Sequence[str] | None) -> list[str]:
+        if providers is None:
+            return [C.CPU_PROVIDER]
+        names = []
+        for p in providers:
+            name = p[0] if isinstance(p, tuple) else p
+            if name not in available_providers():
+                raise ValueError(
+                    f"unknown or unavailable execution provider {name!r}; available: {available_providers()}"
+                )
+            names.append(name)
+        return names
+
+    # ---- introspection (onnxruntime-compatible names) ----
+    def get_inputs(self) -> list[NodeArg]:
+        return list(self._inputs)
+
+    def get_outputs(self) -> list[NodeArg]:
+        return list(self._outputs)
+
+    def get_providers(self) -> list[str]:
+        return list(self._providers) + ([] if C.CPU_PROVIDER in self._providers else [C.CPU_PROVIDER])
+
+    def get_session_options(self) -> SessionOptions:
+        return self._options
+
+    def partition_report(self) -> str:
+        return self._session.partition_report()
+
+    def applied_passes(self) -> list[str]:
+        return self._session.applied_passes()
+
+    def last_run_stats(self) -> dict:
+        """Memory of the last run: peak bytes of intermediates, arena size, whether it was planned."""
+        return self._session.last_run_stats()
+
+    def end_profiling(self) -> str:
+        """Writes the Chrome trace of the runs so far; returns its path ('' if profiling is off)."""
+        return self._session.end_profiling()
+
+    # ---- running ----
+    def run(self, output_names: Iterable[str] | None, input_feed: dict, run_options: Any = None) -> list:
+        if not isinstance(input_feed, dict):
+            raise TypeError(f"input_feed must be a dict of name -> tensor, got {type(input_feed).__name__}")
+        names, values, as_torch = [], [], False
+        for name, value in input_feed.items():
+            engine_value, is_torch = _to_engine_value(name, value)
+            as_torch = as_torch or is_torch
+            names.append(name)
+            values.append(engine_value)
+        fetch = [] if output_names is None else list(output_names)
+        results = self._session.run(names, values, fetch)
+        return [_from_engine(r, as_torch) for r in results]
+
+
+def _to_engine_value(name: str, value: Any):
+    """(numpy array or DLPack capsule, came_from_torch)."""
+    if isinstance(value, np.ndarray):
+        if value.dtype == object or value.dtype.kind in "USO":
+            raise InvalidArgumentError(f"input '{name}': numpy dtype {value.dtype} is not supported")
+        return _c_contiguous(value), False
+    torch = _torch_if_loaded()
+    if torch is not None and isinstance(value, torch.Tensor):
+        if value.device.type != "cpu":
+            raise InvalidArgumentError(
+                f"input '{name}' is on {value.device}; this session runs on the CPU (move it with .cpu())"
+            )
+        t = value.detach()
+        if not t.is_contiguous():
+            t = t.contiguous()
+        return t.__dlpack__(), True
+    if isinstance(value, (int, float, bool, list, tuple, np.generic)):
+        return _c_contiguous(np.asarray(value)), False
+    raise InvalidArgumentError(
+        f"input '{name}': expected a numpy array or torch tensor, got {type(value).__name__}"
+    )
+
+
+def _c_contiguous(a: np.ndarray) -> np.ndarray:
+    # np.ascontiguousarray would turn a 0-d array into shape (1,): only copy when needed.
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
+
+def _torch_if_loaded():
+    import sys
+
+    return sys.modules.get("torch")
+
+
+def _from_engine(t: "C.EngineTensor", as_torch: bool):
+    if as_torch:
+        import torch
+
+        return torch.from_dlpack(t)
+    if t.dtype == dtypes.BFLOAT16:
+        import ml_dtypes
+        import torch
+
+        return torch.from_dlpack(t).view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return np.from_dlpack(t)

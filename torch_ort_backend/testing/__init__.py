@@ -1,0 +1,1 @@
+"""Test utilities shipped with the package (ONNX conformance selection)."""

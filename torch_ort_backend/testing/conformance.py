@@ -1,0 +1,126 @@
+"""Which of the onnx package's backend node tests the engine claims to run.
+
+The answer is derived from the kernel registry, never written by hand: a test is included when
+every node of its model has a CPU kernel for the node's (domain, op type, opset, input dtypes).
+Dtypes of intermediate values come from onnx shape inference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import glob
+import os
+import warnings
+
+import onnx
+import onnx.backend.test
+from onnx.backend.test.loader import load_model_tests
+
+from .._engine import C
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeTest:
+    """One backend test: its model and (inputs, expected outputs) data sets."""
+
+    name: str
+    model: onnx.ModelProto
+    data_sets: tuple
+    rtol: float
+    atol: float
+
+
+def _load_data_sets(model_dir: str) -> list:
+    from onnx import numpy_helper
+
+    def read(path: str):
+        t = onnx.TensorProto()
+        with open(path, "rb") as f:
+            t.ParseFromString(f.read())
+        return numpy_helper.to_array(t)
+
+    def index(path: str) -> int:
+        return int(path.rsplit("_", 1)[1].split(".")[0])
+
+    sets = []
+    for ds in sorted(glob.glob(os.path.join(model_dir, "test_data_set_*"))):
+        ins = [read(p) for p in sorted(glob.glob(os.path.join(ds, "input_*.pb")), key=index)]
+        outs = [read(p) for p in sorted(glob.glob(os.path.join(ds, "output_*.pb")), key=index)]
+        sets.append((ins, outs))
+    return sets
+
+
+@functools.lru_cache(maxsize=None)
+def all_tests(kind: str = "node") -> tuple[NodeTest, ...]:
+    """Every test of the installed onnx package (generated in memory or read from its data dir)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the generators warn about deliberate overflows
+        cases = load_model_tests(kind=kind)
+    tests = []
+    for t in cases:
+        if t.model is not None:
+            tests.append(NodeTest(t.name, t.model, tuple(t.data_sets or ()), t.rtol, t.atol))
+        elif t.model_dir:
+            model = onnx.load(os.path.join(t.model_dir, "model.onnx"))
+            tests.append(NodeTest(t.name, model, tuple(_load_data_sets(t.model_dir)), t.rtol, t.atol))
+    return tuple(tests)
+
+
+def _value_types(model: onnx.ModelProto) -> dict[str, int]:
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # inference failures just leave types unknown
+        inferred = model
+    g = inferred.graph
+    types: dict[str, int] = {}
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        if vi.type.HasField("tensor_type"):
+            types[vi.name] = vi.type.tensor_type.elem_type
+    for init in g.initializer:
+        types[init.name] = init.data_type
+    return types
+
+
+def unsupported_reason(model: onnx.ModelProto, provider: str = C.CPU_PROVIDER) -> str | None:
+    """None when the engine has a kernel for every node, else why not (first culprit)."""
+    from .. import dtypes as _dtypes
+
+    for vi in list(model.graph.input) + list(model.graph.output):
+        if not vi.type.HasField("tensor_type"):
+            return f"value '{vi.name}' is not a tensor"
+        if vi.type.tensor_type.elem_type not in _dtypes.SUPPORTED:
+            return f"value '{vi.name}' has dtype {_dtypes.onnx_type_name(vi.type.tensor_type.elem_type)}"
+    for init in model.graph.initializer:
+        if init.data_type not in _dtypes.SUPPORTED:
+            return f"initializer '{init.name}' has dtype {_dtypes.onnx_type_name(init.data_type)}"
+    if model.functions:
+        return "model-local functions"
+    opsets = {op.domain or "": op.version for op in model.opset_import}
+    types = _value_types(model)
+    for node in model.graph.node:
+        for attr in node.attribute:
+            if attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS,
+                             onnx.AttributeProto.SPARSE_TENSOR, onnx.AttributeProto.TYPE_PROTO):
+                return f"{node.op_type}: attribute '{attr.name}' of unsupported kind"
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        opset = opsets.get(domain, -1)
+        dtypes = [types.get(i, 0) if i else 0 for i in node.input]
+        ok, why = C.find_kernel(provider, domain, node.op_type, opset, dtypes)
+        if not ok:
+            return why
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.TENSOR and attr.t.data_type not in _dtypes.SUPPORTED:
+                return f"{node.op_type}: tensor attribute '{attr.name}' of dtype {attr.t.data_type}"
+        if not C.has_schema(domain, node.op_type):
+            return f"no schema for {node.op_type}"
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def supported_tests(kind: str = "node") -> tuple[str, ...]:
+    names = []
+    for t in all_tests(kind):
+        if unsupported_reason(t.model) is None:
+            names.append(t.name)
+    return tuple(names)
