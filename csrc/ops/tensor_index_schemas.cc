@@ -1,0 +1,168 @@
+// Shape functions of the indexing ops: Gather, GatherElements, GatherND, Scatter(Elements),
+// ScatterND.
+#include "ops/tensor_schemas.h"
+
+namespace tob {
+
+using namespace tensor_schema;
+
+namespace {
+
+Status CheckIndexType(const InferenceContext& ctx, int i) {
+  DType t = InputDType(ctx, i);
+  if (t != DType::kInt32 && t != DType::kInt64)
+    return ctx.Fail("indices must be int32 or int64, got ", DTypeName(t));
+  return Status::OK();
+}
+
+Status InferGather(InferenceContext& ctx) {
+  DType dtype = InputDType(ctx, 0);
+  TOB_RETURN_IF_ERROR(CheckIndexType(ctx, 1));
+  int64_t axis;
+  TOB_RETURN_IF_ERROR(ctx.node().GetAttr("axis", &axis, 0));
+  const Dims* data = InputDims(ctx, 0);
+  const Dims* idx = InputDims(ctx, 1);
+  if (data == nullptr || idx == nullptr) {
+    ctx.set_output(0, ValueType(dtype, std::nullopt));
+    return Status::OK();
+  }
+  if (data->empty()) return ctx.Fail("data must have rank >= 1");
+  int64_t a;
+  TOB_RETURN_IF_ERROR(NormalizeAxis(ctx, axis, static_cast<int64_t>(data->size()), &a));
+  Dims out(data->begin(), data->begin() + a);
+  out.insert(out.end(), idx->begin(), idx->end());
+  out.insert(out.end(), data->begin() + a + 1, data->end());
+  ctx.set_output(0, ValueType(dtype, std::move(out)));
+  return Status::OK();
+}
+
+// Indices (and updates) of the element-wise ops have the data's rank and, off the axis, no
+// larger dims than the data.
+Status CheckElementwiseIndices(const InferenceContext& ctx, const Dims& data, const Dims& idx, int64_t axis,
+                               int64_t* a) {
+  if (data.empty()) return ctx.Fail("data must have rank >= 1");
+  if (idx.size() != data.size())
+    return ctx.Fail("indices ", DimsToString(idx), " must have the rank of data ", DimsToString(data));
+  TOB_RETURN_IF_ERROR(NormalizeAxis(ctx, axis, static_cast<int64_t>(data.size()), a));
+  for (size_t k = 0; k < data.size(); ++k) {
+    if (static_cast<int64_t>(k) == *a) continue;
+    if (idx[k].is_known() && data[k].is_known() && idx[k].value > data[k].value)
+      return ctx.Fail("indices ", DimsToString(idx), " exceed data ", DimsToString(data), " on axis ", k);
+  }
+  return Status::OK();
+}
+
+Status InferGatherElements(InferenceContext& ctx) {
+  DType dtype = InputDType(ctx, 0);
+  TOB_RETURN_IF_ERROR(CheckIndexType(ctx, 1));
+  int64_t axis;
+  TOB_RETURN_IF_ERROR(ctx.node().GetAttr("axis", &axis, 0));
+  const Dims* data = InputDims(ctx, 0);
+  const Dims* idx = InputDims(ctx, 1);
+  if (data != nullptr && idx != nullptr) {
+    int64_t a;
+    TOB_RETURN_IF_ERROR(CheckElementwiseIndices(ctx, *data, *idx, axis, &a));
+  }
+  ctx.set_output(0, ValueType(dtype, idx ? std::optional<Dims>(*idx) : std::nullopt));
+  return Status::OK();
+}
+
+Status InferGatherND(InferenceContext& ctx) {
+  DType dtype = InputDType(ctx, 0);
+  if (InputDType(ctx, 1) != DType::kInt64) return ctx.Fail("indices must be int64");
+  int64_t b = 0;
+  if (ctx.opset() >= 12) TOB_RETURN_IF_ERROR(ctx.node().GetAttr("batch_dims", &b, 0));
+  const Dims* data = InputDims(ctx, 0);
+  const Dims* idx = InputDims(ctx, 1);
+  if (data == nullptr || idx == nullptr || idx->empty() || !idx->back().is_known()) {
+    if (idx != nullptr && idx->empty()) return ctx.Fail("indices must have rank >= 1");
+    ctx.set_output(0, ValueType(dtype, std::nullopt));
+    return Status::OK();
+  }
+  int64_t r = static_cast<int64_t>(data->size()), q = static_cast<int64_t>(idx->size());
+  int64_t k = idx->back().value;
+  if (b < 0 || b >= std::min(r, q))
+    return ctx.Fail("batch_dims ", b, " must be in [0, ", std::min(r, q), ")");
+  if (k < 1 || k > r - b)
+    return ctx.Fail("the last dim of indices (", k, ") must be in [1, ", r - b, "] for data ",
+                    DimsToString(*data), " and batch_dims ", b);
+  for (int64_t i = 0; i < b; ++i)
+    if ((*data)[i].is_known() && (*idx)[i].is_known() && (*data)[i].value != (*idx)[i].value)
+      return ctx.Fail("batch dims of data ", DimsToString(*data), " and indices ", DimsToString(*idx),
+                      " differ");
+  Dims out(idx->begin(), idx->end() - 1);
+  out.insert(out.end(), data->begin() + b + k, data->end());
+  ctx.set_output(0, ValueType(dtype, std::move(out)));
+  return Status::OK();
+}
+
+Status CheckReduction(const InferenceContext& ctx) {
+  std::string reduction;
+  TOB_RETURN_IF_ERROR(ctx.node().GetAttr("reduction", &reduction, std::string("none")));
+  bool ok = reduction == "none" || (ctx.opset() >= 16 && (reduction == "add" || reduction == "mul")) ||
+            (ctx.opset() >= 18 && (reduction == "max" || reduction == "min"));
+  if (!ok) return ctx.Fail("reduction '", reduction, "' is not valid at opset ", ctx.opset());
+  return Status::OK();
+}
+
+Status InferScatterElements(InferenceContext& ctx) {
+  DType dtype = InputDType(ctx, 0);
+  TOB_RETURN_IF_ERROR(CheckIndexType(ctx, 1));
+  TOB_RETURN_IF_ERROR(CheckReduction(ctx));
+  if (InputDType(ctx, 2) != dtype)
+    return ctx.Fail("updates are ", DTypeName(InputDType(ctx, 2)), " but data is ", DTypeName(dtype));
+  int64_t axis;
+  TOB_RETURN_IF_ERROR(ctx.node().GetAttr("axis", &axis, 0));
+  const Dims* data = InputDims(ctx, 0);
+  const Dims* idx = InputDims(ctx, 1);
+  const Dims* upd = InputDims(ctx, 2);
+  if (idx != nullptr && upd != nullptr) {
+    bool same = idx->size() == upd->size();
+    for (size_t k = 0; same && k < idx->size(); ++k)
+      same = !((*idx)[k].is_known() && (*upd)[k].is_known() && (*idx)[k].value != (*upd)[k].value);
+    if (!same)
+      return ctx.Fail("updates ", DimsToString(*upd), " must have the shape of indices ", DimsToString(*idx));
+  }
+  if (data != nullptr && idx != nullptr) {
+    int64_t a;
+    TOB_RETURN_IF_ERROR(CheckElementwiseIndices(ctx, *data, *idx, axis, &a));
+  }
+  return PropagateType(ctx);
+}
+
+Status InferScatterND(InferenceContext& ctx) {
+  DType dtype = InputDType(ctx, 0);
+  if (InputDType(ctx, 1) != DType::kInt64) return ctx.Fail("indices must be int64");
+  TOB_RETURN_IF_ERROR(CheckReduction(ctx));
+  if (InputDType(ctx, 2) != dtype)
+    return ctx.Fail("updates are ", DTypeName(InputDType(ctx, 2)), " but data is ", DTypeName(dtype));
+  const Dims* data = InputDims(ctx, 0);
+  const Dims* idx = InputDims(ctx, 1);
+  const Dims* upd = InputDims(ctx, 2);
+  if (data != nullptr && idx != nullptr && upd != nullptr && !idx->empty() && idx->back().is_known()) {
+    int64_t k = idx->back().value, r = static_cast<int64_t>(data->size());
+    if (k < 1 || k > r)
+      return ctx.Fail("the last dim of indices (", k, ") must be in [1, ", r, "] for data ", DimsToString(*data));
+    Dims expected(idx->begin(), idx->end() - 1);
+    expected.insert(expected.end(), data->begin() + k, data->end());
+    bool same = expected.size() == upd->size();
+    for (size_t i = 0; same && i < upd->size(); ++i)
+      same = !(expected[i].is_known() && (*upd)[i].is_known() && expected[i].value != (*upd)[i].value);
+    if (!same)
+      return ctx.Fail("updates ", DimsToString(*upd), " must have shape ", DimsToString(expected));
+  }
+  return PropagateType(ctx);
+}
+
+}  // namespace
+
+void RegisterIndexSchemas(OpSchemaRegistry& registry) {
+  registry.Register(OpSchema{"", "Gather", 2, 2, 1, 1, InferGather});
+  registry.Register(OpSchema{"", "GatherElements", 2, 2, 1, 1, InferGatherElements});
+  registry.Register(OpSchema{"", "GatherND", 2, 2, 1, 1, InferGatherND});
+  registry.Register(OpSchema{"", "Scatter", 3, 3, 1, 1, InferScatterElements});
+  registry.Register(OpSchema{"", "ScatterElements", 3, 3, 1, 1, InferScatterElements});
+  registry.Register(OpSchema{"", "ScatterND", 3, 3, 1, 1, InferScatterND});
+}
+
+}  // namespace tob
