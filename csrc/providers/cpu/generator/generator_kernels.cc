@@ -1,7 +1,14 @@
-#include "framework/kernel_registry.h"
+#include "providers/cpu/generator/generator_kernels.h"
 
 namespace tob {
 
-void RegisterCpuGeneratorKernels(KernelRegistry& registry) { (void)registry; }
+void RegisterCpuGeneratorKernels(KernelRegistry& registry) {
+  cpu::RegisterConstantKernels(registry);
+  cpu::RegisterMatrixKernels(registry);
+  cpu::RegisterRangeKernels(registry);
+  cpu::RegisterOneHotKernels(registry);
+  cpu::RegisterDropoutKernels(registry);
+  cpu::RegisterRandomKernels(registry);
+}
 
 }  // namespace tob

@@ -1,7 +1,11 @@
-#include "framework/kernel_registry.h"
+#include "providers/cpu/reduction/reduction_kernels.h"
 
 namespace tob {
 
-void RegisterCpuReductionKernels(KernelRegistry& registry) { (void)registry; }
+void RegisterCpuReductionKernels(KernelRegistry& registry) {
+  cpu::RegisterReduceKernels(registry);
+  cpu::RegisterArgReduceKernels(registry);
+  cpu::RegisterCumSumKernels(registry);
+}
 
 }  // namespace tob

@@ -1,0 +1,160 @@
+// CumSum along the axis given by the second input, with the exclusive and reverse attributes.
+// float16/bfloat16 accumulate in float32; integer sums wrap.
+#include <memory>
+#include <type_traits>
+
+#include "framework/kernel_registry.h"
+#include "providers/cpu/reduction/reduce_driver.h"
+#include "providers/cpu/reduction/reduction_kernels.h"
+
+namespace tob::cpu {
+namespace {
+
+template <typename T, typename A>
+inline T Narrow(A a) {
+  if constexpr (kIsHalf<T>)
+    return T(static_cast<float>(a));
+  else
+    return static_cast<T>(a);
+}
+
+template <bool kExclusive, bool kReverse, typename T>
+void CumSumRows(KernelContext& ctx, const T* x, ReduceExtent e, T* y) {
+  using A = AccOf<T>;
+  const int64_t len = e.reduce;
+  int64_t grain = std::max<int64_t>(1, kReduceGrain / std::max<int64_t>(1, len));
+  ParallelFor(ctx.thread_pool(), e.outer, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t o = begin; o < end; ++o) {
+      const T* in = x + o * len;
+      T* out = y + o * len;
+      A acc = A(0);
+      for (int64_t k = 0; k < len; ++k) {
+        int64_t j = kReverse ? len - 1 - k : k;
+        A v = static_cast<A>(in[j]);
+        if constexpr (kExclusive) {
+          out[j] = Narrow<T>(acc);
+          acc = CombineOf<Combine::kSum, A>(acc, v);
+        } else {
+          acc = CombineOf<Combine::kSum, A>(acc, v);
+          out[j] = Narrow<T>(acc);
+        }
+      }
+    }
+  });
+}
+
+// inner > 1: a running row of partial sums, updated one input row at a time (vectorises).
+template <bool kExclusive, bool kReverse, typename T>
+void CumSumColumns(KernelContext& ctx, const T* x, ReduceExtent e, T* y) {
+  using A = AccOf<T>;
+  const int64_t tiles = CeilDiv(e.inner, kColumnTile);
+  const int64_t tile_width = std::min(e.inner, kColumnTile);
+  int64_t grain = std::max<int64_t>(1, kReduceGrain / std::max<int64_t>(1, e.reduce * tile_width));
+  ParallelFor(ctx.thread_pool(), e.outer * tiles, grain, [&](int64_t begin, int64_t end) {
+    A acc[kColumnTile];
+    A wide[kColumnTile];
+    for (int64_t unit = begin; unit < end; ++unit) {
+      int64_t o = unit / tiles, i0 = (unit % tiles) * kColumnTile;
+      int64_t width = std::min(kColumnTile, e.inner - i0);
+      for (int64_t i = 0; i < width; ++i) acc[i] = A(0);
+      for (int64_t k = 0; k < e.reduce; ++k) {
+        int64_t j = kReverse ? e.reduce - 1 - k : k;
+        int64_t offset = (o * e.reduce + j) * e.inner + i0;
+        const T* in = x + offset;
+        T* out = y + offset;
+        const A* v = nullptr;
+        if constexpr (kIsHalf<T>) {
+          WidenToFloat(in, wide, width);
+          v = wide;
+        } else {
+          v = in;
+        }
+        for (int64_t i = 0; i < width; ++i) {
+          if constexpr (kExclusive) {
+            out[i] = Narrow<T>(acc[i]);
+            acc[i] = CombineOf<Combine::kSum, A>(acc[i], v[i]);
+          } else {
+            acc[i] = CombineOf<Combine::kSum, A>(acc[i], v[i]);
+            out[i] = Narrow<T>(acc[i]);
+          }
+        }
+      }
+    }
+  });
+}
+
+class CumSumKernel final : public OpKernel {
+ public:
+  static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node) {
+    int64_t exclusive = 0, reverse = 0;
+    TOB_RETURN_IF_ERROR(node.GetAttr("exclusive", &exclusive, 0));
+    TOB_RETURN_IF_ERROR(node.GetAttr("reverse", &reverse, 0));
+    return MakeKernel<CumSumKernel>(node, exclusive != 0, reverse != 0);
+  }
+
+  CumSumKernel(const Node& node, bool exclusive, bool reverse)
+      : OpKernel(node), exclusive_(exclusive), reverse_(reverse) {}
+
+  Status Compute(KernelContext& ctx) const override {
+    const Tensor& x = *ctx.input(0);
+    const Tensor& axis_tensor = *ctx.input(1);
+    if (axis_tensor.numel() != 1 || axis_tensor.rank() > 1)
+      return ctx.Fail("axis must be a scalar, got shape ", ShapeToString(axis_tensor.shape()));
+    int64_t rank = x.rank();
+    int64_t axis = axis_tensor.ElementAsInt64(0);
+    if (axis < -rank || axis >= rank)
+      return ctx.Fail("axis ", axis, " is out of range for an input of rank ", rank);
+    int64_t a = axis < 0 ? axis + rank : axis;
+    ReduceExtent e;
+    for (int64_t d = 0; d < a; ++d) e.outer *= x.dim(d);
+    e.reduce = x.dim(a);
+    for (int64_t d = a + 1; d < rank; ++d) e.inner *= x.dim(d);
+    if (x.numel() == 0) return Status::OK();
+    bool known =
+        DispatchDType<float, double, Float16, BFloat16, int32_t, int64_t, uint32_t, uint64_t>(
+            x.dtype(), [&]<typename T>() {
+              const T* src = x.data<T>();
+              T* dst = ctx.output(0)->data<T>();
+              if (exclusive_)
+                Run<true, T>(ctx, src, e, dst);
+              else
+                Run<false, T>(ctx, src, e, dst);
+            });
+    if (!known) return ctx.Fail("input dtype ", DTypeName(x.dtype()), " is not supported");
+    return Status::OK();
+  }
+
+ private:
+  template <bool kExclusive, typename T>
+  void Run(KernelContext& ctx, const T* x, ReduceExtent e, T* y) const {
+    if (e.inner == 1) {
+      if (reverse_)
+        CumSumRows<kExclusive, true>(ctx, x, e, y);
+      else
+        CumSumRows<kExclusive, false>(ctx, x, e, y);
+    } else {
+      if (reverse_)
+        CumSumColumns<kExclusive, true>(ctx, x, e, y);
+      else
+        CumSumColumns<kExclusive, false>(ctx, x, e, y);
+    }
+  }
+
+  bool exclusive_;
+  bool reverse_;
+};
+
+}  // namespace
+
+void RegisterCumSumKernels(KernelRegistry& registry) {
+  using enum DType;
+  registry.Register(
+      Def("CumSum")
+          .Versions(11)
+          .Constraint("T", {0},
+                      {kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kUInt32, kUInt64})
+          .Constraint("T2", {1}, {kInt32, kInt64})
+          .Kernel<CumSumKernel>());
+}
+
+}  // namespace tob::cpu
