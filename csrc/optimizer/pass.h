@@ -22,7 +22,7 @@ struct PassContext {
   const KernelRegistry* kernels = &KernelRegistry::Global();
   // Provider whose kernels evaluate constant subgraphs during folding.
   std::string fold_provider = kCpuProvider;
-  // Verify the graph (optimizer/verifier.h) after every pass that changed it.
+  // Verify the graph (VerifyGraph, optimizer/verifier.cc) after every pass that changed it.
   bool verify_after_each_pass = false;
   // Receives one line per applied pass ("ConstantFolding: folded 3 nodes"); may be empty.
   std::function<void(const std::string&)> log;
@@ -35,6 +35,8 @@ class GraphPass {
   virtual ~GraphPass() = default;
   virtual const char* name() const = 0;
   virtual Status Run(Graph& graph, PassContext& ctx, bool* changed) = 0;
+  // What the last Run changed, for PassManager::applied() and logs ("folded 3 nodes").
+  virtual std::string summary() const { return "changed the graph"; }
 };
 
 class PassManager {

@@ -1,27 +1,47 @@
-#include "optimizer/pass.h"
+// The pass manager and THE pipeline: one plain, ordered list of passes per optimisation level.
+#include "optimizer/passes.h"
 
 namespace tob {
 
 Status PassManager::Run(Graph& graph, PassContext& ctx, int max_rounds) {
-  (void)graph; (void)ctx; (void)max_rounds;
   applied_.clear();
+  for (int round = 0; round < max_rounds; ++round) {
+    bool any_change = false;
+    for (const auto& pass : passes_) {
+      bool changed = false;
+      Status status = pass->Run(graph, ctx, &changed);
+      if (!status.ok()) return status.WithContext(StrCat("optimizer pass ", pass->name()));
+      if (!changed) continue;
+      any_change = true;
+      std::string line = StrCat(pass->name(), ": ", pass->summary());
+      if (ctx.log) ctx.log(line);
+      applied_.push_back(std::move(line));
+      if (ctx.verify_after_each_pass) {
+        Status valid = VerifyGraph(graph, *ctx.schemas);
+        if (!valid.ok())
+          return Status(valid.code(), StrCat("the graph is invalid after optimizer pass ", pass->name(), ": ",
+                                             valid.message()));
+      }
+    }
+    if (!any_change) break;
+  }
   return Status::OK();
 }
 
 PassManager BuildPipeline(OptLevel level) {
-  (void)level;
-  return PassManager();
-}
-
-Status InferShapes(Graph& graph, const OpSchemaRegistry& schemas) {
-  (void)graph; (void)schemas;
-  return Status::OK();
-}
-
-Status VerifyGraph(const Graph& graph, const OpSchemaRegistry& schemas) {
-  (void)schemas;
-  auto order = graph.TopologicalOrder();
-  return order.ok() ? Status::OK() : order.status();
+  PassManager pm;
+  if (level == OptLevel::kDisableAll) return pm;
+  // kBasic: semantics-preserving clean-ups that every provider benefits from. Shape inference
+  // comes first and runs again each round, so that folding a shape computation lets later
+  // rounds see the static shapes it produced.
+  pm.Add(CreateShapeInferencePass());
+  pm.Add(CreateConstantFoldingPass());
+  pm.Add(CreateIdentityEliminationPass());
+  pm.Add(CreateCommonSubexpressionEliminationPass());
+  pm.Add(CreateDeadCodeEliminationPass());
+  if (level == OptLevel::kBasic) return pm;
+  // kExtended and kAll: fusions go here, after the clean-ups that expose their patterns.
+  return pm;
 }
 
 }  // namespace tob

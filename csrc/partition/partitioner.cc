@@ -1,47 +1,148 @@
-#include <cstring>
+// The partitioner: every node goes to the first provider, in priority order, whose CanRun accepts
+// it; then, wherever an edge joins two devices, a copy node is inserted (MemcpyFromHost run by
+// the device provider for host -> device, MemcpyToHost run by it for device -> host; device to
+// device goes through the host). Graph inputs, graph outputs and initializers live on the host;
+// a MemcpyFromHost fed by an initializer is a constant upload the session may do once.
+#include <map>
+#include <unordered_map>
 
+#include "optimizer/node_traits.h"
 #include "partition/execution_provider.h"
 
 namespace tob {
 
-std::vector<DType> InputDTypes(const Node& node) {
-  std::vector<DType> r;
-  for (Value* v : node.inputs()) r.push_back(v ? v->type().dtype : DType::kUndefined);
-  return r;
+namespace {
+
+constexpr const char* kMsDomain = "com.microsoft";
+
+bool IsCopy(const Node& node, const char* op) { return node.domain() == kMsDomain && node.op_type() == op; }
+
+std::string OpLabel(const Node& node) {
+  return node.domain().empty() ? node.op_type() : node.domain() + "::" + node.op_type();
 }
 
-bool ExecutionProvider::CanRun(const Node& node, int opset, const KernelRegistry& registry,
-                               std::string* why_not) const {
-  return registry.Find(name(), node.domain(), node.op_type(), opset, InputDTypes(node), why_not) != nullptr;
-}
+class CopyInserter {
+ public:
+  CopyInserter(Graph& graph, const std::vector<const ExecutionProvider*>& providers, PartitionReport* report)
+      : graph_(graph), report_(report) {
+    for (const ExecutionProvider* ep : providers) by_name_.emplace(ep->name(), ep);
+  }
 
-Status CpuExecutionProvider::CopyTensor(const Tensor& src, Tensor& dst) const {
-  if (src.nbytes() != dst.nbytes()) return InvalidArgument("CopyTensor: size mismatch");
-  std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes());
+  // The provider whose device holds `v`; nullptr for the host (inputs, initializers, the
+  // result of MemcpyToHost, which a device provider runs but which lands on the host).
+  const ExecutionProvider* Owner(const Value* v) const {
+    if (v->producer() == nullptr || IsCopy(*v->producer(), "MemcpyToHost")) return nullptr;
+    auto it = by_name_.find(v->producer()->provider());
+    return it == by_name_.end() ? nullptr : it->second;
+  }
+
+  static Device DeviceOf(const ExecutionProvider* ep) { return ep ? ep->device() : Device{}; }
+
+  // `v` as seen on `target`'s device (nullptr = host), inserting copies at most once per device.
+  StatusOr<Value*> On(Value* v, const ExecutionProvider* target) {
+    const ExecutionProvider* owner = Owner(v);
+    const Device from = DeviceOf(owner), to = DeviceOf(target);
+    if (from == to) return v;
+    auto key = std::make_pair(v, std::make_pair(static_cast<int>(to.type), to.index));
+    if (auto it = copies_.find(key); it != copies_.end()) return it->second;
+    Value* copy = nullptr;
+    if (from != Device{} && to != Device{}) {  // device to another device: through the host
+      TOB_ASSIGN_OR_RETURN(Value * on_host, On(v, nullptr));
+      TOB_ASSIGN_OR_RETURN(copy, On(on_host, target));
+    } else if (to == Device{}) {
+      TOB_ASSIGN_OR_RETURN(copy, AddCopy("MemcpyToHost", v, owner, from, to));
+    } else {
+      TOB_ASSIGN_OR_RETURN(copy, AddCopy("MemcpyFromHost", v, target, from, to));
+    }
+    copies_[key] = copy;
+    return copy;
+  }
+
+ private:
+  StatusOr<Value*> AddCopy(const char* op, Value* v, const ExecutionProvider* runner, Device from, Device to) {
+    std::string tag = to.type == DeviceType::kCPU ? "host" : StrCat("cuda", to.index);
+    std::string out_name = graph_.UniqueName(StrCat(v->name(), "_", tag));
+    TOB_ASSIGN_OR_RETURN(Node * node, graph_.AddNode(op, kMsDomain, {v->name()}, {out_name}, {},
+                                                     graph_.UniqueName(StrCat(op, "_", v->name()))));
+    node->set_provider(runner->name());
+    node->output(0)->set_type(v->type());
+    if (report_) {
+      report_->nodes.push_back({node->name(), OpLabel(*node), runner->name(),
+                                StrCat("copies '", v->name(), "' ", from.ToString(), " -> ", to.ToString())});
+      ++report_->copies_inserted;
+    }
+    return node->output(0);
+  }
+
+  Graph& graph_;
+  PartitionReport* report_;
+  std::unordered_map<std::string, const ExecutionProvider*> by_name_;
+  std::map<std::pair<Value*, std::pair<int, int>>, Value*> copies_;
+};
+
+// Re-points graph output entries that are `from` at `to`, leaving node inputs alone (the graph
+// only offers ReplaceAllUses, so the node uses are put back afterwards).
+Status RedirectGraphOutput(Graph& graph, Value* from, Value* to) {
+  std::vector<Use> uses = from->uses();
+  TOB_RETURN_IF_ERROR(graph.ReplaceAllUses(from, to));
+  for (const Use& u : uses) graph.SetNodeInput(u.node, u.input_index, from);
   return Status::OK();
 }
 
-std::string PartitionReport::ToString() const { return ""; }
+}  // namespace
 
 Status PartitionGraph(Graph& graph, const std::vector<const ExecutionProvider*>& providers,
                       const KernelRegistry& registry, PartitionReport* report) {
-  for (Node* node : graph.nodes()) {
+  if (providers.empty()) return InvalidArgument("PartitionGraph: no execution provider given");
+  if (report) *report = PartitionReport();
+  TOB_ASSIGN_OR_RETURN(std::vector<Node*> order, graph.TopologicalOrder());
+
+  for (Node* node : order) {
+    const int opset = NodeOpset(graph, *node);
     std::string reasons;
-    bool placed = false;
+    const ExecutionProvider* chosen = nullptr;
     for (const ExecutionProvider* ep : providers) {
-      std::string why;
-      if (ep->CanRun(*node, graph.Opset(node->domain()), registry, &why)) {
-        node->set_provider(ep->name());
-        placed = true;
-        break;
-      }
-      reasons += why + "; ";
+      // A node placed before partitioning (a copy from an earlier run, a pinned node) stays.
+      if (!node->provider().empty() && node->provider() == ep->name()) { chosen = ep; break; }
     }
-    if (!placed)
-      return NotImplemented(node->Describe(), ": no execution provider can run it (opset ",
-                            graph.Opset(node->domain()), "): ", reasons);
+    for (size_t i = 0; chosen == nullptr && i < providers.size(); ++i) {
+      const ExecutionProvider* ep = providers[i];
+      std::string why;
+      if (ep->CanRun(*node, opset, registry, &why)) { chosen = ep; break; }
+      if (why.empty()) why = "declined";
+      if (why.rfind(ep->name(), 0) != 0) why = ep->name() + ": " + why;
+      reasons += (reasons.empty() ? "" : "; ") + why;
+    }
+    if (chosen == nullptr)
+      return NotImplemented(node->Describe(), ": no execution provider can run ",
+                            node->domain().empty() ? "ai.onnx" : node->domain(), "::", node->op_type(),
+                            " at opset ", opset, " (", reasons, ")");
+    node->set_provider(chosen->name());
+    if (report) report->nodes.push_back({node->name(), OpLabel(*node), chosen->name(), reasons});
   }
-  (void)report;
+
+  CopyInserter copies(graph, providers, report);
+  const int nodes_before = static_cast<int>(graph.num_nodes());
+  for (Node* node : order) {
+    const ExecutionProvider* ep = nullptr;
+    for (const ExecutionProvider* p : providers)
+      if (p->name() == node->provider()) ep = p;
+    // A copy node already in the graph (partitioned before) reads from the host.
+    const ExecutionProvider* reads_on = IsCopy(*node, "MemcpyFromHost") ? nullptr : ep;
+    for (size_t i = 0; i < node->inputs().size(); ++i) {
+      Value* in = node->input(i);
+      if (in == nullptr) continue;
+      TOB_ASSIGN_OR_RETURN(Value * local, copies.On(in, reads_on));
+      if (local != in) graph.SetNodeInput(node, static_cast<int>(i), local);
+    }
+  }
+  for (size_t i = 0; i < graph.outputs().size(); ++i) {
+    Value* out = graph.outputs()[i];
+    TOB_ASSIGN_OR_RETURN(Value * on_host, copies.On(out, nullptr));
+    if (on_host != out) TOB_RETURN_IF_ERROR(RedirectGraphOutput(graph, out, on_host));
+  }
+  if (static_cast<int>(graph.num_nodes()) > nodes_before && graph.Opset(kMsDomain) < 0)
+    graph.SetOpset(kMsDomain, 1);
   return Status::OK();
 }
 

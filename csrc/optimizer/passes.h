@@ -1,0 +1,24 @@
+// The built-in graph passes, one per file in this folder. BuildPipeline (pipeline.cc) lists them
+// in order; tests run them one at a time.
+#pragma once
+
+#include <memory>
+
+#include "optimizer/pass.h"
+
+namespace tob {
+
+// Re-runs static shape inference (InferShapes); changed when a value's type got more precise.
+std::unique_ptr<GraphPass> CreateShapeInferencePass();
+// Evaluates nodes whose inputs are all constants with the fold provider's kernels; Shape/Size of
+// a statically known shape become constants too.
+std::unique_ptr<GraphPass> CreateConstantFoldingPass();
+// Removes Identity, Cast to the same dtype, Reshape to the same static shape and inference-mode
+// Dropout whose mask is unused.
+std::unique_ptr<GraphPass> CreateIdentityEliminationPass();
+// Merges nodes with the same op, domain, inputs and attributes.
+std::unique_ptr<GraphPass> CreateCommonSubexpressionEliminationPass();
+// Removes nodes none of whose outputs is used, kept or a graph output.
+std::unique_ptr<GraphPass> CreateDeadCodeEliminationPass();
+
+}  // namespace tob

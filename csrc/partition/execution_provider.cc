@@ -1,0 +1,27 @@
+#include <cstring>
+
+#include "partition/execution_provider.h"
+
+namespace tob {
+
+std::vector<DType> InputDTypes(const Node& node) {
+  std::vector<DType> r;
+  r.reserve(node.inputs().size());
+  for (Value* v : node.inputs()) r.push_back(v ? v->type().dtype : DType::kUndefined);
+  return r;
+}
+
+bool ExecutionProvider::CanRun(const Node& node, int opset, const KernelRegistry& registry,
+                               std::string* why_not) const {
+  return registry.Find(name(), node.domain(), node.op_type(), opset, InputDTypes(node), why_not) != nullptr;
+}
+
+Status CpuExecutionProvider::CopyTensor(const Tensor& src, Tensor& dst) const {
+  if (src.dtype() != dst.dtype() || src.nbytes() != dst.nbytes())
+    return InvalidArgument("CopyTensor: source ", DTypeName(src.dtype()), ShapeToString(src.shape()),
+                           " does not match destination ", DTypeName(dst.dtype()), ShapeToString(dst.shape()));
+  if (src.nbytes() > 0) std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes());
+  return Status::OK();
+}
+
+}  // namespace tob
