@@ -1,7 +1,16 @@
-#include "framework/kernel_registry.h"
+#include "providers/cpu/elementwise/elementwise_kernels.h"
 
 namespace tob {
 
-void RegisterCpuElementwiseKernels(KernelRegistry& registry) { (void)registry; }
+void RegisterCpuElementwiseKernels(KernelRegistry& registry) {
+  ew::RegisterBinaryKernels(registry);
+  ew::RegisterUnaryKernels(registry);
+  ew::RegisterActivationKernels(registry);
+  ew::RegisterCompareLogicKernels(registry);
+  ew::RegisterWhereKernels(registry);
+  ew::RegisterCastKernels(registry);
+  ew::RegisterVariadicKernels(registry);
+  ew::RegisterClipKernels(registry);
+}
 
 }  // namespace tob

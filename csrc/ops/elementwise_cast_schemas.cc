@@ -1,0 +1,46 @@
+// Cast and CastLike: same shape, element type from the 'to' attribute or from the second input.
+#include "ops/elementwise_schema_utils.h"
+
+namespace tob {
+
+namespace {
+
+Status CheckSaturate(InferenceContext& ctx) {
+  // Only float8 targets saturate, and they are not supported; the value must still be 0 or 1.
+  int64_t saturate = 1;
+  TOB_RETURN_IF_ERROR(ctx.node().GetAttr("saturate", &saturate, 1));
+  if (saturate != 0 && saturate != 1) return ctx.Fail("attribute 'saturate' must be 0 or 1, got ", saturate);
+  return Status::OK();
+}
+
+Status InferCast(InferenceContext& ctx) {
+  int64_t to = 0;
+  TOB_RETURN_IF_ERROR(ctx.node().GetAttr("to", &to));
+  DType dtype = DTypeFromOnnx(static_cast<int32_t>(to));
+  if (dtype == DType::kUndefined) return ctx.Fail("attribute 'to' = ", to, " is not a supported element type");
+  TOB_RETURN_IF_ERROR(CheckSaturate(ctx));
+  return InferUnaryWithType(ctx, dtype);
+}
+
+Status InferCastLike(InferenceContext& ctx) {
+  TOB_RETURN_IF_ERROR(CheckSaturate(ctx));
+  return InferUnaryWithType(ctx, ctx.input_type(1)->dtype);
+}
+
+}  // namespace
+
+void RegisterElementwiseCastSchemas(OpSchemaRegistry& registry) {
+  OpSchema cast;
+  cast.op_type = "Cast";
+  cast.min_inputs = cast.max_inputs = 1;
+  cast.infer = InferCast;
+  registry.Register(std::move(cast));
+
+  OpSchema cast_like;
+  cast_like.op_type = "CastLike";
+  cast_like.min_inputs = cast_like.max_inputs = 2;
+  cast_like.infer = InferCastLike;
+  registry.Register(std::move(cast_like));
+}
+
+}  // namespace tob
