@@ -1,7 +1,11 @@
-#include "ops/op_schema.h"
+#include "ops/nn_schemas.h"
 
 namespace tob {
 
-void RegisterNnSchemas(OpSchemaRegistry& registry) { (void)registry; }
+void RegisterNnSchemas(OpSchemaRegistry& registry) {
+  RegisterNnMatMulSchemas(registry);
+  RegisterNnWindowSchemas(registry);
+  RegisterNnNormalizationSchemas(registry);
+}
 
 }  // namespace tob

@@ -1,7 +1,15 @@
-#include "framework/kernel_registry.h"
+#include "providers/cpu/nn/nn_kernels.h"
 
 namespace tob {
 
-void RegisterCpuNnKernels(KernelRegistry& registry) { (void)registry; }
+void RegisterCpuNnKernels(KernelRegistry& registry) {
+  RegisterCpuMatMulKernels(registry);
+  RegisterCpuConvKernels(registry);
+  RegisterCpuConvTransposeKernels(registry);
+  RegisterCpuPoolKernels(registry);
+  RegisterCpuBatchNormKernels(registry);
+  RegisterCpuLayerNormKernels(registry);
+  RegisterCpuSoftmaxKernels(registry);
+}
 
 }  // namespace tob

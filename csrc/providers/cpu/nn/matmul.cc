@@ -1,0 +1,174 @@
+// MatMul (numpy semantics: 1-D operands, broadcast batch dims) and Gemm.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "providers/cpu/nn/float_convert.h"
+#include "providers/cpu/nn/gemm.h"
+#include "providers/cpu/nn/nn_kernels.h"
+
+namespace tob {
+
+namespace {
+
+// Y = A x B for float/double. Shapes were checked by the shape function; K is re-checked so
+// that a kernel driven without it cannot read out of bounds.
+template <typename T>
+Status MatMulTyped(const KernelContext& ctx, const Tensor& A, const Tensor& B, Tensor& Y) {
+  const Shape& as = A.shape();
+  const Shape& bs = B.shape();
+  if (as.empty() || bs.empty()) return ctx.Fail("operands must have rank >= 1");
+  const bool a_vector = as.size() == 1, b_vector = bs.size() == 1;
+  const int64_t M = a_vector ? 1 : as[as.size() - 2];
+  const int64_t K = as.back();
+  const int64_t Kb = b_vector ? bs[0] : bs[bs.size() - 2];
+  const int64_t N = b_vector ? 1 : bs.back();
+  if (K != Kb)
+    return ctx.Fail("inner dimensions do not match: ", ShapeToString(as), " x ", ShapeToString(bs));
+  if (Y.numel() == 0) return Status::OK();
+
+  Shape a_batch = a_vector ? Shape{} : Shape(as.begin(), as.end() - 2);
+  Shape b_batch = b_vector ? Shape{} : Shape(bs.begin(), bs.end() - 2);
+  const T* a = A.data<T>();
+  const T* b = B.data<T>();
+  T* y = Y.data<T>();
+  const int64_t ldb = std::max<int64_t>(1, N);
+
+  // B shared by every batch: fold A's batch dims into M, one large GEMM.
+  if (NumElements(b_batch) == 1 && NumElements(a_batch) * M * N == Y.numel()) {
+    return Gemm(false, false, NumElements(a_batch) * M, N, K, T(1), a, std::max<int64_t>(1, K), b, ldb, T(0),
+                y, ldb, ctx.thread_pool());
+  }
+
+  // General case: one GEMM per broadcast batch index.
+  const size_t rank = std::max(a_batch.size(), b_batch.size());
+  a_batch.insert(a_batch.begin(), rank - a_batch.size(), 1);
+  b_batch.insert(b_batch.begin(), rank - b_batch.size(), 1);
+  Shape out_batch(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    if (a_batch[i] != b_batch[i] && a_batch[i] != 1 && b_batch[i] != 1)
+      return ctx.Fail("batch dims of ", ShapeToString(as), " and ", ShapeToString(bs), " do not broadcast");
+    out_batch[i] = std::max(a_batch[i], b_batch[i]);
+    if (a_batch[i] == 0 || b_batch[i] == 0) out_batch[i] = 0;
+  }
+  const int64_t batch = NumElements(out_batch);
+  if (batch * M * N != Y.numel()) return ctx.Fail("output has ", Y.numel(), " elements, expected ", batch * M * N);
+  std::vector<int64_t> a_stride(rank, 0), b_stride(rank, 0);
+  for (int64_t i = static_cast<int64_t>(rank) - 1, sa = M * K, sb = K * N; i >= 0; --i) {
+    a_stride[i] = a_batch[i] == 1 ? 0 : sa;
+    b_stride[i] = b_batch[i] == 1 ? 0 : sb;
+    sa *= a_batch[i];
+    sb *= b_batch[i];
+  }
+  std::vector<const T*> a_ptrs(batch), b_ptrs(batch);
+  std::vector<T*> y_ptrs(batch);
+  std::vector<int64_t> index(rank, 0);
+  for (int64_t i = 0; i < batch; ++i) {
+    int64_t ao = 0, bo = 0;
+    for (size_t d = 0; d < rank; ++d) {
+      ao += index[d] * a_stride[d];
+      bo += index[d] * b_stride[d];
+    }
+    a_ptrs[i] = a + ao;
+    b_ptrs[i] = b + bo;
+    y_ptrs[i] = y + i * M * N;
+    for (int64_t d = static_cast<int64_t>(rank) - 1; d >= 0 && ++index[d] == out_batch[d]; --d) index[d] = 0;
+  }
+  return BatchedGemm(false, false, M, N, K, T(1), a_ptrs.data(), std::max<int64_t>(1, K), b_ptrs.data(), ldb,
+                     T(0), y_ptrs.data(), ldb, batch, ctx.thread_pool());
+}
+
+class MatMulKernel final : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node) { return MakeKernel<MatMulKernel>(node); }
+
+  Status Compute(KernelContext& ctx) const override {
+    const Tensor& a = *ctx.input(0);
+    const Tensor& b = *ctx.input(1);
+    Tensor& y = *ctx.output(0);
+    return DispatchFloat(ctx, a.dtype(), [&]<typename T>() -> Status {
+      if constexpr (kIsHalfType<T>) {
+        TOB_ASSIGN_OR_RETURN(Tensor af, ToFloatScratch(ctx, a));
+        TOB_ASSIGN_OR_RETURN(Tensor bf, ToFloatScratch(ctx, b));
+        TOB_ASSIGN_OR_RETURN(Tensor yf, ctx.AllocateScratch(DType::kFloat32, y.shape()));
+        TOB_RETURN_IF_ERROR(MatMulTyped<float>(ctx, af, bf, yf));
+        return FromFloatScratch(ctx, yf, &y);
+      } else {
+        return MatMulTyped<T>(ctx, a, b, y);
+      }
+    });
+  }
+};
+
+class GemmKernel final : public OpKernel {
+ public:
+  GemmKernel(const Node& node, float alpha, float beta, bool trans_a, bool trans_b)
+      : OpKernel(node), alpha_(alpha), beta_(beta), trans_a_(trans_a), trans_b_(trans_b) {}
+
+  static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node) {
+    float alpha = 1.f, beta = 1.f;
+    int64_t trans_a = 0, trans_b = 0;
+    TOB_RETURN_IF_ERROR(node.GetAttr("alpha", &alpha, 1.f));
+    TOB_RETURN_IF_ERROR(node.GetAttr("beta", &beta, 1.f));
+    TOB_RETURN_IF_ERROR(node.GetAttr("transA", &trans_a, int64_t{0}));
+    TOB_RETURN_IF_ERROR(node.GetAttr("transB", &trans_b, int64_t{0}));
+    return MakeKernel<GemmKernel>(node, alpha, beta, trans_a != 0, trans_b != 0);
+  }
+
+  Status Compute(KernelContext& ctx) const override {
+    const Tensor& a = *ctx.input(0);
+    const Tensor& b = *ctx.input(1);
+    const Tensor* c = ctx.input(2);
+    Tensor& y = *ctx.output(0);
+    if (a.rank() != 2 || b.rank() != 2) return ctx.Fail("A and B must be 2-D");
+    const int64_t M = trans_a_ ? a.dim(1) : a.dim(0), K = trans_a_ ? a.dim(0) : a.dim(1);
+    const int64_t Kb = trans_b_ ? b.dim(1) : b.dim(0), N = trans_b_ ? b.dim(0) : b.dim(1);
+    if (K != Kb) return ctx.Fail("inner dimensions do not match: K = ", K, " vs ", Kb);
+    if (y.shape() != Shape{M, N}) return ctx.Fail("output shape ", ShapeToString(y.shape()), " is not [M, N]");
+    const bool use_c = c != nullptr && beta_ != 0.f;
+    return DispatchFloat(ctx, a.dtype(), [&]<typename T>() -> Status {
+      if (use_c) TOB_RETURN_IF_ERROR(BroadcastC<T>(ctx, *c, M, N, y.data<T>()));
+      return GemmAnyFloat<T>(ctx, trans_a_, trans_b_, M, N, K, alpha_, a.data<T>(), std::max<int64_t>(1, a.dim(1)),
+                             b.data<T>(), std::max<int64_t>(1, b.dim(1)), use_c ? beta_ : 0.f, y.data<T>(),
+                             std::max<int64_t>(1, N));
+    });
+  }
+
+ private:
+  // Y = C broadcast to [M, N] (C is a scalar, [N], [1, N], [M, 1] or [M, N]).
+  template <typename T>
+  static Status BroadcastC(const KernelContext& ctx, const Tensor& c, int64_t M, int64_t N, T* y) {
+    const Shape& cs = c.shape();
+    if (cs.size() > 2) return ctx.Fail("C must have rank <= 2");
+    const int64_t rows = cs.size() == 2 ? cs[0] : 1;
+    const int64_t cols = cs.empty() ? 1 : cs.back();
+    if ((rows != 1 && rows != M) || (cols != 1 && cols != N))
+      return ctx.Fail("C of shape ", ShapeToString(cs), " does not broadcast to [", M, ", ", N, "]");
+    const T* cp = c.data<T>();
+    ParallelFor(ctx.thread_pool(), M, std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(1, N)),
+                [&](int64_t begin, int64_t end) {
+                  for (int64_t m = begin; m < end; ++m) {
+                    const T* src = cp + (rows == 1 ? 0 : m * cols);
+                    T* dst = y + m * N;
+                    if (cols == N) std::memcpy(dst, src, sizeof(T) * N);
+                    else std::fill(dst, dst + N, src[0]);
+                  }
+                });
+    return Status::OK();
+  }
+
+  float alpha_, beta_;
+  bool trans_a_, trans_b_;
+};
+
+}  // namespace
+
+void RegisterCpuMatMulKernels(KernelRegistry& registry) {
+  registry.Register(Def("MatMul").Versions(1).Constraint("T", {0, 1}, FloatTypes()).Kernel<MatMulKernel>());
+  // C always broadcasts one way to [M, N]: that covers opsets < 7 (whose 'broadcast' = 0 only
+  // allowed an exact [M, N]) too. C is optional from opset 11 (checked by the shape function).
+  registry.Register(Def("Gemm").Versions(1).Constraint("T", {0, 1, 2}, FloatTypes()).Kernel<GemmKernel>());
+}
+
+}  // namespace tob

@@ -1,0 +1,384 @@
+// MaxPool (optional Indices), AveragePool, GlobalAveragePool, GlobalMaxPool. Planes (n, c) are
+// independent and split across the pool; windows are clipped to the input once per output row
+// and column rather than tested per element.
+#include <algorithm>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#include "providers/cpu/nn/float_convert.h"
+#include "providers/cpu/nn/nn_kernels.h"
+#include "providers/cpu/nn/vec_math.h"
+#include "providers/cpu/nn/window_geometry.h"
+
+namespace tob {
+
+namespace {
+
+// Per output position along one dim: the kernel taps [lo, hi) that land inside the input, and
+// how many taps land inside the input plus its explicit padding (count_include_pad).
+struct TapRange {
+  int64_t lo, hi, padded_count;
+};
+
+std::vector<TapRange> TapRanges(const WindowGeometry& g, size_t d) {
+  std::vector<TapRange> r(static_cast<size_t>(g.out[d]));
+  for (int64_t o = 0; o < g.out[d]; ++o) {
+    const int64_t start = o * g.strides[d] - g.pad_begin[d];
+    TapRange t;
+    ValidOutputRange(start, g.dilations[d], g.in[d], g.kernel[d], &t.lo, &t.hi);
+    int64_t plo, phi;
+    ValidOutputRange(start + g.pad_begin[d], g.dilations[d], g.in[d] + g.pad_begin[d] + g.pad_end[d], g.kernel[d],
+                     &plo, &phi);
+    t.padded_count = phi - plo;
+    r[static_cast<size_t>(o)] = t;
+  }
+  return r;
+}
+
+template <typename T>
+using Acc = ComputeType<T>;
+
+template <typename T>
+Acc<T> Lowest() {
+  if constexpr (std::numeric_limits<Acc<T>>::has_infinity) return -std::numeric_limits<Acc<T>>::infinity();
+  else return std::numeric_limits<Acc<T>>::lowest();
+}
+
+// Row-major (storage_order 0) or column-major (1) flat offset of a spatial position.
+std::vector<int64_t> IndexStrides(const std::vector<int64_t>& in, bool column_major) {
+  std::vector<int64_t> s(in.size(), 1);
+  if (column_major) {
+    for (size_t d = 1; d < in.size(); ++d) s[d] = s[d - 1] * in[d - 1];
+  } else {
+    for (int64_t d = static_cast<int64_t>(in.size()) - 2; d >= 0; --d) s[d] = s[d + 1] * in[d + 1];
+  }
+  return s;
+}
+
+enum class PoolKind { kMax, kAverage };
+
+// Pools every plane in [begin, end) for any spatial rank; `taps[d]` come from TapRanges.
+template <typename T, PoolKind kKind>
+void PoolPlanes(const T* x, T* y, int64_t* indices, const WindowGeometry& g,
+                const std::vector<std::vector<TapRange>>& taps, bool count_include_pad, bool column_major,
+                int64_t begin, int64_t end) {
+  const size_t r = g.rank();
+  const int64_t in_size = g.in_size(), out_size = g.out_size();
+  const std::vector<int64_t> x_strides = IndexStrides(g.in, false);
+  const std::vector<int64_t> i_strides = IndexStrides(g.in, column_major);
+  std::vector<int64_t> o(r), k(r);
+  for (int64_t p = begin; p < end; ++p) {
+    const T* plane = x + p * in_size;
+    std::fill(o.begin(), o.end(), 0);
+    for (int64_t oi = 0; oi < out_size; ++oi) {
+      int64_t count = 1, padded = 1;
+      bool empty = false;
+      for (size_t d = 0; d < r; ++d) {
+        const TapRange& t = taps[d][o[d]];
+        k[d] = t.lo;
+        count *= t.hi - t.lo;
+        padded *= t.padded_count;
+        empty = empty || t.hi <= t.lo;
+      }
+      Acc<T> best = Lowest<T>(), sum = Acc<T>(0);
+      int64_t best_index = 0;
+      bool first = true;
+      while (!empty) {
+        int64_t x_off = 0, i_off = 0;
+        for (size_t d = 0; d < r; ++d) {
+          const int64_t pos = o[d] * g.strides[d] - g.pad_begin[d] + k[d] * g.dilations[d];
+          x_off += pos * x_strides[d];
+          i_off += pos * i_strides[d];
+        }
+        const Acc<T> v = static_cast<Acc<T>>(plane[x_off]);
+        if constexpr (kKind == PoolKind::kMax) {
+          if (first || v > best) {
+            best = v;
+            best_index = i_off;
+            first = false;
+          }
+        } else {
+          sum += v;
+        }
+        size_t d = r;
+        while (d > 0) {
+          --d;
+          if (++k[d] < taps[d][o[d]].hi) break;
+          k[d] = taps[d][o[d]].lo;
+          if (d == 0) empty = true;
+        }
+      }
+      if constexpr (kKind == PoolKind::kMax) {
+        y[p * out_size + oi] = static_cast<T>(best);
+        if (indices != nullptr) indices[p * out_size + oi] = p * in_size + best_index;
+      } else {
+        const int64_t divisor = count_include_pad ? padded : count;
+        y[p * out_size + oi] = static_cast<T>(divisor > 0 ? sum / static_cast<Acc<T>>(divisor) : Acc<T>(0));
+      }
+      for (int64_t d = static_cast<int64_t>(r) - 1; d >= 0 && ++o[d] == g.out[d]; --d) o[d] = 0;
+    }
+  }
+}
+
+// 2-D MaxPool with Indices: a scalar argmax per window.
+template <typename T>
+void MaxPoolWithIndices2D(const T* x, T* y, int64_t* indices, const WindowGeometry& g,
+                          const std::vector<std::vector<TapRange>>& taps, bool column_major, int64_t begin,
+                          int64_t end) {
+  const int64_t H = g.in[0], W = g.in[1], OH = g.out[0], OW = g.out[1];
+  const int64_t sh = g.strides[0], sw = g.strides[1], dh = g.dilations[0], dw = g.dilations[1];
+  for (int64_t p = begin; p < end; ++p) {
+    const T* plane = x + p * H * W;
+    for (int64_t oh = 0; oh < OH; ++oh) {
+      const TapRange& th = taps[0][oh];
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        const TapRange& tw = taps[1][ow];
+        Acc<T> best = Lowest<T>();
+        int64_t bh = -1, bw = 0;
+        for (int64_t kh = th.lo; kh < th.hi; ++kh) {
+          const int64_t ih = oh * sh - g.pad_begin[0] + kh * dh;
+          for (int64_t kw = tw.lo; kw < tw.hi; ++kw) {
+            const int64_t iw = ow * sw - g.pad_begin[1] + kw * dw;
+            const Acc<T> v = static_cast<Acc<T>>(plane[ih * W + iw]);
+            if (bh < 0 || v > best) {
+              best = v;
+              bh = ih;
+              bw = iw;
+            }
+          }
+        }
+        const int64_t out = p * OH * OW + oh * OW + ow;
+        y[out] = static_cast<T>(best);
+        indices[out] = p * H * W + (bh < 0 ? 0 : (column_major ? bh + bw * H : bh * W + bw));
+      }
+    }
+  }
+}
+
+// a[i] = max(a[i], src[2i]) or a[i] + src[2i] for i in [0, n): the stride-2 windows of CNN
+// pooling layers. AVX2 de-interleaves the even elements of two loads; it never reads past
+// src[2(n - 1)], the last element the caller vouched for.
+template <PoolKind kKind>
+void AccumulateStride2(const float* src, int64_t n, float* a) {
+  int64_t i = 0;
+#if defined(__AVX2__)
+  for (; i + 8 < n; i += 8) {
+    const __m256 v0 = _mm256_loadu_ps(src + 2 * i), v1 = _mm256_loadu_ps(src + 2 * i + 8);
+    const __m256 pairs = _mm256_shuffle_ps(v0, v1, _MM_SHUFFLE(2, 0, 2, 0));
+    const __m256 even =
+        _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(pairs), _MM_SHUFFLE(3, 1, 2, 0)));
+    const __m256 acc = _mm256_loadu_ps(a + i);
+    // max(even, acc) keeps acc when the input is NaN, like std::max(acc, v) below.
+    _mm256_storeu_ps(a + i, kKind == PoolKind::kMax ? _mm256_max_ps(even, acc) : _mm256_add_ps(acc, even));
+  }
+#endif
+  for (; i < n; ++i) {
+    if constexpr (kKind == PoolKind::kMax) a[i] = std::max(a[i], src[2 * i]);
+    else a[i] += src[2 * i];
+  }
+}
+
+// 1 / (number of taps averaged) per output position along one dim.
+template <typename A>
+std::vector<A> InverseCounts(const std::vector<TapRange>& taps, bool count_include_pad) {
+  std::vector<A> inv(taps.size());
+  for (size_t i = 0; i < taps.size(); ++i) {
+    const int64_t c = count_include_pad ? taps[i].padded_count : taps[i].hi - taps[i].lo;
+    inv[i] = c > 0 ? A(1) / static_cast<A>(c) : A(0);
+  }
+  return inv;
+}
+
+// 2-D Max/AveragePool without indices. Each output row is accumulated a block of columns at a
+// time: for every kernel tap (kh, kw) the valid columns are one contiguous (stride 1) or strided
+// run, so the inner loop is a branch-free max/add the compiler vectorises.
+template <typename T, PoolKind kKind>
+void PoolPlanes2D(const T* x, T* y, const WindowGeometry& g, const std::vector<std::vector<TapRange>>& taps,
+                  bool count_include_pad, int64_t begin, int64_t end) {
+  constexpr int64_t kBlock = 256;
+  const int64_t H = g.in[0], W = g.in[1], OH = g.out[0], OW = g.out[1], KW = g.kernel[1];
+  const int64_t sh = g.strides[0], sw = g.strides[1], dh = g.dilations[0], dw = g.dilations[1];
+  // Output columns [col_lo[kw], col_hi[kw]) read an in-bounds input column for tap kw.
+  std::vector<int64_t> col_lo(KW), col_hi(KW);
+  for (int64_t kw = 0; kw < KW; ++kw) ValidOutputRange(kw * dw - g.pad_begin[1], sw, W, OW, &col_lo[kw], &col_hi[kw]);
+  // Averages divide by count_h * count_w, applied as two precomputed reciprocals.
+  const std::vector<Acc<T>> inv_h = InverseCounts<Acc<T>>(taps[0], count_include_pad);
+  const std::vector<Acc<T>> inv_w = InverseCounts<Acc<T>>(taps[1], count_include_pad);
+  const Acc<T> init = kKind == PoolKind::kMax ? Lowest<T>() : Acc<T>(0);
+  Acc<T> acc[kBlock];
+  for (int64_t p = begin; p < end; ++p) {
+    const T* plane = x + p * H * W;
+    for (int64_t oh = 0; oh < OH; ++oh) {
+      const TapRange& th = taps[0][oh];
+      T* out_row = y + (p * OH + oh) * OW;
+      for (int64_t ob = 0; ob < OW; ob += kBlock) {
+        const int64_t oe = std::min(OW, ob + kBlock);
+        std::fill(acc, acc + (oe - ob), init);
+        Acc<T>* a = acc - ob;  // indexed by output column
+        for (int64_t kh = th.lo; kh < th.hi; ++kh) {
+          const T* row = plane + (oh * sh - g.pad_begin[0] + kh * dh) * W;
+          for (int64_t kw = 0; kw < KW; ++kw) {
+            const int64_t lo = std::max(ob, col_lo[kw]), hi = std::min(oe, col_hi[kw]);
+            if (hi <= lo) continue;
+            const int64_t off = kw * dw - g.pad_begin[1];
+            if constexpr (std::is_same_v<T, float>) {
+              if (sw == 2) {
+                AccumulateStride2<kKind>(row + 2 * lo + off, hi - lo, a + lo);
+                continue;
+              }
+            }
+            for (int64_t ow = lo; ow < hi; ++ow) {
+              const Acc<T> v = static_cast<Acc<T>>(row[ow * sw + off]);
+              if constexpr (kKind == PoolKind::kMax) a[ow] = std::max(a[ow], v);
+              else a[ow] += v;
+            }
+          }
+        }
+        if constexpr (kKind == PoolKind::kMax) {
+          for (int64_t ow = ob; ow < oe; ++ow) out_row[ow] = static_cast<T>(a[ow]);
+        } else {
+          const Acc<T> ih = inv_h[oh];
+          for (int64_t ow = ob; ow < oe; ++ow) out_row[ow] = static_cast<T>(a[ow] * ih * inv_w[ow]);
+        }
+      }
+    }
+  }
+}
+
+class PoolKernel final : public OpKernel {
+ public:
+  PoolKernel(const Node& node, PoolKind kind, WindowAttributes attrs, bool count_include_pad, bool column_major)
+      : OpKernel(node), kind_(kind), attrs_(std::move(attrs)), count_include_pad_(count_include_pad),
+        column_major_(column_major) {}
+
+  static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node, PoolKind kind) {
+    TOB_ASSIGN_OR_RETURN(WindowAttributes attrs, WindowAttributes::Read(node));
+    if (attrs.kernel_shape.empty()) return InvalidModel(node.Describe(), ": attribute kernel_shape is required");
+    int64_t count_include_pad = 0, storage_order = 0;
+    TOB_RETURN_IF_ERROR(node.GetAttr("count_include_pad", &count_include_pad, int64_t{0}));
+    TOB_RETURN_IF_ERROR(node.GetAttr("storage_order", &storage_order, int64_t{0}));
+    if (storage_order != 0 && storage_order != 1)
+      return InvalidModel(node.Describe(), ": storage_order must be 0 or 1, got ", storage_order);
+    return MakeKernel<PoolKernel>(node, kind, std::move(attrs), count_include_pad != 0, storage_order == 1);
+  }
+
+  Status Compute(KernelContext& ctx) const override {
+    const Tensor& x = *ctx.input(0);
+    Tensor& y = *ctx.output(0);
+    Tensor* indices = kind_ == PoolKind::kMax ? ctx.output(1) : nullptr;
+    auto geometry = WindowGeometry::Compute(node(), attrs_, x.shape(), {}, false);
+    if (!geometry.ok()) return geometry.status();
+    const WindowGeometry& g = geometry.value();
+    Shape expected{x.dim(0), x.dim(1)};
+    expected.insert(expected.end(), g.out.begin(), g.out.end());
+    if (y.shape() != expected || (indices != nullptr && indices->shape() != expected))
+      return ctx.Fail("output shape ", ShapeToString(y.shape()), " differs from ", ShapeToString(expected));
+    if (y.numel() == 0) return Status::OK();
+    const WindowGeometry g2 = g.As2D();
+    std::vector<std::vector<TapRange>> taps;
+    for (size_t d = 0; d < g2.rank(); ++d) taps.push_back(TapRanges(g2, d));
+    const int64_t planes = x.dim(0) * x.dim(1);
+    const int64_t work = std::max<int64_t>(1, g.out_size() * g.kernel_size());
+    const int64_t grain = std::max<int64_t>(1, 32768 / work);
+    int64_t* idx = indices != nullptr ? indices->data<int64_t>() : nullptr;
+    bool known = DispatchDType<float, double, Float16, BFloat16, int8_t, uint8_t>(x.dtype(), [&]<typename T>() {
+      ParallelFor(ctx.thread_pool(), planes, grain, [&](int64_t b, int64_t e) {
+        const T* xp = x.data<T>();
+        T* yp = y.data<T>();
+        if (kind_ == PoolKind::kMax) {
+          if (g2.rank() != 2) PoolPlanes<T, PoolKind::kMax>(xp, yp, idx, g2, taps, false, column_major_, b, e);
+          else if (idx != nullptr) MaxPoolWithIndices2D<T>(xp, yp, idx, g2, taps, column_major_, b, e);
+          else PoolPlanes2D<T, PoolKind::kMax>(xp, yp, g2, taps, false, b, e);
+        } else if constexpr (!std::is_integral_v<T>) {
+          if (g2.rank() == 2) PoolPlanes2D<T, PoolKind::kAverage>(xp, yp, g2, taps, count_include_pad_, b, e);
+          else PoolPlanes<T, PoolKind::kAverage>(xp, yp, nullptr, g2, taps, count_include_pad_, false, b, e);
+        }
+      });
+    });
+    if (!known) return ctx.Fail("dtype ", DTypeName(x.dtype()), " is not supported");
+    return Status::OK();
+  }
+
+ private:
+  PoolKind kind_;
+  WindowAttributes attrs_;
+  bool count_include_pad_;
+  bool column_major_;
+};
+
+template <typename T>
+Acc<T> PlaneReduce(const T* x, int64_t n, PoolKind kind) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    return kind == PoolKind::kMax ? vec::Max(x, n) : vec::Sum(x, n) / static_cast<T>(n);
+  } else {
+    float acc = kind == PoolKind::kMax ? -std::numeric_limits<float>::infinity() : 0.f;
+    for (int64_t i = 0; i < n; ++i) {
+      float v = static_cast<float>(x[i]);
+      acc = kind == PoolKind::kMax ? std::max(acc, v) : acc + v;
+    }
+    return kind == PoolKind::kMax ? acc : acc / static_cast<float>(n);
+  }
+}
+
+class GlobalPoolKernel final : public OpKernel {
+ public:
+  GlobalPoolKernel(const Node& node, PoolKind kind) : OpKernel(node), kind_(kind) {}
+  static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node, PoolKind kind) {
+    return MakeKernel<GlobalPoolKernel>(node, kind);
+  }
+
+  Status Compute(KernelContext& ctx) const override {
+    const Tensor& x = *ctx.input(0);
+    Tensor& y = *ctx.output(0);
+    if (x.rank() < 3) return ctx.Fail("input must have rank >= 3, got ", ShapeToString(x.shape()));
+    const int64_t planes = x.dim(0) * x.dim(1);
+    const int64_t size = x.numel() / std::max<int64_t>(1, planes);
+    if (y.numel() != planes) return ctx.Fail("output must have ", planes, " elements");
+    if (planes == 0) return Status::OK();
+    if (size == 0) return ctx.Fail("cannot pool over an empty spatial extent");
+    return DispatchFloat(ctx, x.dtype(), [&]<typename T>() -> Status {
+      const T* xp = x.data<T>();
+      T* yp = y.data<T>();
+      ParallelFor(ctx.thread_pool(), planes, std::max<int64_t>(1, 65536 / size), [&](int64_t b, int64_t e) {
+        for (int64_t p = b; p < e; ++p) yp[p] = static_cast<T>(PlaneReduce(xp + p * size, size, kind_));
+      });
+      return Status::OK();
+    });
+  }
+
+ private:
+  PoolKind kind_;
+};
+
+KernelFactory PoolFactory(PoolKind kind) {
+  return [kind](const Node& n) { return PoolKernel::Create(n, kind); };
+}
+
+KernelFactory GlobalPoolFactory(PoolKind kind) {
+  return [kind](const Node& n) { return GlobalPoolKernel::Create(n, kind); };
+}
+
+}  // namespace
+
+void RegisterCpuPoolKernels(KernelRegistry& registry) {
+  std::vector<DType> max_pool_types = FloatTypes();
+  max_pool_types.push_back(DType::kInt8);
+  max_pool_types.push_back(DType::kUInt8);
+  // One kernel serves every version: the attributes added over time (Indices output at 8,
+  // ceil_mode and dilations at 10) default to the older behaviour; 12 added int8/uint8.
+  registry.Register(Def("MaxPool").Versions(1, 11).Constraint("T", {0}, FloatTypes()).Factory(PoolFactory(PoolKind::kMax)));
+  registry.Register(Def("MaxPool").Versions(12).Constraint("T", {0}, max_pool_types).Factory(PoolFactory(PoolKind::kMax)));
+  registry.Register(
+      Def("AveragePool").Versions(1).Constraint("T", {0}, FloatTypes()).Factory(PoolFactory(PoolKind::kAverage)));
+  registry.Register(Def("GlobalAveragePool").Versions(1).Constraint("T", {0}, FloatTypes())
+                        .Factory(GlobalPoolFactory(PoolKind::kAverage)));
+  registry.Register(Def("GlobalMaxPool").Versions(1).Constraint("T", {0}, FloatTypes())
+                        .Factory(GlobalPoolFactory(PoolKind::kMax)));
+}
+
+}  // namespace tob

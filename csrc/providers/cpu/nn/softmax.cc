@@ -1,0 +1,180 @@
+// Softmax and LogSoftmax, max-shifted for stability. Before opset 13 the input is viewed as 2-D
+// [prod(dims[:axis]), prod(dims[axis:])] and each row is normalised; from 13 one axis is
+// normalised and the dims after it ("inner") are carried along as vector lanes.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "providers/cpu/nn/float_convert.h"
+#include "providers/cpu/nn/nn_kernels.h"
+#include "providers/cpu/nn/vec_math.h"
+
+namespace tob {
+
+namespace {
+
+template <typename T, bool kLog>
+void SoftmaxRow(const T* x, int64_t D, T* y) {
+  const T max = vec::Max(x, D);
+  if constexpr (kLog) {
+    const T lse = max + std::log(vec::ExpShiftedSumOnly(x, D, max));
+    for (int64_t i = 0; i < D; ++i) y[i] = x[i] - lse;
+  } else {
+    const T inv = T(1) / vec::ExpShiftedSum(x, D, max, y);
+    for (int64_t i = 0; i < D; ++i) y[i] *= inv;
+  }
+}
+
+// One [D, inner] block, normalised along D; `max` and `sum` hold `inner` values of scratch.
+template <typename T, bool kLog>
+void SoftmaxBlock(const T* x, int64_t D, int64_t inner, T* y, T* max, T* sum) {
+  std::fill(max, max + inner, -std::numeric_limits<T>::infinity());
+  for (int64_t d = 0; d < D; ++d) {
+    const T* xr = x + d * inner;
+    for (int64_t i = 0; i < inner; ++i) max[i] = std::max(max[i], xr[i]);
+  }
+  std::fill(sum, sum + inner, T(0));
+  for (int64_t d = 0; d < D; ++d) {
+    const T* xr = x + d * inner;
+    T* yr = y + d * inner;
+    for (int64_t i = 0; i < inner; ++i) yr[i] = xr[i] - max[i];
+    if constexpr (kLog) {
+      for (int64_t i = 0; i < inner; ++i) sum[i] += std::exp(yr[i]);
+    } else {
+      vec::ExpInPlace(yr, inner);
+      for (int64_t i = 0; i < inner; ++i) sum[i] += yr[i];
+    }
+  }
+  if constexpr (kLog) {
+    for (int64_t i = 0; i < inner; ++i) sum[i] = std::log(sum[i]);
+    for (int64_t d = 0; d < D; ++d)
+      for (int64_t i = 0; i < inner; ++i) y[d * inner + i] -= sum[i];
+  } else {
+    for (int64_t i = 0; i < inner; ++i) sum[i] = T(1) / sum[i];
+    for (int64_t d = 0; d < D; ++d)
+      for (int64_t i = 0; i < inner; ++i) y[d * inner + i] *= sum[i];
+  }
+}
+
+// float16/bfloat16 (data already widened to float): every elementary step (x - max, exp, the
+// sum, the log, the division) is rounded to T, as ONNX defines the op on T and its reference
+// computes it. One [D, inner] block.
+template <typename T, bool kLog>
+void SoftmaxBlockRounded(const float* x, int64_t D, int64_t inner, float* y) {
+  auto round = [](float v) { return static_cast<float>(T(v)); };
+  for (int64_t i = 0; i < inner; ++i) {
+    float max = -std::numeric_limits<float>::infinity();
+    for (int64_t d = 0; d < D; ++d) max = std::max(max, x[d * inner + i]);
+    float sum = 0.f;
+    for (int64_t d = 0; d < D; ++d) {
+      const float shifted = round(x[d * inner + i] - max);
+      const float e = round(std::exp(shifted));
+      y[d * inner + i] = kLog ? shifted : e;
+      sum += e;
+    }
+    sum = round(sum);
+    if constexpr (kLog) {
+      const float log_sum = round(std::log(sum));
+      for (int64_t d = 0; d < D; ++d) y[d * inner + i] = round(y[d * inner + i] - log_sum);
+    } else {
+      for (int64_t d = 0; d < D; ++d) y[d * inner + i] = round(y[d * inner + i] / sum);
+    }
+  }
+}
+
+template <typename T, bool kLog>
+Status SoftmaxTyped(const KernelContext& ctx, const T* x, T* y, int64_t outer, int64_t D, int64_t inner) {
+  ThreadPool* pool = ctx.thread_pool();
+  if (inner == 1) {
+    ParallelFor(pool, outer, std::max<int64_t>(1, 8192 / D), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) SoftmaxRow<T, kLog>(x + r * D, D, y + r * D);
+    });
+    return Status::OK();
+  }
+  // Each chunk of outer blocks gets its own max/sum lanes.
+  const int64_t chunks = std::min<int64_t>(outer, pool != nullptr ? pool->num_threads() : 1);
+  TOB_ASSIGN_OR_RETURN(Tensor scratch, ctx.AllocateScratch(DTypeOf<T>(), {chunks, 2, inner}));
+  T* lanes = scratch.data<T>();
+  ParallelFor(pool, chunks, 1, [&](int64_t b, int64_t e) {
+    for (int64_t c = b; c < e; ++c) {
+      T* max = lanes + c * 2 * inner;
+      for (int64_t o = outer * c / chunks; o < outer * (c + 1) / chunks; ++o)
+        SoftmaxBlock<T, kLog>(x + o * D * inner, D, inner, y + o * D * inner, max, max + inner);
+    }
+  });
+  return Status::OK();
+}
+
+class SoftmaxKernel final : public OpKernel {
+ public:
+  SoftmaxKernel(const Node& node, int64_t axis, bool coerce_2d, bool log)
+      : OpKernel(node), axis_(axis), coerce_2d_(coerce_2d), log_(log) {}
+
+  // coerce_2d: the opset < 13 semantics (and default axis 1).
+  static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node, bool coerce_2d, bool log) {
+    int64_t axis = 0;
+    TOB_RETURN_IF_ERROR(node.GetAttr("axis", &axis, coerce_2d ? int64_t{1} : int64_t{-1}));
+    return MakeKernel<SoftmaxKernel>(node, axis, coerce_2d, log);
+  }
+
+  Status Compute(KernelContext& ctx) const override {
+    const Tensor& x = *ctx.input(0);
+    Tensor& y = *ctx.output(0);
+    const int64_t rank = std::max<int64_t>(1, x.rank());
+    const int64_t axis = axis_ < 0 ? axis_ + rank : axis_;
+    if (axis < 0 || axis >= rank) return ctx.Fail("axis ", axis_, " is out of range for rank ", x.rank());
+    const Shape& s = x.shape();
+    int64_t outer = 1, D = 1, inner = 1;
+    for (int64_t i = 0; i < x.rank(); ++i) {
+      if (i < axis) outer *= s[i];
+      else if (i == axis || coerce_2d_) D *= s[i];
+      else inner *= s[i];
+    }
+    if (x.numel() == 0) return Status::OK();
+    return DispatchFloat(ctx, x.dtype(), [&]<typename T>() -> Status {
+      if constexpr (kIsHalfType<T>) {
+        TOB_ASSIGN_OR_RETURN(Tensor xf, ToFloatScratch(ctx, x));
+        TOB_ASSIGN_OR_RETURN(Tensor yf, ctx.AllocateScratch(DType::kFloat32, y.shape()));
+        const float* xp = xf.data<float>();
+        float* yp = yf.data<float>();
+        ParallelFor(ctx.thread_pool(), outer, std::max<int64_t>(1, 4096 / (D * inner)), [&](int64_t b, int64_t e) {
+          for (int64_t o = b; o < e; ++o) {
+            if (log_) SoftmaxBlockRounded<T, true>(xp + o * D * inner, D, inner, yp + o * D * inner);
+            else SoftmaxBlockRounded<T, false>(xp + o * D * inner, D, inner, yp + o * D * inner);
+          }
+        });
+        return FromFloatScratch(ctx, yf, &y);
+      } else {
+        return Run<T>(ctx, x.data<T>(), y.data<T>(), outer, D, inner);
+      }
+    });
+  }
+
+ private:
+  template <typename T>
+  Status Run(const KernelContext& ctx, const T* x, T* y, int64_t outer, int64_t D, int64_t inner) const {
+    return log_ ? SoftmaxTyped<T, true>(ctx, x, y, outer, D, inner)
+                : SoftmaxTyped<T, false>(ctx, x, y, outer, D, inner);
+  }
+
+  int64_t axis_;
+  bool coerce_2d_;
+  bool log_;
+};
+
+KernelFactory SoftmaxFactory(bool coerce_2d, bool log) {
+  return [coerce_2d, log](const Node& n) { return SoftmaxKernel::Create(n, coerce_2d, log); };
+}
+
+}  // namespace
+
+void RegisterCpuSoftmaxKernels(KernelRegistry& registry) {
+  for (bool log : {false, true}) {
+    const char* op = log ? "LogSoftmax" : "Softmax";
+    registry.Register(Def(op).Versions(1, 12).Constraint("T", {0}, FloatTypes()).Factory(SoftmaxFactory(true, log)));
+    registry.Register(Def(op).Versions(13).Constraint("T", {0}, FloatTypes()).Factory(SoftmaxFactory(false, log)));
+  }
+}
+
+}  // namespace tob
