@@ -41,6 +41,9 @@ struct KernelDef {
   std::vector<TypeConstraint> constraints;
   // (input, output) pairs where the output may share the input's buffer (Reshape, Identity).
   std::vector<std::pair<int, int>> aliases;
+  // Outputs that live in host memory even when the provider's device is not the host
+  // (MemcpyToHost, shape-like outputs), as onnxruntime's OrtMemTypeCPUOutput.
+  std::vector<int> host_outputs;
   KernelFactory factory;
 
   // Fluent construction, used by every registration.
@@ -52,6 +55,12 @@ struct KernelDef {
     return *this;
   }
   KernelDef& Alias(int input, int output) { aliases.emplace_back(input, output); return *this; }
+  KernelDef& HostOutput(int output) { host_outputs.push_back(output); return *this; }
+  bool IsHostOutput(int output) const {
+    for (int o : host_outputs)
+      if (o == output) return true;
+    return false;
+  }
   template <typename K>
   KernelDef& Kernel() {
     factory = [](const Node& n) -> StatusOr<std::unique_ptr<OpKernel>> { return K::Create(n); };

@@ -10,7 +10,7 @@ thread_local bool tls_in_parallel_region = false;
 }
 
 ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads)) {
-  for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
+  for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this] { WorkerLoop(); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -22,26 +22,34 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::WorkerLoop(int worker_index) {
+int64_t ThreadPool::RunClaimedChunks(Job& job) {
+  int64_t ran = 0;
+  const int64_t total = static_cast<int64_t>(job.chunks.size());
+  for (int64_t c = job.next.fetch_add(1); c < total; c = job.next.fetch_add(1)) {
+    (*job.fn)(job.chunks[c].first, job.chunks[c].second);
+    ++ran;
+  }
+  return ran;
+}
+
+void ThreadPool::WorkerLoop() {
   int64_t seen_generation = 0;
   for (;;) {
-    const std::function<void(int64_t, int64_t)>* job;
-    std::pair<int64_t, int64_t> chunk;
+    std::shared_ptr<Job> job;
     {
       std::unique_lock<std::mutex> lock(mu_);
       work_cv_.wait(lock, [&] { return stop_ || generation_ != seen_generation; });
       if (stop_) return;
       seen_generation = generation_;
-      if (worker_index >= static_cast<int>(chunks_.size())) continue;
       job = job_;
-      chunk = chunks_[worker_index];
     }
+    if (!job) continue;
     tls_in_parallel_region = true;
-    (*job)(chunk.first, chunk.second);
+    int64_t ran = RunClaimedChunks(*job);
     tls_in_parallel_region = false;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (--remaining_ == 0) done_cv_.notify_one();
+    if (ran > 0 && job->remaining.fetch_sub(ran) == ran) {
+      std::lock_guard<std::mutex> lock(mu_);  // pairs with the caller's predicate check
+      done_cv_.notify_all();
     }
   }
 }
@@ -50,33 +58,35 @@ void ThreadPool::ParallelFor(int64_t n, int64_t min_grain,
                              const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   min_grain = std::max<int64_t>(1, min_grain);
-  int64_t max_chunks = std::min<int64_t>(num_threads_, (n + min_grain - 1) / min_grain);
+  // Every chunk gets at least min_grain iterations.
+  int64_t max_chunks = std::min<int64_t>(num_threads_, std::max<int64_t>(1, n / min_grain));
   if (max_chunks <= 1 || tls_in_parallel_region) {
     fn(0, n);
     return;
   }
   std::lock_guard<std::mutex> call_lock(call_mu_);
-  std::vector<std::pair<int64_t, int64_t>> chunks;
+  auto job = std::make_shared<Job>();
+  job->fn = &fn;
   int64_t base = n / max_chunks, extra = n % max_chunks, begin = 0;
   for (int64_t c = 0; c < max_chunks; ++c) {
     int64_t len = base + (c < extra ? 1 : 0);
-    chunks.emplace_back(begin, begin + len);
+    job->chunks.emplace_back(begin, begin + len);
     begin += len;
   }
+  job->remaining.store(max_chunks);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    job_ = &fn;
-    chunks_ = chunks;
-    remaining_ = static_cast<int>(chunks.size()) - 1;  // chunk 0 runs here
+    job_ = job;
     ++generation_;
   }
   work_cv_.notify_all();
   tls_in_parallel_region = true;
-  fn(chunks[0].first, chunks[0].second);
+  int64_t ran = RunClaimedChunks(*job);
   tls_in_parallel_region = false;
+  job->remaining.fetch_sub(ran);
   std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [&] { return remaining_ == 0; });
-  job_ = nullptr;
+  done_cv_.wait(lock, [&] { return job->remaining.load() == 0; });
+  job_.reset();
 }
 
 std::shared_ptr<ThreadPool> ThreadPool::Shared(int num_threads) {

@@ -2,6 +2,7 @@
 // against torch's own pool); the calling thread always takes part in the work.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -23,15 +24,16 @@ class ThreadPool {
   int num_threads() const { return num_threads_; }
 
   // Splits [0, n) into at most num_threads() contiguous chunks of at least `min_grain`
-  // iterations and runs fn(begin, end) on each; returns when all are done. Re-entrant calls
-  // from inside fn run inline.
+  // iterations and runs fn(begin, end) on each; returns when all are done. Chunks are claimed,
+  // not assigned: when a worker is slow to wake (the other core is busy), the caller runs its
+  // chunk too. Re-entrant calls from inside fn run inline.
   void ParallelFor(int64_t n, int64_t min_grain, const std::function<void(int64_t, int64_t)>& fn);
 
   // Process-wide pools, one per size, so sessions with the same setting share threads.
   static std::shared_ptr<ThreadPool> Shared(int num_threads);
 
  private:
-  void WorkerLoop(int worker_index);
+  void WorkerLoop();
 
   int num_threads_;
   std::vector<std::thread> workers_;
@@ -39,11 +41,19 @@ class ThreadPool {
   std::condition_variable work_cv_;
   std::condition_variable done_cv_;
   std::mutex call_mu_;  // one ParallelFor at a time per pool
-  // Current job.
-  const std::function<void(int64_t, int64_t)>* job_ = nullptr;
-  std::vector<std::pair<int64_t, int64_t>> chunks_;
+  // One ParallelFor call. Workers hold it by shared_ptr, so a worker that wakes late only ever
+  // sees an exhausted claim counter of a finished job, never a half-built new one.
+  struct Job {
+    const std::function<void(int64_t, int64_t)>* fn = nullptr;
+    std::vector<std::pair<int64_t, int64_t>> chunks;
+    std::atomic<int64_t> next{0};
+    std::atomic<int64_t> remaining{0};  // chunks not finished yet
+  };
+  // Claims and runs chunks of `job` until none is left; returns how many it ran.
+  static int64_t RunClaimedChunks(Job& job);
+
+  std::shared_ptr<Job> job_;
   int64_t generation_ = 0;
-  int remaining_ = 0;
   bool stop_ = false;
 };
 

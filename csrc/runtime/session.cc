@@ -257,8 +257,10 @@ Status Session::RunStep(Step& step, std::vector<Tensor>& slots, const std::share
       }
     }
     if (!aliased) {
-      const std::shared_ptr<Allocator>& alloc =
-          (is_output_slot_[s] || !on_host) ? step.provider->allocator() : run_alloc;
+      const bool host_memory = on_host || step.def->IsHostOutput(static_cast<int>(j));
+      std::shared_ptr<Allocator> alloc = !host_memory          ? step.provider->allocator()
+                                         : is_output_slot_[s] ? CpuAllocator::Default()
+                                                              : run_alloc;
       TOB_ASSIGN_OR_RETURN(out, Tensor::Allocate(t.dtype, *shape, alloc));
     }
     out_ptrs[j] = &out;

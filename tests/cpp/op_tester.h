@@ -1,6 +1,8 @@
 // OpTester: runs one node through the kernel registry the way the executor does (schema shape
 // function -> allocate outputs -> Compute) on every provider that has a kernel for it, and
 // compares each output with a reference computed by the test (float64 where it matters).
+// Device providers (CUDA, when compiled in and a device is visible) get their inputs copied to
+// the device and their outputs copied back before the comparison.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -14,6 +16,10 @@
 #include "framework/thread_pool.h"
 #include "ir/graph.h"
 #include "ops/op_schema.h"
+#include "partition/execution_provider.h"
+#ifdef TOB_WITH_CUDA
+#include "providers/cuda/cuda_provider.h"
+#endif
 
 namespace tob::testing {
 
@@ -75,7 +81,8 @@ class OpTester {
   }
   OpTester& Threads(int n) { threads_ = n; return *this; }
 
-  // Runs on every provider that registers a kernel; each must match. Fails the test if none.
+  // Runs on every provider that registers a kernel (and, for a device provider, has a device);
+  // each must match. Fails the test if none.
   void Run() {
     int providers_run = 0;
     for (const char* provider : {kCpuProvider, kCudaProvider}) {
@@ -122,25 +129,56 @@ class OpTester {
     std::string why;
     const KernelDef* def = KernelRegistry::Global().Find(provider, domain_, op_type_, opset_, dtypes, &why);
     if (def == nullptr) return NotImplemented(why);
+    TOB_ASSIGN_OR_RETURN(auto ep, MakeProvider(provider));
     TOB_ASSIGN_OR_RETURN(auto kernel, def->factory(*node));
+    const bool on_device = ep->device().type != DeviceType::kCPU;
+    std::vector<Tensor> device_inputs;
+    device_inputs.reserve(values.size());
+    for (const Tensor*& v : values) {
+      if (v == nullptr || !on_device) continue;
+      TOB_ASSIGN_OR_RETURN(Tensor d, Tensor::Allocate(v->dtype(), v->shape(), ep->allocator()));
+      TOB_RETURN_IF_ERROR(ep->CopyTensor(*v, d));
+      device_inputs.push_back(std::move(d));
+      v = &device_inputs.back();
+    }
     std::vector<Tensor> outs;
     for (int i = 0; i < ictx.num_outputs(); ++i) {
       const ValueType& t = ictx.output_types()[i];
       if (!t.shape) return RuntimeError("shape function left output ", i, " without a shape");
       auto shape = ConcreteShape(*t.shape);
       if (!shape) return RuntimeError("shape function left output ", i, " symbolic: ", DimsToString(*t.shape));
-      TOB_ASSIGN_OR_RETURN(Tensor o, Tensor::Allocate(t.dtype, *shape, CpuAllocator::Default()));
+      TOB_ASSIGN_OR_RETURN(Tensor o, Tensor::Allocate(t.dtype, *shape, ep->allocator()));
       outs.push_back(std::move(o));
     }
     std::vector<Tensor*> out_ptrs;
     for (auto& o : outs) out_ptrs.push_back(&o);
     ThreadPool pool(threads_);
-    KernelContext kctx(*node, values, out_ptrs, &pool, CpuAllocator::Default());
+    KernelContext kctx(*node, values, out_ptrs, &pool, ep->allocator());
     TOB_RETURN_IF_ERROR(kernel->Compute(kctx));
-    return outs;
+    if (!on_device) return outs;
+    std::vector<Tensor> host_outs;
+    for (const Tensor& o : outs) {
+      TOB_ASSIGN_OR_RETURN(Tensor h, Tensor::Allocate(o.dtype(), o.shape(), CpuAllocator::Default()));
+      TOB_RETURN_IF_ERROR(ep->CopyTensor(o, h));
+      host_outs.push_back(std::move(h));
+    }
+    return host_outs;
   }
 
  private:
+  // The provider a kernel of `provider` runs under; kNotImplemented (the provider is skipped)
+  // when it is not compiled in or has no device here.
+  static StatusOr<std::unique_ptr<ExecutionProvider>> MakeProvider(const std::string& provider) {
+    if (provider == kCpuProvider) return std::unique_ptr<ExecutionProvider>(new CpuExecutionProvider());
+#ifdef TOB_WITH_CUDA
+    if (provider == kCudaProvider) {
+      if (!CudaDeviceAvailable()) return NotImplemented("no CUDA device");
+      return std::unique_ptr<ExecutionProvider>(new CudaExecutionProvider(0));
+    }
+#endif
+    return NotImplemented(provider, " is not available in this build");
+  }
+
   struct In { std::string name; Tensor tensor; bool constant = false; };
   struct Out { std::string name; Shape shape; std::vector<double> expected; double rtol, atol; };
   std::string op_type_, domain_;

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -28,10 +30,15 @@ TEST(ThreadPool, RespectsMinimumGrainAndUsesSeveralThreads) {
   std::mutex mu;
   std::vector<std::pair<int64_t, int64_t>> chunks;
   std::set<std::thread::id> threads;
+  std::condition_variable both_running;
   pool.ParallelFor(1000, 100, [&](int64_t b, int64_t e) {
-    std::lock_guard<std::mutex> lock(mu);
+    std::unique_lock<std::mutex> lock(mu);
     chunks.emplace_back(b, e);
     threads.insert(std::this_thread::get_id());
+    both_running.notify_all();
+    // Hold the chunk until the other participant claims one: proves a worker takes part (the
+    // caller would otherwise claim both chunks, which is the intended behaviour under load).
+    both_running.wait_for(lock, std::chrono::seconds(10), [&] { return threads.size() == 2; });
   });
   EXPECT_EQ(chunks.size(), 2u);
   EXPECT_EQ(threads.size(), 2u);
@@ -40,6 +47,19 @@ TEST(ThreadPool, RespectsMinimumGrainAndUsesSeveralThreads) {
   ASSERT_EQ(chunks.size(), 1u) << "below two grains the work must stay on the caller";
   EXPECT_EQ(chunks[0].first, 0);
   EXPECT_EQ(chunks[0].second, 150);
+}
+
+TEST(ThreadPool, CallerFinishesTheJobWhenWorkersAreBusy) {
+  // Back-to-back jobs: whichever participant claims a chunk runs it, late wake-ups of a
+  // previous job must never run or lose a chunk of the next one.
+  ThreadPool pool(2);
+  for (int rep = 0; rep < 200; ++rep) {
+    std::atomic<int64_t> sum{0};
+    pool.ParallelFor(64, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) sum += i;
+    });
+    ASSERT_EQ(sum.load(), 64 * 63 / 2);
+  }
 }
 
 TEST(ThreadPool, NestedParallelForRunsInline) {
