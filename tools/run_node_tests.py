@@ -40,7 +40,11 @@ def compare(expected, actual, rtol: float, atol: float) -> str | None:
             return "non-tensor output"
         if a.shape != e.shape:
             return f"output {i}: shape {a.shape}, expected {e.shape}"
-        if e.dtype.kind in "fc":
+        if str(e.dtype) == "bfloat16":  # ml_dtypes: compare as float32, NaN equal to NaN
+            a, e = a.astype(np.float32), e.astype(np.float32)
+            if not np.array_equal(a, e, equal_nan=True):
+                return f"output {i}: bfloat16 values differ"
+        elif e.dtype.kind in "fc":
             try:
                 np.testing.assert_allclose(a.astype(np.float64), e.astype(np.float64), rtol=rtol, atol=atol)
             except AssertionError as err:
@@ -78,6 +82,11 @@ class OnnxRuntimeBackend:
         self.ort = ort
 
     def claims(self, model) -> str | None:
+        # onnx 1.23 stamps IR version 14 on some generated tests; onnxruntime 1.31 reads up to 13
+        # and the IR bump changes nothing these node tests use, so give it a version it accepts.
+        if model.ir_version > 10:
+            model = onnx.ModelProto.FromString(model.SerializeToString())
+            model.ir_version = 10
         try:
             self._session = self.ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
         except Exception as e:  # onnxruntime raises its own exception types
@@ -97,7 +106,7 @@ def main() -> int:
     ap.add_argument("--show-skips", action="store_true")
     args = ap.parse_args()
 
-    from torch_ort_backend.testing.conformance import all_tests
+    from torch_ort_backend.testing.conformance import KNOWN_DIFFERENCES, all_tests
 
     backend = OurBackend() if args.backend == "ours" else OnnxRuntimeBackend()
     regex = re.compile(args.pattern)
@@ -125,7 +134,8 @@ def main() -> int:
             problem = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
         if problem:
             counts["fail"] += 1
-            print(f"FAIL {case.name}: {problem}")
+            known = KNOWN_DIFFERENCES.get(case.name) if args.backend == "ours" else None
+            print(f"FAIL {case.name}: {problem}" + (f" [known: {known}]" if known else ""))
         else:
             counts["pass"] += 1
             if not args.summary:

@@ -235,6 +235,8 @@ class PySession {
 
 }  // namespace
 
+void RegisterOptimBindings(py::module_& m);  // optim_bindings.cc
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_ort_backend engine binding";
 
@@ -389,6 +391,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("has_schema", [](const std::string& domain, const std::string& op_type) {
     return OpSchemaRegistry::Global().Find(domain, op_type) != nullptr;
   });
+
+  RegisterOptimBindings(m);
 }
 
 }  // namespace tob::python

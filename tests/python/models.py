@@ -31,7 +31,7 @@ def mlp(rng, in_dim=16, hidden=32, out_dim=8, batch="batch", opset=17) -> onnx.M
         ],
         [w1, b1, w2, b2],
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
 
 
 def mlp_reference(model: onnx.ModelProto, x: np.ndarray) -> dict[str, np.ndarray]:
@@ -55,4 +55,4 @@ def single_node(op_type, inputs, outputs, opset=17, domain="", **attrs) -> onnx.
     opsets = [helper.make_opsetid("", opset)]
     if domain:
         opsets.append(helper.make_opsetid(domain, 1))
-    return helper.make_model(graph, opset_imports=opsets)
+    return helper.make_model(graph, opset_imports=opsets, ir_version=10)

@@ -117,10 +117,35 @@ def unsupported_reason(model: onnx.ModelProto, provider: str = C.CPU_PROVIDER) -
     return None
 
 
+# Tests the registry claims but whose expected outputs no correct engine reproduces. Each entry
+# says why; the whole-suite report still counts them as failures.
+KNOWN_DIFFERENCES = {
+    **{
+        name: "expected values come from numpy's global random state at generation time"
+        for name in ("test_bernoulli_expanded", "test_bernoulli_double_expanded", "test_bernoulli_seed_expanded")
+    },
+    **{
+        name: "the reference accumulates the softmax sum in 16-bit; the engine accumulates 16-bit "
+        "softmax in float32 on purpose (accuracy on long rows), so results differ by an ulp"
+        for name in (
+            "test_attention_3d_causal_bf16_expanded",
+            "test_attention_4d_causal_bf16_expanded",
+            "test_attention_4d_causal_fp16_expanded",
+            "test_attention_4d_padded_kv_bf16_expanded",
+            "test_attention_4d_causal_padded_kv_bf16_expanded",
+            "test_attention_4d_attn_mask_causal_bf16_expanded",
+        )
+    },
+}
+
+
 @functools.lru_cache(maxsize=None)
 def supported_tests(kind: str = "node") -> tuple[str, ...]:
+    """Names of the tests the registry claims, less KNOWN_DIFFERENCES."""
     names = []
     for t in all_tests(kind):
+        if t.name in KNOWN_DIFFERENCES:
+            continue
         if unsupported_reason(t.model) is None:
             names.append(t.name)
     return tuple(names)
