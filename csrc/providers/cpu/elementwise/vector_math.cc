@@ -2,6 +2,7 @@
 
 #include "providers/cpu/elementwise/elementwise_math.h"
 #include "providers/cpu/elementwise/vector_math_isa.h"
+#include "providers/cpu/simd/avx2_exp.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -33,33 +34,6 @@ inline void Map(const float* x, float* y, int64_t n, F f) {
 }
 
 inline __m256 IsNanMask(__m256 x) { return _mm256_cmp_ps(x, x, _CMP_UNORD_Q); }
-
-// Cephes expf: x = k ln2 + r with |r| <= ln2/2, exp(r) by a degree-6 polynomial, then scale by
-// 2^k in two halves so results from the subnormal range up to FLT_MAX come out right. The clamp
-// keeps k in [-150, 128], where the scaling itself produces 0 and inf; max(lo, x) and min(hi, .)
-// return their second operand for NaN, so NaN flows through untouched.
-inline __m256 Exp256(__m256 x) {
-  __m256 xc = _mm256_min_ps(Set(88.8f), _mm256_max_ps(Set(-104.0f), x));
-  const __m256 magic = Set(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
-  __m256 kf = _mm256_fmadd_ps(xc, Set(1.44269504088896341f), magic);
-  __m256i ki = _mm256_sub_epi32(_mm256_castps_si256(kf), _mm256_castps_si256(magic));
-  kf = _mm256_sub_ps(kf, magic);
-  __m256 r = _mm256_fnmadd_ps(kf, Set(0.693359375f), xc);
-  r = _mm256_fnmadd_ps(kf, Set(-2.12194440e-4f), r);
-  __m256 p = Set(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, Set(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, Set(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, Set(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, Set(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, Set(5.0000001201e-1f));
-  __m256 y = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, Set(1.0f)));
-  __m256i k1 = _mm256_srai_epi32(ki, 1);
-  __m256i k2 = _mm256_sub_epi32(ki, k1);
-  const __m256i bias = _mm256_set1_epi32(127);
-  __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k1, bias), 23));
-  __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k2, bias), 23));
-  return _mm256_mul_ps(_mm256_mul_ps(y, s1), s2);
-}
 
 // Cephes logf: x = m 2^e with m in [sqrt(1/2), sqrt(2)), log(m) by a degree-9 polynomial.
 inline __m256 Log256(__m256 x) {
@@ -121,12 +95,12 @@ inline __m256 Tanh256(__m256 x) {
 
 inline __m256 Sigmoid256(__m256 x) {
   const __m256 one = Set(1.0f);
-  return _mm256_div_ps(one, _mm256_add_ps(one, Exp256(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+  return _mm256_div_ps(one, _mm256_add_ps(one, simd::Exp(_mm256_sub_ps(_mm256_setzero_ps(), x))));
 }
 
 // Rational minimax approximation x P(x^2) / Q(x^2) on [-4, 4] (erf is +-1 in float beyond).
 inline __m256 Erf256(__m256 x) {
-  __m256 xc = _mm256_min_ps(Set(4.0f), _mm256_max_ps(Set(-4.0f), x));  // keeps NaN (see Exp256)
+  __m256 xc = _mm256_min_ps(Set(4.0f), _mm256_max_ps(Set(-4.0f), x));  // keeps NaN (see simd::Exp)
   __m256 x2 = _mm256_mul_ps(xc, xc);
   __m256 p = Set(-2.72614225801306e-10f);
   p = _mm256_fmadd_ps(p, x2, Set(2.77068142495902e-08f));
@@ -154,7 +128,7 @@ inline __m256 Gelu256(__m256 x) {
 inline __m256 GeluTanh256(__m256 x) {
   __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
   __m256 minus_2z = _mm256_mul_ps(Set(-2.0f * 0.79788456080286535588f), _mm256_fmadd_ps(Set(0.044715f), x3, x));
-  return _mm256_div_ps(x, _mm256_add_ps(Set(1.0f), Exp256(minus_2z)));
+  return _mm256_div_ps(x, _mm256_add_ps(Set(1.0f), simd::Exp(minus_2z)));
 }
 
 // log1p(t) for t in [0, 1] from log: Kahan's correction keeps full relative accuracy for tiny t.
@@ -166,19 +140,19 @@ inline __m256 Log1pNonNeg256(__m256 t) {
 }
 
 inline __m256 Softplus256(__m256 x) {
-  __m256 t = Exp256(_mm256_sub_ps(_mm256_setzero_ps(), Abs256(x)));
+  __m256 t = simd::Exp(_mm256_sub_ps(_mm256_setzero_ps(), Abs256(x)));
   return _mm256_add_ps(_mm256_max_ps(x, _mm256_setzero_ps()), Log1pNonNeg256(t));  // NaN via t
 }
 
 inline __m256 ExpM1Neg256(__m256 x, __m256 alpha) {
-  return _mm256_mul_ps(alpha, _mm256_sub_ps(Exp256(x), Set(1.0f)));
+  return _mm256_mul_ps(alpha, _mm256_sub_ps(simd::Exp(x), Set(1.0f)));
 }
 
 }  // namespace
 
 namespace avx2 {
 bool Available() { return true; }
-void ExpArray(const float* x, float* y, int64_t n) { Map(x, y, n, Exp256); }
+void ExpArray(const float* x, float* y, int64_t n) { Map(x, y, n, simd::Exp); }
 void TanhArray(const float* x, float* y, int64_t n) { Map(x, y, n, Tanh256); }
 void SigmoidArray(const float* x, float* y, int64_t n) { Map(x, y, n, Sigmoid256); }
 void ErfArray(const float* x, float* y, int64_t n) { Map(x, y, n, Erf256); }

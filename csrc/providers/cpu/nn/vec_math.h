@@ -12,6 +12,8 @@
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define TOB_NN_AVX2 1
+
+#include "providers/cpu/simd/avx2_exp.h"
 #endif
 
 namespace tob::vec {
@@ -31,28 +33,6 @@ inline float HorizontalMax(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// exp(x) to ~2 ulp (Cephes polynomial); 0 below ln(FLT_MIN), NaN stays NaN.
-inline __m256 Exp(__m256 x) {
-  const __m256 hi = _mm256_set1_ps(88.0f);
-  const __m256 lo = _mm256_set1_ps(-87.33654f);
-  const __m256 underflow = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-  // min/max return their second operand when either is NaN, so NaN flows through.
-  x = _mm256_max_ps(lo, _mm256_min_ps(hi, x));
-  __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
-  __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-  return _mm256_andnot_ps(underflow, y);
-}
 #endif
 
 inline float Max(const float* x, int64_t n) {
@@ -157,15 +137,15 @@ inline float ExpShiftedSum(const float* x, int64_t n, float shift, float* y) {
   const __m256 sh = _mm256_set1_ps(shift);
   __m256 a0 = _mm256_setzero_ps(), a1 = a0;
   for (; i + 16 <= n; i += 16) {
-    __m256 e0 = Exp(_mm256_sub_ps(_mm256_loadu_ps(x + i), sh));
-    __m256 e1 = Exp(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), sh));
+    __m256 e0 = simd::Exp(_mm256_sub_ps(_mm256_loadu_ps(x + i), sh));
+    __m256 e1 = simd::Exp(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), sh));
     _mm256_storeu_ps(y + i, e0);
     _mm256_storeu_ps(y + i + 8, e1);
     a0 = _mm256_add_ps(a0, e0);
     a1 = _mm256_add_ps(a1, e1);
   }
   for (; i + 8 <= n; i += 8) {
-    __m256 e = Exp(_mm256_sub_ps(_mm256_loadu_ps(x + i), sh));
+    __m256 e = simd::Exp(_mm256_sub_ps(_mm256_loadu_ps(x + i), sh));
     _mm256_storeu_ps(y + i, e);
     a0 = _mm256_add_ps(a0, e);
   }
@@ -195,10 +175,10 @@ inline float ExpShiftedSumOnly(const float* x, int64_t n, float shift) {
   const __m256 sh = _mm256_set1_ps(shift);
   __m256 a0 = _mm256_setzero_ps(), a1 = a0;
   for (; i + 16 <= n; i += 16) {
-    a0 = _mm256_add_ps(a0, Exp(_mm256_sub_ps(_mm256_loadu_ps(x + i), sh)));
-    a1 = _mm256_add_ps(a1, Exp(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), sh)));
+    a0 = _mm256_add_ps(a0, simd::Exp(_mm256_sub_ps(_mm256_loadu_ps(x + i), sh)));
+    a1 = _mm256_add_ps(a1, simd::Exp(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), sh)));
   }
-  for (; i + 8 <= n; i += 8) a0 = _mm256_add_ps(a0, Exp(_mm256_sub_ps(_mm256_loadu_ps(x + i), sh)));
+  for (; i + 8 <= n; i += 8) a0 = _mm256_add_ps(a0, simd::Exp(_mm256_sub_ps(_mm256_loadu_ps(x + i), sh)));
   s = HorizontalSum(_mm256_add_ps(a0, a1));
 #endif
   for (; i < n; ++i) s += std::exp(x[i] - shift);
@@ -215,7 +195,7 @@ inline double ExpShiftedSumOnly(const double* x, int64_t n, double shift) {
 inline void ExpInPlace(float* y, int64_t n) {
   int64_t i = 0;
 #if defined(TOB_NN_AVX2)
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, Exp(_mm256_loadu_ps(y + i)));
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, simd::Exp(_mm256_loadu_ps(y + i)));
 #endif
   for (; i < n; ++i) y[i] = std::exp(y[i]);
 }

@@ -21,6 +21,7 @@
 #endif
 
 #include "core/half.h"
+#include "providers/cpu/simd/avx2_exp.h"
 
 namespace tob::cpu {
 
@@ -84,31 +85,6 @@ inline A CombineOf(A a, A b) {
 }
 
 #if defined(__AVX2__) && defined(__FMA__)
-// exp of 8 floats: Cephes' expf (within 2 ulp); below ~-87.34 gives 0, above ~88.38 gives +inf,
-// NaN stays NaN.
-inline __m256 Exp8(__m256 x) {
-  const __m256 kMaxArg = _mm256_set1_ps(88.3762626647949f);
-  const __m256 kMinArg = _mm256_set1_ps(-87.3365447504f);
-  __m256 c = _mm256_min_ps(_mm256_max_ps(x, kMinArg), kMaxArg);
-  __m256 n = _mm256_round_ps(_mm256_mul_ps(c, _mm256_set1_ps(1.44269504088896341f)),
-                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), c);
-  r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  __m256 y = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r), _mm256_set1_ps(1.0f));
-  __m256i e =
-      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
-  y = _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps(x, kMinArg, _CMP_LT_OQ));
-  y = _mm256_blendv_ps(y, _mm256_set1_ps(std::numeric_limits<float>::infinity()),
-                       _mm256_cmp_ps(x, kMaxArg, _CMP_GT_OQ));
-  return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-}
 #endif
 
 // out[i] = exp(x[i] - shift[i]), or exp(x[i] - scalar_shift) when shift is null. out may be x.
@@ -119,7 +95,7 @@ inline void ExpShifted(const float* x, const float* shift, float scalar_shift, f
   const __m256 s = _mm256_set1_ps(scalar_shift);
   for (; i + 8 <= n; i += 8) {
     __m256 v = _mm256_sub_ps(_mm256_loadu_ps(x + i), shift ? _mm256_loadu_ps(shift + i) : s);
-    _mm256_storeu_ps(out + i, Exp8(v));
+    _mm256_storeu_ps(out + i, simd::Exp(v));
   }
 #endif
   for (; i < n; ++i) out[i] = std::exp(x[i] - (shift ? shift[i] : scalar_shift));
