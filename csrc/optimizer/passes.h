@@ -18,6 +18,9 @@ std::unique_ptr<GraphPass> CreateConstantFoldingPass();
 std::unique_ptr<GraphPass> CreateIdentityEliminationPass();
 // Merges nodes with the same op, domain, inputs and attributes.
 std::unique_ptr<GraphPass> CreateCommonSubexpressionEliminationPass();
+// Folds an inference-mode BatchNormalization with constant parameters into the Conv that feeds
+// it (float32 weights).
+std::unique_ptr<GraphPass> CreateConvBatchNormFoldingPass();
 // Removes nodes none of whose outputs is used, kept or a graph output.
 std::unique_ptr<GraphPass> CreateDeadCodeEliminationPass();
 

@@ -40,7 +40,9 @@ PassManager BuildPipeline(OptLevel level) {
   pm.Add(CreateCommonSubexpressionEliminationPass());
   pm.Add(CreateDeadCodeEliminationPass());
   if (level == OptLevel::kBasic) return pm;
-  // kExtended and kAll: fusions go here, after the clean-ups that expose their patterns.
+  // kExtended and kAll: fusions, after the clean-ups that expose their patterns (the manager
+  // repeats the whole list, so DCE also sweeps what a fusion leaves behind).
+  pm.Add(CreateConvBatchNormFoldingPass());
   return pm;
 }
 

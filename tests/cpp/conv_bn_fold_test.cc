@@ -1,0 +1,95 @@
+// ConvBatchNormFolding: fires on Conv -> inference BatchNormalization with constant parameters
+// and gives the same numbers as the unfused graph (float64 tolerance); must not fire when the
+// Conv output has another reader or a parameter is not constant.
+#include <gtest/gtest.h>
+
+#include "op_tester.h"
+#include "runtime/session.h"
+
+namespace tob {
+namespace {
+
+using testing::RandomTensor;
+
+// x[1,3,8,8] -> Conv(W[4,3,3,3], B?) -> BatchNormalization -> y ; `extra_reader` adds Relu(conv).
+std::unique_ptr<Graph> ConvBn(bool with_bias, bool extra_reader, bool mean_is_input) {
+  auto g = std::make_unique<Graph>();
+  g->SetOpset("", 17);
+  EXPECT_TRUE(g->AddInput("x", ValueType(DType::kFloat32, Dims{1, 3, 8, 8})).ok());
+  EXPECT_TRUE(g->AddInitializer("W", RandomTensor<float>({4, 3, 3, 3}, -1, 1, 11)).ok());
+  std::vector<std::string> conv_in = {"x", "W"};
+  if (with_bias) {
+    EXPECT_TRUE(g->AddInitializer("B", RandomTensor<float>({4}, -1, 1, 12)).ok());
+    conv_in.push_back("B");
+  }
+  EXPECT_TRUE(g->AddInitializer("scale", RandomTensor<float>({4}, 0.5, 2, 13)).ok());
+  EXPECT_TRUE(g->AddInitializer("beta", RandomTensor<float>({4}, -1, 1, 14)).ok());
+  if (mean_is_input) EXPECT_TRUE(g->AddInput("mean", ValueType(DType::kFloat32, Dims{4})).ok());
+  else EXPECT_TRUE(g->AddInitializer("mean", RandomTensor<float>({4}, -1, 1, 15)).ok());
+  EXPECT_TRUE(g->AddInitializer("var", RandomTensor<float>({4}, 0.5, 2, 16)).ok());
+  AttributeMap conv_attrs{{"pads", Attribute::Ints({1, 1, 1, 1})}};
+  EXPECT_TRUE(g->AddNode("Conv", "", conv_in, {"c"}, conv_attrs, "conv").ok());
+  AttributeMap bn_attrs{{"epsilon", Attribute::Float(1e-3f)}};
+  EXPECT_TRUE(g->AddNode("BatchNormalization", "", {"c", "scale", "beta", "mean", "var"}, {"y"}, bn_attrs, "bn").ok());
+  EXPECT_TRUE(g->AddOutput("y").ok());
+  if (extra_reader) {
+    EXPECT_TRUE(g->AddNode("Relu", "", {"c"}, {"r"}, {}, "relu").ok());
+    EXPECT_TRUE(g->AddOutput("r").ok());
+  }
+  return g;
+}
+
+std::vector<Tensor> RunGraph(std::unique_ptr<Graph> g, OptLevel level, bool mean_is_input, int* bn_nodes) {
+  SessionOptions opts;
+  opts.optimization_level = level;
+  opts.intra_op_threads = 1;
+  auto s = Session::Create(std::move(g), opts);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  *bn_nodes = 0;
+  for (const Node* n : s.value()->graph().nodes()) *bn_nodes += n->op_type() == "BatchNormalization";
+  std::vector<std::string> names = {"x"};
+  std::vector<Tensor> feeds = {RandomTensor<float>({1, 3, 8, 8}, -2, 2, 17)};
+  if (mean_is_input) {
+    names.push_back("mean");
+    feeds.push_back(RandomTensor<float>({4}, -1, 1, 15));
+  }
+  std::vector<Tensor> out;
+  EXPECT_TRUE(s.value()->Run(names, feeds, {}, &out).ok());
+  return out;
+}
+
+void ExpectSame(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    testing::ExpectClose(a[i], b[i].shape(), testing::ToDoubles(b[i]), 1e-4, 1e-5, "output " + std::to_string(i));
+}
+
+TEST(OptimizerConvBnFold, FoldsAndKeepsTheNumbers) {
+  for (bool bias : {false, true}) {
+    int bn_unfused = 0, bn_fused = 0;
+    auto reference = RunGraph(ConvBn(bias, false, false), OptLevel::kDisableAll, false, &bn_unfused);
+    auto fused = RunGraph(ConvBn(bias, false, false), OptLevel::kAll, false, &bn_fused);
+    EXPECT_EQ(bn_unfused, 1);
+    EXPECT_EQ(bn_fused, 0) << "with bias=" << bias;
+    ExpectSame(fused, reference);
+  }
+}
+
+TEST(OptimizerConvBnFold, MustNotFireWhenConvOutputHasAnotherReader) {
+  int bn_nodes = 0;
+  auto reference = RunGraph(ConvBn(true, true, false), OptLevel::kDisableAll, false, &bn_nodes);
+  auto optimized = RunGraph(ConvBn(true, true, false), OptLevel::kAll, false, &bn_nodes);
+  EXPECT_EQ(bn_nodes, 1);
+  ExpectSame(optimized, reference);
+}
+
+TEST(OptimizerConvBnFold, MustNotFireWhenAStatisticIsNotConstant) {
+  int bn_nodes = 0;
+  auto reference = RunGraph(ConvBn(true, false, true), OptLevel::kDisableAll, true, &bn_nodes);
+  auto optimized = RunGraph(ConvBn(true, false, true), OptLevel::kAll, true, &bn_nodes);
+  EXPECT_EQ(bn_nodes, 1);
+  ExpectSame(optimized, reference);
+}
+
+}  // namespace
+}  // namespace tob
