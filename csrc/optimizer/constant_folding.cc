@@ -15,8 +15,27 @@ namespace tob {
 namespace {
 
 // Folding Expand, Tile or ConstantOfShape can turn a few bytes into a constant far larger than
-// the work it saves; such nodes stay in the graph and run each time.
+// the work it saves; such nodes stay in the graph and run each time...
 constexpr size_t kMaxFoldGrowthBytes = size_t{1} << 20;
+
+// ...unless every reader takes the result as a parameter (weights, bias, normalisation
+// statistics). A parameter is read whole on every run, so leaving its producer in the graph
+// re-creates the same bytes each run and hides the constant from folds such as Conv+BN.
+bool FeedsOnlyParameterSlots(const Node& node) {
+  static const char* const kParameterOps[] = {"Conv", "ConvTranspose", "Gemm", "MatMul",
+                                              "BatchNormalization", "InstanceNormalization",
+                                              "LayerNormalization"};
+  for (const Value* out : node.outputs()) {
+    if (out->is_graph_output()) return false;
+    for (const Use& use : out->uses()) {
+      const Node& reader = *use.node;
+      bool parameter_op = false;
+      for (const char* op : kParameterOps) parameter_op = parameter_op || reader.op_type() == op;
+      if (!reader.domain().empty() || !parameter_op || use.input_index < 1) return false;
+    }
+  }
+  return true;
+}
 
 int64_t ClampAxis(int64_t axis, int64_t rank) {
   if (axis < 0) axis += rank;
@@ -76,7 +95,7 @@ std::optional<std::vector<Tensor>> Evaluate(const Graph& graph, const PassContex
     out_bytes += static_cast<size_t>(NumElements(*shape)) * DTypeSize(t.dtype);
     shapes.push_back(std::move(*shape));
   }
-  if (out_bytes > in_bytes + kMaxFoldGrowthBytes) return std::nullopt;
+  if (out_bytes > in_bytes + kMaxFoldGrowthBytes && !FeedsOnlyParameterSlots(node)) return std::nullopt;
   const KernelDef* def = ctx.kernels->Find(ctx.fold_provider, node.domain(), node.op_type(), opset, dtypes);
   if (def == nullptr) return std::nullopt;
   auto kernel = def->factory(node);

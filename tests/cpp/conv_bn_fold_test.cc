@@ -91,5 +91,47 @@ TEST(OptimizerConvBnFold, MustNotFireWhenAStatisticIsNotConstant) {
   ExpectSame(optimized, reference);
 }
 
+// ConstantOfShape(value 0.02, shape from an initializer) of `shape`, read by `reader`.
+std::unique_ptr<Graph> FilledConstantGraph(const Shape& shape, bool as_conv_weight) {
+  auto g = std::make_unique<Graph>();
+  g->SetOpset("", 17);
+  Shape x_shape = as_conv_weight ? Shape{1, shape[1], 4, 4} : shape;
+  EXPECT_TRUE(g->AddInput("x", ValueType(DType::kFloat32, DimsFromShape(x_shape))).ok());
+  EXPECT_TRUE(g->AddInitializer("shape", Tensor::FromVector<int64_t>(shape, {static_cast<int64_t>(shape.size())})).ok());
+  AttributeMap fill{{"value", Attribute::TensorValue(Tensor::FromVector<float>({0.02f}, {1}))}};
+  EXPECT_TRUE(g->AddNode("ConstantOfShape", "", {"shape"}, {"w"}, fill, "fill").ok());
+  if (as_conv_weight) EXPECT_TRUE(g->AddNode("Conv", "", {"x", "w"}, {"y"}, {}, "conv").ok());
+  else EXPECT_TRUE(g->AddNode("Add", "", {"x", "w"}, {"y"}, {}, "add").ok());
+  EXPECT_TRUE(g->AddOutput("y").ok());
+  return g;
+}
+
+int CountOps(const Graph& g, const std::string& op) {
+  int n = 0;
+  for (const Node* node : g.nodes()) n += node->op_type() == op;
+  return n;
+}
+
+TEST(OptimizerConstantFoldingLimits, LargeParametersAreFoldedLargeActivationsAreNot) {
+  // 512x64x3x3 float32 = 1.1 MiB, past the folding growth limit.
+  for (bool as_weight : {true, false}) {
+    Shape shape = as_weight ? Shape{512, 64, 3, 3} : Shape{300000};
+    auto s = Session::Create(FilledConstantGraph(shape, as_weight), SessionOptions{});
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_EQ(CountOps(s.value()->graph(), "ConstantOfShape"), as_weight ? 0 : 1) << "as_weight=" << as_weight;
+    // Same numbers as the unoptimised graph.
+    SessionOptions none;
+    none.optimization_level = OptLevel::kDisableAll;
+    auto ref = Session::Create(FilledConstantGraph(shape, as_weight), none);
+    ASSERT_TRUE(ref.ok());
+    Shape x_shape = as_weight ? Shape{1, 64, 4, 4} : shape;
+    Tensor x = RandomTensor<float>(x_shape, -1, 1, 21);
+    std::vector<Tensor> a, b;
+    ASSERT_TRUE(s.value()->Run({"x"}, {x}, {}, &a).ok());
+    ASSERT_TRUE(ref.value()->Run({"x"}, {x}, {}, &b).ok());
+    ExpectSame(a, b);
+  }
+}
+
 }  // namespace
 }  // namespace tob
