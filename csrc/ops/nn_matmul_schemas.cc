@@ -1,4 +1,5 @@
 // MatMul and Gemm.
+#include "ops/gemm_attributes.h"
 #include "ops/nn_schemas.h"
 
 namespace tob {
@@ -45,9 +46,8 @@ Status InferGemm(InferenceContext& ctx) {
   TOB_RETURN_IF_ERROR(CheckSameDType(ctx, 0, 1));
   if (ctx.has_input(2)) TOB_RETURN_IF_ERROR(CheckSameDType(ctx, 0, 2));
   if (!ctx.has_input(2) && ctx.opset() < 11) return ctx.Fail("input C is required before opset 11");
-  int64_t trans_a = 0, trans_b = 0;
-  TOB_RETURN_IF_ERROR(ctx.node().GetAttr("transA", &trans_a, int64_t{0}));
-  TOB_RETURN_IF_ERROR(ctx.node().GetAttr("transB", &trans_b, int64_t{0}));
+  TOB_ASSIGN_OR_RETURN(GemmAttributes attrs, ParseGemmAttributes(ctx.node()));
+  const bool trans_a = attrs.trans_a, trans_b = attrs.trans_b;
   const ValueType& a = *ctx.input_type(0);
   const ValueType& b = *ctx.input_type(1);
   if (!a.has_rank() || !b.has_rank()) {

@@ -760,5 +760,16 @@ TEST(NnShapeInference, MalformedModelsFailStatically) {
   EXPECT_FALSE(InferStatic("Softmax", {F32({2, 3})}, {{"axis", Attribute::Int(-3)}}).ok());
 }
 
+TEST(NnGemmAttributes, TransposeFlagOtherThanZeroOrOneIsAnError) {
+  OpTester t("Gemm", 13);
+  t.Input("A", RandomTensor<float>({2, 3})).Input("B", RandomTensor<float>({3, 4}));
+  t.Attr("transA", Attribute::Int(2)).Output("Y", {2, 4}, std::vector<double>(8, 0.0));
+  auto out = t.Compute();
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), StatusCode::kInvalidModel);
+  EXPECT_NE(out.status().message().find("transA/transB must be 0 or 1, got 2"), std::string::npos)
+      << out.status().message();
+}
+
 }  // namespace
 }  // namespace tob

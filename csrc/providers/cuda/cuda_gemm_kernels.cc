@@ -2,6 +2,7 @@
 #include <vector>
 
 #include "kernels/elementwise.h"
+#include "ops/gemm_attributes.h"
 #include "providers/cuda/cuda_blas.h"
 #include "providers/cuda/cuda_broadcast.h"
 #include "providers/cuda/cuda_common.h"
@@ -113,15 +114,8 @@ class CudaGemmKernel final : public OpKernel {
       : OpKernel(node), alpha_(alpha), beta_(beta), trans_a_(trans_a), trans_b_(trans_b) {}
 
   static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node) {
-    float alpha = 1.f, beta = 1.f;
-    int64_t trans_a = 0, trans_b = 0;
-    TOB_RETURN_IF_ERROR(node.GetAttr("alpha", &alpha, 1.f));
-    TOB_RETURN_IF_ERROR(node.GetAttr("beta", &beta, 1.f));
-    TOB_RETURN_IF_ERROR(node.GetAttr("transA", &trans_a, int64_t{0}));
-    TOB_RETURN_IF_ERROR(node.GetAttr("transB", &trans_b, int64_t{0}));
-    for (int64_t t : {trans_a, trans_b})
-      if (t != 0 && t != 1) return InvalidModel(node.Describe(), ": transA/transB must be 0 or 1, got ", t);
-    return MakeKernel<CudaGemmKernel>(node, alpha, beta, trans_a != 0, trans_b != 0);
+    TOB_ASSIGN_OR_RETURN(GemmAttributes a, ParseGemmAttributes(node));
+    return MakeKernel<CudaGemmKernel>(node, a.alpha, a.beta, a.trans_a, a.trans_b);
   }
 
   Status Compute(KernelContext& ctx) const override {

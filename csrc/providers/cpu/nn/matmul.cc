@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "ops/gemm_attributes.h"
 #include "providers/cpu/nn/float_convert.h"
 #include "providers/cpu/nn/gemm.h"
 #include "providers/cpu/nn/nn_kernels.h"
@@ -107,13 +108,8 @@ class GemmKernel final : public OpKernel {
       : OpKernel(node), alpha_(alpha), beta_(beta), trans_a_(trans_a), trans_b_(trans_b) {}
 
   static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node) {
-    float alpha = 1.f, beta = 1.f;
-    int64_t trans_a = 0, trans_b = 0;
-    TOB_RETURN_IF_ERROR(node.GetAttr("alpha", &alpha, 1.f));
-    TOB_RETURN_IF_ERROR(node.GetAttr("beta", &beta, 1.f));
-    TOB_RETURN_IF_ERROR(node.GetAttr("transA", &trans_a, int64_t{0}));
-    TOB_RETURN_IF_ERROR(node.GetAttr("transB", &trans_b, int64_t{0}));
-    return MakeKernel<GemmKernel>(node, alpha, beta, trans_a != 0, trans_b != 0);
+    TOB_ASSIGN_OR_RETURN(GemmAttributes a, ParseGemmAttributes(node));
+    return MakeKernel<GemmKernel>(node, a.alpha, a.beta, a.trans_a, a.trans_b);
   }
 
   Status Compute(KernelContext& ctx) const override {
