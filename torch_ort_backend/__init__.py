@@ -1,8 +1,10 @@
 """torch_ort_backend: ONNX Runtime-style training and inference for current PyTorch, on its own
 C++ engine.
 
-Engine-level API (this release): InferenceSession, SessionOptions, GraphOptimizationLevel, and
-``torch_ort_backend.onnx_backend`` for the onnx backend-test interface.
+- ``torch.compile(model, backend="ort")``: registered through the ``torch_dynamo_backends`` entry
+  point, so no import of this package is needed (torch_ort_backend.backend).
+- Engine-level API: InferenceSession, SessionOptions, GraphOptimizationLevel, and
+  ``torch_ort_backend.onnx_backend`` for the onnx backend-test interface.
 """
 
 from ._engine import (
@@ -13,6 +15,15 @@ from ._engine import (
     NotImplementedOpError,
     OutOfMemoryError,
 )
+from .errors import (
+    BadInitializationError,
+    FallbackError,
+    UnsupportedDataError,
+    UnsupportedDeviceError,
+    UnsupportedOnnxModelError,
+    UnsupportedTorchModelError,
+)
+from .fallback import FallbackPolicy, FallbackWarning
 from .session import (
     GraphOptimizationLevel,
     InferenceSession,
@@ -25,7 +36,25 @@ get_available_providers = available_providers
 
 __version__ = "0.1.0"
 
+
+def compile_stats():
+    """Counters of the "ort" backend: graphs compiled, exports, sessions created and reused, runs,
+    fallbacks and the ATen ops that ran through the fallback provider."""
+    from .backend import compile_stats as stats
+
+    return stats()
+
+
 __all__ = [
+    "BadInitializationError",
+    "FallbackError",
+    "FallbackPolicy",
+    "FallbackWarning",
+    "UnsupportedDataError",
+    "UnsupportedDeviceError",
+    "UnsupportedOnnxModelError",
+    "UnsupportedTorchModelError",
+    "compile_stats",
     "EngineError",
     "GraphOptimizationLevel",
     "InferenceSession",

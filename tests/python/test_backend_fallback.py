@@ -1,0 +1,161 @@
+"""The fallback policy: each failure class, each ORTMODULE_FALLBACK_POLICY flag, and retry."""
+
+import warnings
+
+import pytest
+import torch
+
+import torch_ort_backend as tob
+from torch_ort_backend.backend import compile_stats, ort_backend
+
+
+@pytest.fixture(autouse=True)
+def fresh(monkeypatch):
+    for var in ("ORTMODULE_FALLBACK_POLICY", "ORTMODULE_FALLBACK_RETRY"):
+        monkeypatch.delenv(var, raising=False)
+    torch._dynamo.reset()
+    compile_stats().reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _raises(cls, fn, *args):
+    """Runs fn and checks it raised cls: directly (a run-time failure) or as the inner exception of
+    dynamo's BackendCompilerFailed (a compile-time failure; dynamo wraps what backends raise)."""
+    with pytest.raises(Exception) as info:
+        fn(*args)
+    err = info.value
+    inner = getattr(err, "inner_exception", err)
+    assert isinstance(inner, cls), f"expected {cls.__name__}, got {type(err).__name__}: {err}"
+    return inner
+
+
+def _compile(fn, policy=None, retry=None):
+    opts = {}
+    if policy is not None:
+        opts["fallback_policy"] = policy
+    if retry is not None:
+        opts["fallback_retry"] = retry
+    return torch.compile(fn, backend=ort_backend, options=opts or None)
+
+
+def int_matmul(a, b):
+    # The engine has no integer MatMul kernel: the exported model is rejected at session creation.
+    return (a @ b) + 1
+
+
+def complex_fn(x):
+    return (x * 2).abs()
+
+
+def meta_fn(x):
+    return x.relu() + 1
+
+
+CASES = {
+    "FALLBACK_UNSUPPORTED_ONNX_MODEL": (int_matmul, lambda: (torch.randint(-5, 5, (3, 4)), torch.randint(-5, 5, (4, 2))),
+                                        tob.UnsupportedOnnxModelError),
+    "FALLBACK_UNSUPPORTED_DATA": (complex_fn, lambda: (torch.randn(5, dtype=torch.complex64),), tob.UnsupportedDataError),
+    "FALLBACK_UNSUPPORTED_DEVICE": (meta_fn, lambda: (torch.empty(4, device="meta"),), tob.UnsupportedDeviceError),
+}
+
+
+@pytest.mark.parametrize("flag", sorted(CASES))
+def test_default_policy_falls_back_with_one_warning(flag):
+    """By default each class runs the graph in eager, with exactly one warning naming the cause."""
+    fn, make, _ = CASES[flag]
+    f = _compile(fn)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            args = make()
+            out = f(*args)
+            if out.device.type != "meta":
+                torch.testing.assert_close(out, fn(*args))
+    ours = [w for w in caught if issubclass(w.category, tob.FallbackWarning)]
+    assert len(ours) == 1, [str(w.message) for w in ours]
+    assert flag in str(ours[0].message)
+    assert compile_stats().fallbacks >= 1
+
+
+@pytest.mark.parametrize("flag", sorted(CASES))
+def test_disable_reraises_the_specific_class(flag):
+    fn, make, cls = CASES[flag]
+    f = _compile(fn, policy="FALLBACK_DISABLE")
+    _raises(cls, f, *make())
+
+
+@pytest.mark.parametrize("flag", sorted(CASES))
+def test_policy_without_the_flag_reraises(flag):
+    """A policy naming only other classes does not cover this one: the error is raised."""
+    fn, make, cls = CASES[flag]
+    others = "|".join(f for f in CASES if f != flag)
+    f = _compile(fn, policy=others)
+    _raises(cls, f, *make())
+
+
+def test_policy_from_environment(monkeypatch):
+    monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", "FALLBACK_DISABLE")
+    f = _compile(complex_fn)
+    err = _raises(tob.UnsupportedDataError, f, torch.randn(3, dtype=torch.complex64))
+    assert "complex64" in str(err)
+
+
+def test_force_torch_forward_never_exports():
+    f = _compile(lambda x: x.sin() * 2, policy="FALLBACK_FORCE_TORCH_FORWARD")
+    x = torch.randn(6)
+    torch.testing.assert_close(f(x), x.sin() * 2)
+    assert compile_stats().exports == 0
+
+
+def test_force_torch_backward_exports_only_the_forward():
+    lin = torch.nn.Linear(4, 3)
+    f = _compile(lin, policy="FALLBACK_FORCE_TORCH_BACKWARD")
+    x = torch.randn(2, 4)
+    f(x).sum().backward()
+    ref = torch.nn.Linear(4, 3)
+    ref.load_state_dict(lin.state_dict())
+    g = lin.weight.grad.clone()
+    ref(x).sum().backward()
+    torch.testing.assert_close(g, ref.weight.grad)
+    assert compile_stats().exports == 1  # forward only
+
+
+class _FlakyOnce:
+    """Makes the engine fail the first run of every graph (a run-time failure of the ONNX model)."""
+
+    def __init__(self, monkeypatch):
+        from torch_ort_backend import compiled_graph
+
+        self.calls = 0
+        original = compiled_graph.CompiledGraph._run_engine
+
+        def flaky(graph, args):
+            self.calls += 1
+            if self.calls == 1:
+                raise tob.UnsupportedOnnxModelError("injected run failure")
+            return original(graph, args)
+
+        monkeypatch.setattr(compiled_graph.CompiledGraph, "_run_engine", flaky)
+
+
+def test_without_retry_a_failed_graph_stays_eager(monkeypatch):
+    flaky = _FlakyOnce(monkeypatch)
+    f = _compile(lambda x: x.cos() + 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(3):
+            x = torch.randn(4)
+            torch.testing.assert_close(f(x), x.cos() + 1)
+    assert flaky.calls == 1
+
+
+def test_retry_goes_back_to_the_engine(monkeypatch):
+    flaky = _FlakyOnce(monkeypatch)
+    f = _compile(lambda x: x.cos() + 1, retry=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(3):
+            x = torch.randn(4)
+            torch.testing.assert_close(f(x), x.cos() + 1)
+    assert flaky.calls == 3 and compile_stats().runs == 2

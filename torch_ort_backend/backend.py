@@ -1,0 +1,76 @@
+"""The registered TorchDynamo backend "ort" (and "onnxrt" where torch no longer provides it).
+
+Dynamo hands us an FX graph of torch-level ops; AOTAutograd (with our decomposition table) turns it
+into an ATen forward graph and a backward graph (or one inference graph under no_grad / eval without
+grads); each becomes a CompiledGraph: exported to ONNX and run by one engine session.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import torch
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.partitioners import default_partition
+
+from .compiled_graph import STATS, CompiledGraph, CompileStats
+from .decompositions import decomposition_table
+from .errors import FallbackError, UnsupportedTorchModelError
+from .fallback import FallbackManager, FallbackPolicy
+from .options import BackendOptions, resolve
+
+
+def compile_stats() -> CompileStats:
+    """The backend's counters (graphs, exports, sessions created / reused, runs, fallbacks, ATen ops)."""
+    return STATS
+
+
+def _compiler(opts: BackendOptions, stage: str) -> Callable:
+    def compile_graph(gm: torch.fx.GraphModule, example_inputs: Any) -> CompiledGraph:
+        return CompiledGraph(gm, stage, opts)
+
+    return compile_graph
+
+
+def _eager_backward(gm: torch.fx.GraphModule, example_inputs: Any):
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    return make_boxed_func(gm.forward)
+
+
+def ort_backend(gm: torch.fx.GraphModule, example_inputs: list, options: Mapping[str, Any] | None = None,
+                mode: str | None = None) -> Callable:
+    """torch.compile(model, backend="ort", options={...}); options are listed in
+    torch_ort_backend.options.SPEC, each with its ORTMODULE_* variable."""
+    opts = resolve(options)
+    policy = opts.fallback_policy
+    if policy & FallbackPolicy.FALLBACK_FORCE_TORCH_FORWARD:
+        return gm.forward
+    bw = _eager_backward if policy & FallbackPolicy.FALLBACK_FORCE_TORCH_BACKWARD else _compiler(opts, "backward")
+    aot = aot_autograd(
+        fw_compiler=_compiler(opts, "forward"),
+        bw_compiler=bw,
+        inference_compiler=_compiler(opts, "inference"),
+        decompositions=decomposition_table(),
+        partition_fn=default_partition,
+        keep_inference_input_mutations=False,
+    )
+    try:
+        return aot(gm, example_inputs)
+    except FallbackError:
+        raise
+    except Exception as e:
+        if "TensorifyScalarRestartAnalysis" in type(e).__name__ or "Restart" in type(e).__name__:
+            raise
+        err = UnsupportedTorchModelError(f"AOTAutograd could not trace the graph: {type(e).__name__}: {e}")
+        if FallbackManager(policy, opts.fallback_retry, "a dynamo graph").should_fall_back(err):
+            STATS.fallbacks += 1
+            return gm.forward
+        raise err from e
+
+
+def onnxrt_backend(gm: torch.fx.GraphModule, example_inputs: list, options: Mapping[str, Any] | None = None,
+                   mode: str | None = None) -> Callable:
+    """The name torch's removed ONNX Runtime backend had; old scripts and HuggingFace Trainer
+    (torch_compile_backend="onnxrt") reach our backend through it."""
+    return ort_backend(gm, example_inputs, options=options, mode=mode)

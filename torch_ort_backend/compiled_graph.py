@@ -1,0 +1,220 @@
+"""One AOTAutograd graph (forward, backward or inference) compiled for the engine: export to ONNX,
+create (or reuse) an engine session, and run it with torch tensors in and out without copies."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from .errors import (
+    FallbackError,
+    UnsupportedDataError,
+    UnsupportedDeviceError,
+    UnsupportedOnnxModelError,
+    UnsupportedTorchModelError,
+)
+from .exporter import ExportedGraph, export_fx_graph
+from .exporter.context import TORCH_TO_ONNX
+from .fallback import FallbackManager
+from .options import BackendOptions
+
+logger = logging.getLogger("torch_ort_backend")
+
+
+@dataclass
+class CompileStats:
+    """Counters the backend exposes (torch_ort_backend.backend.compile_stats()): tests use them to show
+    that a new sequence length reused a session instead of exporting again."""
+
+    graphs: int = 0  # graphs handed to fw/bw/inference compilers
+    exports: int = 0  # FX -> ONNX exports
+    sessions_created: int = 0
+    session_cache_hits: int = 0  # an export identical to an earlier one reused its session
+    runs: int = 0
+    fallbacks: int = 0  # graphs (or runs) sent to eager by the policy
+    aten_fallback_ops: Counter = field(default_factory=Counter)
+
+    def reset(self) -> None:
+        self.__init__()
+
+
+STATS = CompileStats()
+_SESSION_CACHE: dict[tuple, Any] = {}
+_CACHE_LOCK = threading.Lock()
+_GRAPH_IDS = Counter()
+
+
+def _check_inputs(gm: torch.fx.GraphModule) -> None:
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        mv = node.meta.get("val")
+        if isinstance(mv, torch.Tensor):
+            if mv.device.type != "cpu":
+                raise UnsupportedDeviceError(
+                    f"input '{node.name}' is on {mv.device}; this build runs graphs on the CPU only")
+            if mv.dtype not in TORCH_TO_ONNX:
+                raise UnsupportedDataError(f"input '{node.name}' has dtype {mv.dtype}, which the engine does not carry")
+            if mv.layout != torch.strided or mv.is_quantized:
+                raise UnsupportedDataError(f"input '{node.name}' has layout {mv.layout}; dense tensors only")
+
+
+def _session_options(opts: BackendOptions):
+    from .session import GraphOptimizationLevel, SessionOptions
+
+    so = SessionOptions()
+    so.intra_op_num_threads = opts.intra_op_threads or torch.get_num_threads()
+    so.graph_optimization_level = GraphOptimizationLevel(opts.optimization_level)
+    so.enable_profiling = opts.enable_profiling
+    return so
+
+
+def _save(opts: BackendOptions, model, name: str) -> str:
+    import onnx
+
+    directory = opts.save_path or os.getcwd()
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, name)
+    onnx.save(model, path)
+    return path
+
+
+class CompiledGraph:
+    """The callable AOTAutograd runs (boxed calling convention: one list of arguments)."""
+
+    def __init__(self, gm: torch.fx.GraphModule, stage: str, opts: BackendOptions) -> None:
+        # An instance attribute, so that the wrappers torch puts around the backward (functools.wraps
+        # copies __dict__) keep the boxed calling convention.
+        self._boxed_call = True
+        self.gm = gm
+        self.stage = stage
+        self.opts = opts
+        _GRAPH_IDS[stage] += 1
+        self.name = f"{stage}_{_GRAPH_IDS[stage] - 1}"
+        self.fallback = FallbackManager(opts.fallback_policy, opts.fallback_retry, f"the {stage} graph {self.name}")
+        self.eager = False
+        self.session = None
+        self.exported: ExportedGraph | None = None
+        STATS.graphs += 1
+        try:
+            self._compile()
+        except FallbackError as e:
+            if not self.fallback.should_fall_back(e):
+                raise
+            STATS.fallbacks += 1
+            self.eager = True
+
+    # ---- compile ----
+    def _compile(self) -> None:
+        _check_inputs(self.gm)
+        try:
+            exported = export_fx_graph(self.gm, self.opts.opset)
+        except FallbackError:
+            raise
+        except Exception as e:  # a converter bug or an FX construct we do not know is a model we cannot export
+            raise UnsupportedTorchModelError(f"exporting {self.name} failed: {type(e).__name__}: {e}") from e
+        STATS.exports += 1
+        STATS.aten_fallback_ops.update(exported.aten_fallback_ops)
+        self.exported = exported
+        model = exported.model
+        prefix = f"{self.opts.onnx_prefix}_{self.name}"
+        if self.opts.save_onnx:
+            logger.info("saved %s", _save(self.opts, model, f"{prefix}_exported.onnx"))
+        self.session = self._session_for(model)
+        self._input_names = exported.input_names
+        self._report()
+
+    def _session_for(self, model):
+        from .session import InferenceSession
+
+        key = (hashlib.sha1(model.SerializeToString(deterministic=True)).hexdigest(), self.opts.optimization_level,
+               self.opts.intra_op_threads)
+        with _CACHE_LOCK:
+            cached = _SESSION_CACHE.get(key)
+        if cached is not None and not self.opts.save_onnx:
+            STATS.session_cache_hits += 1
+            return cached
+        so = _session_options(self.opts)
+        if self.opts.save_onnx:
+            so.optimized_model_filepath = os.path.join(
+                self.opts.save_path or os.getcwd(), f"{self.opts.onnx_prefix}_{self.name}_optimized.onnx")
+        try:
+            session = InferenceSession(model, so)
+        except Exception as e:
+            raise UnsupportedOnnxModelError(f"the engine rejected {self.name}: {e}") from e
+        STATS.sessions_created += 1
+        with _CACHE_LOCK:
+            _SESSION_CACHE[key] = session
+        return session
+
+    def _report(self) -> None:
+        ex = self.exported
+        if not logger.isEnabledFor(logging.INFO):
+            return
+        total = ex.fx_nodes
+        aten = sum(ex.aten_fallback_ops.values())
+        share = 100.0 * (total - aten) / total if total else 100.0
+        lines = [f"partition report for {self.name}: {total} ATen nodes, {share:.1f}% run natively, "
+                 f"{aten} through the ATen fallback"]
+        for op, n in ex.aten_fallback_ops.most_common():
+            lines.append(f"  ATen fallback: {op} x{n}")
+        logger.info("\n".join(lines))
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("engine partition for %s:\n%s", self.name, self.session.partition_report())
+
+    # ---- run ----
+    def __call__(self, *call_args: Any) -> Any:
+        # AOTAutograd calls forward graphs boxed (one list) and the dynamo-disabled backward unboxed.
+        args = call_args[0] if len(call_args) == 1 and isinstance(call_args[0], list) else list(call_args)
+        if self.eager:
+            return self._run_eager(args)
+        try:
+            return self._run_engine(args)
+        except FallbackError as e:
+            if not self.fallback.should_fall_back(e):
+                raise
+            STATS.fallbacks += 1
+            self.eager = not self.opts.fallback_retry
+            return self._run_eager(args)
+
+    def _run_eager(self, args: list) -> Any:
+        return self.gm(*args)
+
+    def _run_engine(self, args: list) -> list:
+        ex = self.exported
+        feeds = []
+        for a, kind in zip(args, ex.input_kinds):
+            if kind == "tensor":
+                if a.device.type != "cpu":
+                    raise UnsupportedDeviceError(f"{self.name}: an input is on {a.device}; the CPU only")
+                t = a.detach()
+                if not t.is_contiguous():
+                    t = t.contiguous()
+                feeds.append(t.__dlpack__())
+            elif kind == "symint":
+                feeds.append(np.asarray(int(a), dtype=np.int64))
+            else:
+                feeds.append(np.asarray(float(a), dtype=np.float64))
+        try:
+            results = self.session._session.run(self._input_names, feeds, [])
+        except Exception as e:
+            raise UnsupportedOnnxModelError(f"running {self.name} failed: {e}") from e
+        STATS.runs += 1
+        outs = []
+        it = iter(results)
+        for kind in ex.output_kinds:
+            if kind == "tensor":
+                outs.append(torch.from_dlpack(next(it)))
+            elif kind == "symint":
+                outs.append(int(torch.from_dlpack(next(it)).item()))
+            else:
+                outs.append(kind[1])
+        return outs

@@ -1,0 +1,131 @@
+"""Backward ops of the forward family, mapped to the engine's training ops (com.microsoft, fused) where
+it has kernels for them; otherwise the converter declines and the op runs as an ATen node."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .context import MS_DOMAIN
+from .engine_ops import engine_has
+from .registry import converter
+
+aten = torch.ops.aten
+_REDUCTION = {0: "none", 1: "mean", 2: "sum"}
+
+
+def _ms(op_type: str, dtype) -> bool:
+    return engine_has(MS_DOMAIN, op_type, dtype)
+
+
+@converter(aten.threshold_backward.default)
+def threshold_backward(ctx, node, a):
+    if a.threshold != 0 or not _ms("ReluGrad", a.grad_output.dtype):
+        return None
+    return ctx.op("ReluGrad", a.grad_output, a.self, domain=MS_DOMAIN)
+
+
+@converter(aten.gelu_backward.default)
+def gelu_backward(ctx, node, a):
+    op = "FastGeluGrad" if a.approximate == "tanh" else "GeluGrad"
+    if not _ms(op, a.grad_output.dtype):
+        return None
+    return ctx.op(op, a.grad_output, a.self, domain=MS_DOMAIN)
+
+
+@converter(aten.sigmoid_backward.default)
+def sigmoid_backward(ctx, node, a):
+    if not _ms("SigmoidGrad", a.grad_output.dtype):
+        return None
+    return ctx.op("SigmoidGrad", a.grad_output, a.output, domain=MS_DOMAIN)
+
+
+@converter(aten.tanh_backward.default)
+def tanh_backward(ctx, node, a):
+    if not _ms("TanhGrad", a.grad_output.dtype):
+        return None
+    return ctx.op("TanhGrad", a.grad_output, a.output, domain=MS_DOMAIN)
+
+
+@converter(aten._softmax_backward_data.default)
+def softmax_backward(ctx, node, a):
+    if a.grad_output.dtype != a.input_dtype or not _ms("SoftmaxGrad_13", a.grad_output.dtype):
+        return None
+    return ctx.op("SoftmaxGrad_13", a.grad_output, a.output, axis=a.dim, domain=MS_DOMAIN)
+
+
+@converter(aten._log_softmax_backward_data.default)
+def log_softmax_backward(ctx, node, a):
+    if a.grad_output.dtype != a.input_dtype or not _ms("LogSoftmaxGrad_13", a.grad_output.dtype):
+        return None
+    return ctx.op("LogSoftmaxGrad_13", a.grad_output, a.output, axis=a.dim, domain=MS_DOMAIN)
+
+
+@converter(aten.native_layer_norm_backward.default)
+def layer_norm_backward(ctx, node, a):
+    x = a.input
+    if not _ms("LayerNormalizationGrad", x.dtype):
+        return None
+    axis = x.rank - len(a.normalized_shape)
+    scale = a.weight
+    if scale is None:
+        if not all(isinstance(s, int) for s in a.normalized_shape):
+            return None
+        scale = ctx.const(np.ones(list(a.normalized_shape)), x.dtype)
+    want_dx, want_dw, want_db = a.output_mask
+    dx, dw, db = ctx.op("LayerNormalizationGrad", a.grad_out, x, scale, a.mean, a.rstd, outputs=3, axis=axis,
+                        domain=MS_DOMAIN, dtypes=[x.dtype, scale.dtype, scale.dtype])
+    return (dx if want_dx else None, dw if (want_dw and a.weight is not None) else None,
+            db if (want_db and a.bias is not None) else None)
+
+
+@converter(aten.nll_loss_backward.default)
+def nll_loss_backward(ctx, node, a):
+    x = a.self
+    if not _ms("NegativeLogLikelihoodLossGrad", x.dtype) or x.rank < 2:
+        return None
+    return ctx.op("NegativeLogLikelihoodLossGrad", a.grad_output, x, a.target, a.weight,
+                  reduction=_REDUCTION[a.reduction], ignore_index=int(a.ignore_index), domain=MS_DOMAIN)
+
+
+@converter(aten.embedding_dense_backward.default)
+def embedding_backward(ctx, node, a):
+    g = a.grad_output
+    if a.scale_grad_by_freq or not _ms("GatherGrad", g.dtype) or not isinstance(a.num_weights, int):
+        return None
+    dim = g.shape[-1] if g.shape is not None else None
+    if not isinstance(dim, int):
+        return None
+    dx = ctx.op("GatherGrad", ctx.ints([a.num_weights, dim]), a.indices, g, axis=0, domain=MS_DOMAIN)
+    if a.padding_idx is not None and a.padding_idx >= 0:
+        keep = np.ones([a.num_weights, 1], dtype=np.float32)
+        keep[a.padding_idx] = 0
+        dx = ctx.op("Mul", dx, ctx.const(keep, g.dtype))
+    return dx
+
+
+@converter(aten.native_dropout_backward.default)
+def dropout_backward(ctx, node, a):
+    dt = a.grad_output.dtype
+    return ctx.op("Mul", ctx.op("Mul", a.grad_output, ctx.cast(a.mask, dt)), ctx.scalar(a.scale, dt))
+
+
+@converter(aten.convolution_backward.default)
+def convolution_backward(ctx, node, a):
+    x, w = a.input, a.weight
+    if a.transposed or not _ms("ConvGrad", x.dtype) or any(not isinstance(p, int) for p in a.padding):
+        return None
+    nd = w.rank - 2
+    if any(o for o in a.output_padding):
+        return None
+
+    def pairs(v):
+        v = list(v)
+        return v * nd if len(v) == 1 else v
+
+    pads = pairs(a.padding)
+    dx, dw, db = ctx.op("ConvGrad", a.grad_output, x, w, outputs=3, domain=MS_DOMAIN,
+                        strides=pairs(a.stride), pads=pads + pads, dilations=pairs(a.dilation), group=a.groups,
+                        kernel_shape=[int(s) for s in w.shape[2:]] if w.static_shape() else None)
+    want_dx, want_dw, want_db = a.output_mask
+    return (dx if want_dx else None, dw if want_dw else None, db if (want_db and a.bias_sizes) else None)

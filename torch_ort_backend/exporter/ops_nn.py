@@ -1,0 +1,186 @@
+"""Neural-network ops: matmul family, convolution, normalisation, softmax, embedding, losses, pooling."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .context import MS_DOMAIN, Val
+from .engine_ops import engine_has
+from .registry import converter
+
+aten = torch.ops.aten
+
+_REDUCTION = {0: "none", 1: "mean", 2: "sum"}
+
+
+def _transposed_source(ctx, fx_arg):
+    """If an FX argument is aten.t / a 2-D permute([1, 0]) of some value, that value (for transB/transA)."""
+    import torch.fx
+
+    if not isinstance(fx_arg, torch.fx.Node) or fx_arg.op != "call_function":
+        return None
+    if fx_arg.target is aten.t.default or (
+        fx_arg.target is aten.permute.default and list(fx_arg.args[1]) in ([1, 0], [-1, -2], [1, -2], [-1, 0])
+    ) or (fx_arg.target is aten.transpose.int and sorted(a % 2 for a in fx_arg.args[1:3]) == [0, 1]):
+        src = fx_arg.args[0]
+        mv = src.meta.get("val") if isinstance(src, torch.fx.Node) else None
+        if mv is not None and mv.dim() == 2:
+            return src
+    return None
+
+
+def _gemm_operand(ctx, node, index: int, exporter_env):
+    src = _transposed_source(ctx, node.args[index])
+    if src is not None and src in exporter_env:
+        return exporter_env[src], 1
+    return None, 0
+
+
+@converter(aten.mm.default)
+def mm(ctx, node, a):
+    env = ctx.env
+    b, trans_b = _gemm_operand(ctx, node, 1, env)
+    if trans_b and a.self.rank == 2 and a.self.dtype == torch.float32:
+        return ctx.op("Gemm", a.self, b, transB=1)
+    return ctx.op("MatMul", a.self, a.mat2)
+
+
+@converter(aten.bmm.default)
+def bmm(ctx, node, a):
+    return ctx.op("MatMul", a.self, a.mat2)
+
+
+@converter(aten.addmm.default)
+def addmm(ctx, node, a):
+    env = ctx.env
+    b, trans_b = _gemm_operand(ctx, node, 2, env)
+    if not trans_b:
+        b = a.mat2
+    kw = {}
+    if a.alpha != 1:
+        kw["alpha"] = float(a.alpha)
+    if a.beta != 1:
+        kw["beta"] = float(a.beta)
+    return ctx.op("Gemm", a.mat1, b, a.self, transB=trans_b or None, **kw)
+
+
+def _pairs(v, n):
+    v = list(v)
+    return v * n if len(v) == 1 else v
+
+
+@converter(aten.convolution.default)
+def convolution(ctx, node, a):
+    nd = a.weight.rank - 2
+    if any(not isinstance(p, int) for p in a.padding):
+        return None
+    strides, pads, dil = _pairs(a.stride, nd), _pairs(a.padding, nd), _pairs(a.dilation, nd)
+    kshape = [int(s) for s in a.weight.shape[2:]] if a.weight.static_shape() else None
+    if a.transposed:
+        outpad = _pairs(a.output_padding, nd)
+        return ctx.op("ConvTranspose", a.input, a.weight, a.bias, strides=strides, pads=pads + pads,
+                      dilations=dil, group=a.groups, output_padding=outpad if any(outpad) else None,
+                      kernel_shape=kshape)
+    return ctx.op("Conv", a.input, a.weight, a.bias, strides=strides, pads=pads + pads, dilations=dil,
+                  group=a.groups, kernel_shape=kshape)
+
+
+@converter(aten.native_layer_norm.default)
+def layer_norm(ctx, node, a):
+    x = a.input
+    k = len(a.normalized_shape)
+    axis = x.rank - k
+    scale, bias = a.weight, a.bias
+    if scale is None:
+        if not all(isinstance(s, int) for s in a.normalized_shape):
+            return None
+        scale = ctx.const(np.ones(list(a.normalized_shape)), x.dtype)
+    y, mean, rstd = ctx.op("LayerNormalization", x, scale, bias, outputs=3, axis=axis, epsilon=float(a.eps),
+                           dtypes=[x.dtype, torch.float32, torch.float32])
+    return y, mean, rstd
+
+
+@converter(aten._softmax.default)
+def softmax(ctx, node, a):
+    if a.half_to_float:
+        return None
+    return ctx.op("Softmax", a.self, axis=a.dim)
+
+
+@converter(aten._log_softmax.default)
+def log_softmax(ctx, node, a):
+    if a.half_to_float:
+        return None
+    return ctx.op("LogSoftmax", a.self, axis=a.dim)
+
+
+@converter(aten.embedding.default)
+def embedding(ctx, node, a):
+    return ctx.op("Gather", a.weight, a.indices, axis=0)
+
+
+@converter(aten.nll_loss_forward.default)
+def nll_loss_forward(ctx, node, a):
+    x, target = a.self, a.target
+    if not engine_has("", "NegativeLogLikelihoodLoss", x.dtype) or x.rank < 2:
+        return None
+    reduction = _REDUCTION[a.reduction]
+    loss = ctx.op("NegativeLogLikelihoodLoss", x, target, a.weight, reduction=reduction,
+                  ignore_index=int(a.ignore_index))
+    if reduction == "none":
+        return loss, ctx.scalar(0.0, x.dtype)
+    valid = ctx.op("Not", ctx.op("Equal", target, ctx.scalar(a.ignore_index, target.dtype), dtype=torch.bool))
+    if a.weight is None:
+        w = ctx.cast(valid, x.dtype)
+    else:
+        safe = ctx.op("Where", valid, target, ctx.scalar(0, target.dtype))
+        w = ctx.op("Mul", ctx.op("Gather", a.weight, safe, axis=0), ctx.cast(valid, x.dtype))
+    total = ctx.op("ReduceSum", w, keepdims=0)
+    return loss, total
+
+
+@converter(aten.native_dropout.default)
+def native_dropout(ctx, node, a):
+    if a.train is False or a.p == 0:
+        mask = ctx.op("ConstantOfShape", ctx.op("Shape", a.input, dtype=torch.int64), dtype=torch.bool,
+                      value=_bool_one())
+        return ctx.op("Identity", a.input), mask
+    return None  # random: torch's generator through the ATen node
+
+
+def _bool_one():
+    from onnx import TensorProto, helper
+
+    return helper.make_tensor("value", TensorProto.BOOL, [1], [True])
+
+
+@converter(aten.avg_pool2d.default)
+def avg_pool2d(ctx, node, a):
+    if a.divisor_override is not None:
+        return None
+    k = _pairs(a.kernel_size, 2)
+    s = _pairs(a.stride, 2) if a.stride else k
+    p = _pairs(a.padding, 2)
+    return ctx.op("AveragePool", a.self, kernel_shape=k, strides=s, pads=p + p, ceil_mode=int(a.ceil_mode),
+                  count_include_pad=int(a.count_include_pad))
+
+
+@converter(aten._adaptive_avg_pool2d.default)
+def adaptive_avg_pool2d(ctx, node, a):
+    if list(a.output_size) != [1, 1]:
+        return None
+    return ctx.op("GlobalAveragePool", a.self)
+
+
+@converter(aten._native_batch_norm_legit_no_training.default)
+def batch_norm_inference(ctx, node, a):
+    if a.weight is None or a.bias is None:
+        return None
+    y = ctx.op("BatchNormalization", a.input, a.weight, a.bias, a.running_mean, a.running_var,
+               epsilon=float(a.eps), momentum=float(1 - a.momentum) if a.momentum is not None else None)
+    empty = ctx.const(np.zeros([0], np.float32), a.input.dtype)
+    return y, empty, empty
+
+
+__all__ = ["MS_DOMAIN", "Val"]

@@ -1,0 +1,85 @@
+"""Reductions. From opset 18 every Reduce* takes its axes as an input; before, only ReduceSum does."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .context import ExportContext, Val
+from .registry import converter
+
+aten = torch.ops.aten
+
+
+def reduce(ctx: ExportContext, op_type: str, x: Val, dims, keepdim: bool, dtype=None) -> Val:
+    dims = [] if dims is None else ([dims] if isinstance(dims, int) else list(dims))
+    if x.shape == ():
+        return ctx.op("Identity", x) if dtype is None else ctx.cast(x, dtype)
+    axes_as_input = op_type == "ReduceSum" or ctx.opset >= 18
+    kw = {"keepdims": int(bool(keepdim))}
+    if dtype is not None:
+        x = ctx.cast(x, dtype)
+    if not dims:
+        return ctx.op(op_type, x, **kw)
+    if axes_as_input:
+        return ctx.op(op_type, x, ctx.const(np.asarray(dims, dtype=np.int64), torch.int64), **kw)
+    return ctx.op(op_type, x, axes=dims, **kw)
+
+
+@converter(aten.sum.dim_IntList)
+def sum_dim(ctx, node, a):
+    return reduce(ctx, "ReduceSum", a.self, a.dim, a.keepdim, node.meta["val"].dtype)
+
+
+@converter(aten.sum.default)
+def sum_all(ctx, node, a):
+    return reduce(ctx, "ReduceSum", a.self, None, False, node.meta["val"].dtype)
+
+
+@converter(aten.mean.dim)
+def mean_dim(ctx, node, a):
+    return reduce(ctx, "ReduceMean", a.self, a.dim, a.keepdim, node.meta["val"].dtype)
+
+
+@converter(aten.mean.default)
+def mean_all(ctx, node, a):
+    return reduce(ctx, "ReduceMean", a.self, None, False, node.meta["val"].dtype)
+
+
+@converter(aten.amax.default)
+def amax(ctx, node, a):
+    return reduce(ctx, "ReduceMax", a.self, a.dim, a.keepdim)
+
+
+@converter(aten.amin.default)
+def amin(ctx, node, a):
+    return reduce(ctx, "ReduceMin", a.self, a.dim, a.keepdim)
+
+
+@converter(aten.prod.dim_int)
+def prod_dim(ctx, node, a):
+    return reduce(ctx, "ReduceProd", a.self, a.dim, a.keepdim, node.meta["val"].dtype)
+
+
+@converter(aten.max.dim)
+def max_dim(ctx, node, a):
+    values = reduce(ctx, "ReduceMax", a.self, a.dim, a.keepdim)
+    idx = ctx.op("ArgMax", a.self, axis=a.dim, keepdims=int(bool(a.keepdim)), dtype=torch.int64)
+    return values, idx
+
+
+@converter(aten.min.dim)
+def min_dim(ctx, node, a):
+    values = reduce(ctx, "ReduceMin", a.self, a.dim, a.keepdim)
+    idx = ctx.op("ArgMin", a.self, axis=a.dim, keepdims=int(bool(a.keepdim)), dtype=torch.int64)
+    return values, idx
+
+
+@converter(aten.argmax.default, aten.argmin.default)
+def argmax(ctx, node, a):
+    op = "ArgMax" if node.target is aten.argmax.default else "ArgMin"
+    x, dim = a.self, a.dim
+    if dim is None:
+        x = ctx.op("Reshape", x, ctx.const(np.asarray([-1], np.int64), torch.int64))
+        dim = 0
+    return ctx.op(op, x, axis=dim, keepdims=int(bool(a.keepdim)), dtype=torch.int64)

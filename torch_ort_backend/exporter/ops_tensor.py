@@ -1,0 +1,327 @@
+"""Shape, layout, indexing and creation ops."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import torch
+
+from .context import Val, dim_of, onnx_dtype
+from .registry import converter
+
+aten = torch.ops.aten
+INT64_MAX = 2**63 - 1
+
+
+def out_meta(node):
+    return node.meta["val"]
+
+
+def _axes(ctx, dims) -> Val:
+    return ctx.const(np.asarray(dims, dtype=np.int64), torch.int64)
+
+
+def _norm_dim(d: int, rank: int) -> int:
+    return d + rank if d < 0 else d
+
+
+def _sizes(ctx, node, sizes) -> Val:
+    """The target shape: constant when the output's shape is static, else built from SymInt values."""
+    mv = out_meta(node)
+    if all(isinstance(s, int) for s in mv.shape):
+        return ctx.ints([int(s) for s in mv.shape])
+    return ctx.ints(list(sizes))
+
+
+@converter(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+def view(ctx, node, a):
+    return ctx.op("Reshape", a.self, _sizes(ctx, node, a.size))
+
+
+@converter(aten.clone.default, aten.alias.default, aten.detach.default, aten.lift_fresh_copy.default,
+           aten.contiguous.default)
+def identity(ctx, node, a):
+    return ctx.op("Identity", a.self)
+
+
+@converter(aten.t.default)
+def t(ctx, node, a):
+    if a.self.rank < 2:
+        return ctx.op("Identity", a.self)
+    return ctx.op("Transpose", a.self, perm=[1, 0])
+
+
+@converter(aten.transpose.int)
+def transpose(ctx, node, a):
+    r = a.self.rank
+    perm = list(range(r))
+    d0, d1 = _norm_dim(a.dim0, r), _norm_dim(a.dim1, r)
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    return ctx.op("Transpose", a.self, perm=perm)
+
+
+@converter(aten.permute.default)
+def permute(ctx, node, a):
+    r = a.self.rank
+    return ctx.op("Transpose", a.self, perm=[_norm_dim(d, r) for d in a.dims])
+
+
+@converter(aten.expand.default)
+def expand(ctx, node, a):
+    size = list(a.size)
+    lead = len(size) - a.self.rank
+    fixed = [1 if (isinstance(s, int) and s == -1 and i >= lead) else s for i, s in enumerate(size)]
+    mv = out_meta(node)
+    if all(isinstance(s, int) for s in mv.shape):
+        fixed = [int(s) for s in mv.shape]
+    return ctx.op("Expand", a.self, ctx.ints(fixed))
+
+
+@converter(aten.unsqueeze.default)
+def unsqueeze(ctx, node, a):
+    d = _norm_dim(a.dim, a.self.rank + 1)
+    return ctx.op("Unsqueeze", a.self, _axes(ctx, [d]))
+
+
+@converter(aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default)
+def squeeze(ctx, node, a):
+    shape = a.self.shape
+    if shape is None:
+        return None
+    r = len(shape)
+    dims = getattr(a, "dim", None)
+    if dims is None:
+        dims = list(range(r))
+    elif isinstance(dims, int):
+        dims = [dims]
+    dims = [_norm_dim(d, r) for d in dims] if r else []
+    if any(not isinstance(shape[d], int) for d in dims):
+        return None  # whether a symbolic dim is 1 is unknown here
+    keep = [d for d in dims if shape[d] == 1]
+    if not keep:
+        return ctx.op("Identity", a.self)
+    return ctx.op("Squeeze", a.self, _axes(ctx, keep))
+
+
+@converter(aten.slice.Tensor)
+def slice_(ctx, node, a):
+    r = a.self.rank
+    d = _norm_dim(a.dim, r)
+    start = 0 if a.start is None else a.start
+    end = INT64_MAX if a.end is None or (isinstance(a.end, int) and a.end >= sys.maxsize) else a.end
+    if isinstance(start, int) and start == 0 and isinstance(end, int) and end == INT64_MAX and a.step == 1:
+        return ctx.op("Identity", a.self)
+    return ctx.op("Slice", a.self, ctx.ints([start]), ctx.ints([end]), _axes(ctx, [d]), ctx.ints([a.step]))
+
+
+@converter(aten.select.int)
+def select(ctx, node, a):
+    d = _norm_dim(a.dim, a.self.rank)
+    idx = a.index if isinstance(a.index, Val) else ctx.scalar(a.index, torch.int64)
+    return ctx.op("Gather", a.self, ctx.cast(idx, torch.int64), axis=d)
+
+
+@converter(aten.cat.default)
+def cat(ctx, node, a):
+    parts = [t for t in a.tensors if not (t.shape is not None and len(t.shape) == 1 and t.shape[0] == 0)]
+    if not parts:
+        return None
+    rank = len(out_meta(node).shape)
+    dt = out_meta(node).dtype
+    return ctx.op("Concat", *[ctx.cast(p, dt) for p in parts], axis=_norm_dim(a.dim, rank))
+
+
+def _split_outputs(ctx, node, x: Val, sizes: list[int], dim: int):
+    outs = ctx.op("Split", x, ctx.ints(sizes), outputs=len(sizes), axis=dim)
+    return outs if isinstance(outs, list) else [outs]
+
+
+@converter(aten.split.Tensor, aten.split_with_sizes.default)
+def split(ctx, node, a):
+    metas = out_meta(node)
+    d = _norm_dim(a.dim, a.self.rank)
+    sizes = [m.shape[d] for m in metas]
+    if not all(isinstance(s, int) for s in sizes):
+        return None
+    if len(sizes) == 1:
+        return [ctx.op("Identity", a.self)]
+    return _split_outputs(ctx, node, a.self, [int(s) for s in sizes], d)
+
+
+@converter(aten.unbind.int)
+def unbind(ctx, node, a):
+    metas = out_meta(node)
+    d = _norm_dim(a.dim, a.self.rank)
+    if len(metas) == 1:
+        return [ctx.op("Squeeze", a.self, _axes(ctx, [d]))]
+    parts = _split_outputs(ctx, node, a.self, [1] * len(metas), d)
+    return [ctx.op("Squeeze", p, _axes(ctx, [d])) for p in parts]
+
+
+@converter(aten.index_select.default)
+def index_select(ctx, node, a):
+    return ctx.op("Gather", a.self, a.index, axis=_norm_dim(a.dim, a.self.rank))
+
+
+@converter(aten.gather.default)
+def gather(ctx, node, a):
+    if a.sparse_grad:
+        return None
+    return ctx.op("GatherElements", a.self, a.index, axis=_norm_dim(a.dim, a.self.rank))
+
+
+@converter(aten.index.Tensor)
+def index(ctx, node, a):
+    idx = list(a.indices)
+    given = [i for i, t in enumerate(idx) if t is not None]
+    if len(given) != 1 or idx[given[0]].dtype not in (torch.int64, torch.int32):
+        return None
+    return ctx.op("Gather", a.self, idx[given[0]], axis=given[0])
+
+
+def _fill(ctx, node, value) -> Val:
+    mv = out_meta(node)
+    dt = mv.dtype
+    static = all(isinstance(s, int) for s in mv.shape)
+    if static and int(np.prod(mv.shape)) <= 16:
+        return ctx.const(np.full([int(s) for s in mv.shape], value), dt)
+    shape = ctx.ints([s if isinstance(s, int) else None for s in mv.shape]) if static else None
+    if shape is None:
+        return None
+    from onnx import helper
+
+    tensor = helper.make_tensor("value", onnx_dtype(dt), [1], [value] if dt != torch.bool else [bool(value)])
+    return ctx.op("ConstantOfShape", shape, value=tensor, dtype=dt)
+
+
+def _symbolic_fill(ctx, node, size, value):
+    dt = out_meta(node).dtype
+    from onnx import helper
+
+    tensor = helper.make_tensor("value", onnx_dtype(dt), [1], [value] if dt != torch.bool else [bool(value)])
+    return ctx.op("ConstantOfShape", ctx.ints(list(size)), value=tensor, dtype=dt)
+
+
+def _fill_value(v):
+    return v if not isinstance(v, Val) else None
+
+
+@converter(aten.full.default, aten.new_full.default)
+def full(ctx, node, a):
+    if isinstance(a.fill_value, Val):
+        return None
+    return _fill(ctx, node, a.fill_value) or _symbolic_fill(ctx, node, a.size, a.fill_value)
+
+
+@converter(aten.zeros.default, aten.new_zeros.default, aten.empty.memory_format, aten.new_empty.default)
+def zeros(ctx, node, a):
+    return _fill(ctx, node, 0) or _symbolic_fill(ctx, node, a.size, 0)
+
+
+@converter(aten.ones.default, aten.new_ones.default)
+def ones(ctx, node, a):
+    return _fill(ctx, node, 1) or _symbolic_fill(ctx, node, a.size, 1)
+
+
+def _like(ctx, node, x: Val, value):
+    r = _fill(ctx, node, value)
+    if r is not None:
+        return r
+    dt = out_meta(node).dtype
+    from onnx import helper
+
+    tensor = helper.make_tensor("value", onnx_dtype(dt), [1], [value] if dt != torch.bool else [bool(value)])
+    return ctx.op("ConstantOfShape", ctx.op("Shape", x, dtype=torch.int64), value=tensor, dtype=dt)
+
+
+@converter(aten.zeros_like.default, aten.empty_like.default)
+def zeros_like(ctx, node, a):
+    return _like(ctx, node, a.self, 0)
+
+
+@converter(aten.ones_like.default)
+def ones_like(ctx, node, a):
+    return _like(ctx, node, a.self, 1)
+
+
+@converter(aten.full_like.default)
+def full_like(ctx, node, a):
+    if isinstance(a.fill_value, Val):
+        return None
+    return _like(ctx, node, a.self, a.fill_value)
+
+
+@converter(aten.scalar_tensor.default)
+def scalar_tensor(ctx, node, a):
+    if isinstance(a.s, Val):
+        return ctx.cast(a.s, out_meta(node).dtype)
+    return ctx.scalar(a.s, out_meta(node).dtype)
+
+
+@converter(aten.arange.default, aten.arange.start, aten.arange.start_step)
+def arange(ctx, node, a):
+    dt = out_meta(node).dtype
+    start = getattr(a, "start", 0)
+    step = getattr(a, "step", 1)
+    return ctx.op("Range", ctx.as_val(start, dt), ctx.as_val(a.end, dt), ctx.as_val(step, dt), dtype=dt)
+
+
+@converter(aten.constant_pad_nd.default)
+def constant_pad(ctx, node, a):
+    pad = list(a.pad)
+    if not all(isinstance(p, int) for p in pad) or any(p < 0 for p in pad):
+        return None
+    r = a.self.rank
+    begins, ends = [0] * r, [0] * r
+    for i in range(len(pad) // 2):
+        d = r - 1 - i
+        begins[d], ends[d] = pad[2 * i], pad[2 * i + 1]
+    dt = a.self.dtype
+    return ctx.op("Pad", a.self, ctx.ints(begins + ends), ctx.scalar(a.value, dt), mode="constant")
+
+
+@converter(aten.triu.default, aten.tril.default)
+def trilu(ctx, node, a):
+    upper = 1 if node.target is aten.triu.default else 0
+    return ctx.op("Trilu", a.self, ctx.scalar(a.diagonal, torch.int64), upper=upper)
+
+
+@converter(aten.cumsum.default)
+def cumsum(ctx, node, a):
+    dt = out_meta(node).dtype
+    return ctx.op("CumSum", ctx.cast(a.self, dt), ctx.scalar(_norm_dim(a.dim, a.self.rank), torch.int64))
+
+
+@converter(aten.repeat.default)
+def repeat(ctx, node, a):
+    reps = list(a.repeats)
+    if len(reps) != a.self.rank:
+        return None
+    return ctx.op("Tile", a.self, ctx.ints(reps))
+
+
+@converter(aten.copy.default)
+def copy(ctx, node, a):
+    dst = a.self
+    src = ctx.cast(a.src, dst.dtype)
+    if src.shape == dst.shape:
+        return ctx.op("Identity", src)
+    return ctx.op("Expand", src, ctx.shape_of(dst))
+
+
+@converter(aten.sym_size.int)
+def sym_size(ctx, node, a):
+    d = _norm_dim(a.dim, a.self.rank)
+    size = a.self.shape[d]
+    if isinstance(size, int):
+        return ctx.scalar(size, torch.int64)
+    return ctx.op("Squeeze", ctx.op("Shape", a.self, dtype=torch.int64, start=d, end=d + 1), _axes(ctx, [0]))
+
+
+@converter(aten.sym_numel.default)
+def sym_numel(ctx, node, a):
+    return ctx.op("ReduceProd", ctx.op("Shape", a.self, dtype=torch.int64), keepdims=0)
+
+
+__all__ = ["dim_of"]
