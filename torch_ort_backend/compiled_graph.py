@@ -7,6 +7,7 @@ import hashlib
 import logging
 import os
 import threading
+import weakref
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +51,12 @@ STATS = CompileStats()
 _SESSION_CACHE: dict[tuple, Any] = {}
 _CACHE_LOCK = threading.Lock()
 _GRAPH_IDS = Counter()
+_LIVE: "weakref.WeakSet[CompiledGraph]" = weakref.WeakSet()
+
+
+def live_graphs() -> list["CompiledGraph"]:
+    """The compiled graphs still referenced (by dynamo's cache), oldest first (for tests and tools)."""
+    return sorted(_LIVE, key=lambda g: g.serial)
 
 
 def _check_inputs(gm: torch.fx.GraphModule) -> None:
@@ -98,6 +105,8 @@ class CompiledGraph:
         self.stage = stage
         self.opts = opts
         _GRAPH_IDS[stage] += 1
+        self.serial = sum(_GRAPH_IDS.values())
+        _LIVE.add(self)
         self.name = f"{stage}_{_GRAPH_IDS[stage] - 1}"
         self.fallback = FallbackManager(opts.fallback_policy, opts.fallback_retry, f"the {stage} graph {self.name}")
         self.eager = False

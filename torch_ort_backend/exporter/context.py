@@ -200,7 +200,8 @@ class ExportContext:
         if key is not None and key in self._const_cache:
             return self._const_cache[key]
         name = self.fresh("const")
-        t = onnx.numpy_helper.from_array(np.ascontiguousarray(arr), name)
+        # (np.ascontiguousarray would turn a 0-d array into shape (1,))
+        t = onnx.numpy_helper.from_array(arr if arr.flags.c_contiguous else np.ascontiguousarray(arr), name)
         self.initializers.append(t)
         v = Val(name, dtype, tuple(arr.shape))
         if key is not None:

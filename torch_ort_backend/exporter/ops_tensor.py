@@ -325,3 +325,36 @@ def sym_numel(ctx, node, a):
 
 
 __all__ = ["dim_of"]
+
+
+@converter(torch.ops.prims.convert_element_type.default)
+def convert_element_type(ctx, node, a):
+    return ctx.cast(a.a, a.dtype) if a.a.dtype != a.dtype else ctx.op("Identity", a.a)
+
+
+@converter(aten.slice_backward.default)
+def slice_backward(ctx, node, a):
+    """Gradient of a unit-step slice: the gradient padded with zeros back to the input's size."""
+    if a.step != 1:
+        return None
+    sizes = list(a.input_sizes)
+    r = len(sizes)
+    d = _norm_dim(a.dim, r)
+    size, start, end = sizes[d], a.start, a.end
+    if isinstance(start, int) and start < 0:
+        if not isinstance(size, int):
+            return None
+        start += size
+    if isinstance(end, int) and isinstance(size, int):
+        end = size + end if end < 0 else min(end, size)
+        after = size - end
+    elif isinstance(end, int) and end >= INT64_MAX // 2:
+        after = 0
+    elif isinstance(end, int) and end < 0:
+        return None
+    else:
+        after = ctx.op("Sub", ctx.as_val(size, torch.int64), ctx.as_val(end, torch.int64))
+    begins, ends = [0] * r, [0] * r
+    begins[d], ends[d] = start, after
+    g = a.grad_output
+    return ctx.op("Pad", g, ctx.ints(begins + ends), ctx.scalar(0, g.dtype), mode="constant")
