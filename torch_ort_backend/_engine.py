@@ -1,4 +1,4 @@
-"""Loads the compiled engine (torch_ort_backend._C).
+"""Loads the compiled engine (torch_ort_backend._C), after torch.
 
 The extension links OpenBLAS from the scipy-openblas32 wheel and finds it through an rpath; when
 the package was installed some other way (an unusual site layout), the library is loaded by
@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import ctypes
 import os
+
+# _C links libtorch (the ATen provider) against the torch installed here: importing torch first
+# loads its libraries and registers its operators (including the Python-defined ones) before
+# any ATen node is resolved.
+import torch  # noqa: F401
 
 try:
     from . import _C  # noqa: F401

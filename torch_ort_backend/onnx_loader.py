@@ -158,6 +158,11 @@ def build_graph(proto: onnx.ModelProto):
     for i, n in enumerate(g.node):
         attrs = [(a.name, int(a.type), _attribute_value(n, a)) for a in n.attribute]
         b.add_node(n.op_type, n.domain, list(n.input), list(n.output), attrs, n.name or f"{n.op_type}_{i}")
+    for vi in g.value_info:
+        if vi.type.WhichOneof("value") != "tensor_type" or vi.type.tensor_type.elem_type not in dtypes.SUPPORTED:
+            continue  # a declaration we cannot use is no error: inference decides
+        elem, dims = _value_info(vi, "value_info")
+        b.declare_value_type(vi.name, elem, dims)
     for vi in g.output:
         elem, dims = _value_info(vi, "graph output")
         b.add_output(vi.name, elem, dims)

@@ -27,7 +27,8 @@ class KernelContext {
   int num_outputs() const { return static_cast<int>(outputs_.size()); }
   // nullptr for an omitted optional input.
   const Tensor* input(int i) const { return i < num_inputs() ? inputs_[i] : nullptr; }
-  // Pre-allocated output; nullptr for an omitted optional output.
+  // Pre-allocated output; nullptr for an omitted optional output. For a kernel registered with
+  // KernelDef::KernelAllocatesOutputs, an undefined Tensor the kernel assigns.
   Tensor* output(int i) { return i < num_outputs() ? outputs_[i] : nullptr; }
   ThreadPool* thread_pool() const { return pool_; }
   // Temporary memory for this Compute call (freed when the returned tensor dies).

@@ -44,6 +44,14 @@ struct KernelDef {
   // Outputs that live in host memory even when the provider's device is not the host
   // (MemcpyToHost, shape-like outputs), as onnxruntime's OrtMemTypeCPUOutput.
   std::vector<int> host_outputs;
+  // The kernel creates its outputs itself (the torch bridge hands over tensors torch allocated):
+  // the executor neither needs concrete output shapes from the shape function nor allocates, and
+  // checks what the kernel produced against the declared types instead. Such outputs are not in
+  // the memory plan.
+  bool kernel_allocates_outputs = false;
+  // The kernel skips outputs it is given as nullptr: the executor then passes nullptr for outputs
+  // nobody reads (omitted in the model, or dead), so gradient kernels compute only what is used.
+  bool skips_unused_outputs = false;
   KernelFactory factory;
 
   // Fluent construction, used by every registration.
@@ -56,6 +64,8 @@ struct KernelDef {
   }
   KernelDef& Alias(int input, int output) { aliases.emplace_back(input, output); return *this; }
   KernelDef& HostOutput(int output) { host_outputs.push_back(output); return *this; }
+  KernelDef& KernelAllocatesOutputs() { kernel_allocates_outputs = true; return *this; }
+  KernelDef& SkipsUnusedOutputs() { skips_unused_outputs = true; return *this; }
   bool IsHostOutput(int output) const {
     for (int o : host_outputs)
       if (o == output) return true;

@@ -9,8 +9,12 @@
 #include "framework/kernel_registry.h"
 #include "ir/graph.h"
 #include "ops/op_schema.h"
+#include "partition/provider_registry.h"
 #include "python/tensor_bridge.h"
 #include "runtime/session.h"
+#ifdef TOB_WITH_TORCH
+#include "providers/torch/torch_provider.h"
+#endif
 
 namespace py = pybind11;
 
@@ -275,6 +279,16 @@ PYBIND11_MODULE(_C, m) {
 #else
   m.attr("built_with_cuda") = false;
 #endif
+#ifdef TOB_WITH_TORCH
+  // ATen nodes run through torch's dispatcher; every session gets this provider after CPU.
+  RegisterTorchProvider();
+  m.attr("TORCH_PROVIDER") = kTorchProvider;
+  m.attr("built_with_torch") = true;
+#else
+  m.attr("built_with_torch") = false;
+#endif
+  m.def("registered_providers", [] { return ProviderRegistry::Global().Names(); });
+  m.def("fallback_providers", [] { return ProviderRegistry::Global().FallbackNames(); });
 
   py::class_<PyTensor>(m, "EngineTensor")
       .def_property_readonly("shape", [](const PyTensor& t) { return t.tensor.shape(); })
@@ -321,6 +335,15 @@ PYBIND11_MODULE(_C, m) {
            },
            py::arg("op_type"), py::arg("domain"), py::arg("inputs"), py::arg("outputs"),
            py::arg("attributes"), py::arg("name") = "")
+      .def("declare_value_type",
+           [](GraphBuilder& b, const std::string& name, int dtype, const py::object& dims) {
+             // value_info: a type the model states for a node output. Inference refines it; ops
+             // that cannot infer (ATen) take it as theirs. Names no node produces are ignored, as
+             // onnxruntime does.
+             Value* v = b.graph().FindValue(name);
+             if (v != nullptr && v->producer() != nullptr && dtype != 0)
+               v->set_type(ValueType(DTypeFromOnnx(dtype), ToDims(dims)));
+           })
       .def("add_output",
            [](GraphBuilder& b, const std::string& name, int dtype, const py::object& dims) {
              std::optional<ValueType> declared;

@@ -7,9 +7,7 @@
 
 #include "memory/run_allocator.h"
 #include "ops/op_schema.h"
-#ifdef TOB_WITH_CUDA
-#include "providers/cuda/cuda_provider.h"
-#endif
+#include "partition/provider_registry.h"
 
 namespace tob {
 
@@ -19,22 +17,6 @@ constexpr size_t kMaxMemoryPatterns = 16;
 
 std::string OpsetLabel(const Graph& g, const Node& n) {
   return StrCat("opset ", g.Opset(n.domain()));
-}
-
-StatusOr<std::unique_ptr<ExecutionProvider>> MakeProvider(const std::string& name) {
-  if (name == kCpuProvider) return std::unique_ptr<ExecutionProvider>(new CpuExecutionProvider());
-#ifdef TOB_WITH_CUDA
-  if (name == kCudaProvider) {
-    if (!CudaDeviceAvailable())
-      return InvalidArgument("provider ", kCudaProvider, " was requested but no CUDA device is visible");
-    return std::unique_ptr<ExecutionProvider>(new CudaExecutionProvider(0));
-  }
-#endif
-  return InvalidArgument("unknown execution provider '", name, "'; available: ", kCpuProvider
-#ifdef TOB_WITH_CUDA
-                         , ", ", kCudaProvider
-#endif
-  );
 }
 
 }  // namespace
@@ -59,12 +41,21 @@ Status Session::Initialize() {
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   pool_ = ThreadPool::Shared(threads);
 
+  const ProviderRegistry& provider_registry = ProviderRegistry::Global();
+  const std::vector<std::string> fallbacks = provider_registry.FallbackNames();
+  auto is_fallback = [&](const std::string& name) {
+    return std::find(fallbacks.begin(), fallbacks.end(), name) != fallbacks.end();
+  };
   for (const std::string& name : options_.providers) {
-    if (name == kCpuProvider) continue;
-    TOB_ASSIGN_OR_RETURN(auto ep, MakeProvider(name));
+    if (name == kCpuProvider || is_fallback(name)) continue;
+    TOB_ASSIGN_OR_RETURN(auto ep, provider_registry.Create(name));
     providers_.push_back(std::move(ep));
   }
   providers_.push_back(std::make_unique<CpuExecutionProvider>());
+  for (const std::string& name : fallbacks) {
+    TOB_ASSIGN_OR_RETURN(auto ep, provider_registry.Create(name));
+    providers_.push_back(std::move(ep));
+  }
 
   Graph& g = *graph_;
   const OpSchemaRegistry& schemas = OpSchemaRegistry::Global();
@@ -126,7 +117,10 @@ Status Session::BuildPlan() {
     if (!kernel.ok()) return kernel.status();
     step.kernel = std::move(kernel).value();
     for (const Value* in : node->inputs()) step.inputs.push_back(in ? slot(in) : -1);
-    for (const Value* out : node->outputs()) step.outputs.push_back(slot(out));
+    for (const Value* out : node->outputs()) {
+      step.outputs.push_back(slot(out));
+      step.unused.push_back(step.def->skips_unused_outputs && out->uses().empty() && !out->is_graph_output());
+    }
     steps_.push_back(std::move(step));
   }
   for (const Value* v : g.outputs()) output_slots_.push_back(slot(v));
@@ -236,8 +230,15 @@ Status Session::RunStep(Step& step, std::vector<Tensor>& slots, const std::share
   TOB_RETURN_IF_ERROR(OpSchemaRegistry::Global().Infer(ictx));
 
   const bool on_host = step.provider->device().type == DeviceType::kCPU;
+  const bool kernel_allocates = step.def->kernel_allocates_outputs;
   std::vector<Tensor*> out_ptrs(step.outputs.size(), nullptr);
-  for (size_t j = 0; j < step.outputs.size(); ++j) {
+  for (size_t j = 0; kernel_allocates && j < step.outputs.size(); ++j) {
+    Tensor& out = slots[step.outputs[j]];
+    out = Tensor();
+    out_ptrs[j] = &out;
+  }
+  for (size_t j = 0; !kernel_allocates && j < step.outputs.size(); ++j) {
+    if (step.unused[j]) continue;  // the kernel skips it (out_ptrs[j] stays nullptr)
     const ValueType& t = ictx.output_types()[j];
     auto shape = t.shape ? ConcreteShape(*t.shape) : std::nullopt;
     if (!shape || t.dtype == DType::kUndefined)
@@ -270,13 +271,72 @@ Status Session::RunStep(Step& step, std::vector<Tensor>& slots, const std::share
   const int64_t t0 = profiling ? profiler_->NowUs() : 0;
   Status st = step.kernel->Compute(kctx);
   if (!st.ok()) return st.WithContext(StrCat("while running ", node.Describe()));
+  if (kernel_allocates)
+    TOB_RETURN_IF_ERROR(AdoptKernelOutputs(step, ictx.output_types(), in_ptrs, slots));
   if (profiling) {
     std::string shapes;
-    for (Tensor* o : out_ptrs) shapes += (shapes.empty() ? "" : " ") + ShapeToString(o->shape());
+    for (Tensor* o : out_ptrs)
+      if (o != nullptr) shapes += (shapes.empty() ? "" : " ") + ShapeToString(o->shape());
     profiler_->Record(ProfileEvent{node.name(), "Node", node.op_type(), node.provider(), shapes, t0,
                                    profiler_->NowUs() - t0});
   }
   for (int s : step.free_after) slots[s] = Tensor();
+  return Status::OK();
+}
+
+namespace {
+
+bool Overlaps(const Tensor& t, const Buffer& b) {
+  if (t.nbytes() == 0) return false;
+  const char* p = static_cast<const char*>(t.raw_data());
+  const char* q = static_cast<const char*>(b.data());
+  return p < q + b.bytes() && q < p + t.nbytes();
+}
+
+}  // namespace
+
+// Outputs the kernel made itself are not in the memory plan: they are checked against what the
+// model declares (the shape function's answer). A graph output that views the memory of an
+// intermediate or a constant is copied out: the intermediate may live in the arena the next run
+// reuses, and the caller must not be able to write into the model's constants.
+Status Session::AdoptKernelOutputs(const Step& step, const std::vector<ValueType>& declared,
+                                   const std::vector<const Tensor*>& inputs, std::vector<Tensor>& slots) {
+  const Node& node = *step.node;
+  for (size_t j = 0; j < step.outputs.size(); ++j) {
+    const int s = step.outputs[j];
+    Tensor& out = slots[s];
+    const Value* value = slot_values_[s];
+    if (!out.defined()) {
+      if (value->uses().empty() && !value->is_graph_output()) continue;
+      return RuntimeError(node.Describe(), ": output ", j, " '", value->name(),
+                          "' was not produced by the kernel but the graph reads it");
+    }
+    const ValueType& want = declared[j];
+    if (want.dtype != DType::kUndefined && out.dtype() != want.dtype)
+      return RuntimeError(node.Describe(), ": output ", j, " '", value->name(), "' is declared ",
+                          want.ToString(), " but the kernel produced ", DTypeName(out.dtype()),
+                          ShapeToString(out.shape()));
+    if (want.shape) {
+      bool match = static_cast<int64_t>(want.shape->size()) == out.rank();
+      for (size_t d = 0; match && d < want.shape->size(); ++d)
+        match = !(*want.shape)[d].is_known() || (*want.shape)[d].value == out.shape()[d];
+      if (!match)
+        return RuntimeError(node.Describe(), ": output ", j, " '", value->name(), "' is declared ",
+                            want.ToString(), " but the kernel produced shape ", ShapeToString(out.shape()));
+    }
+    if (!is_output_slot_[s] || out.device().type != DeviceType::kCPU) continue;
+    bool views_engine_memory = false;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const int in_slot = step.inputs[i];
+      if (inputs[i] != nullptr && !slot_values_[in_slot]->is_graph_input() && inputs[i]->buffer() &&
+          Overlaps(out, *inputs[i]->buffer()))
+        views_engine_memory = true;
+    }
+    if (!views_engine_memory) continue;
+    TOB_ASSIGN_OR_RETURN(Tensor copy, Tensor::Allocate(out.dtype(), out.shape(), CpuAllocator::Default()));
+    if (out.nbytes() > 0) std::memcpy(copy.raw_data(), out.raw_data(), out.nbytes());
+    out = std::move(copy);
+  }
   return Status::OK();
 }
 

@@ -73,6 +73,7 @@ class Session {
     int opset = 0;
     std::vector<int> inputs;     // slot per input, -1 when omitted
     std::vector<int> outputs;    // slot per output
+    std::vector<bool> unused;    // per output: nobody reads it and it is not a graph output
     std::vector<int> free_after; // slots whose last reader is this step
   };
   struct MemoryPattern {
@@ -87,6 +88,8 @@ class Session {
   Status BindFeeds(const std::vector<std::string>& names, std::vector<Tensor>& feeds,
                    std::vector<Tensor>& slots, std::string* signature) const;
   Status RunStep(Step& step, std::vector<Tensor>& slots, const std::shared_ptr<Allocator>& run_alloc);
+  Status AdoptKernelOutputs(const Step& step, const std::vector<ValueType>& declared,
+                            const std::vector<const Tensor*>& inputs, std::vector<Tensor>& slots);
 
   SessionOptions options_;
   std::unique_ptr<Graph> graph_;

@@ -1,0 +1,44 @@
+#include "providers/torch/torch_provider.h"
+
+#include <mutex>
+
+#include "framework/kernel_registry.h"
+#include "partition/provider_registry.h"
+#include "providers/torch/aten_kernel.h"
+
+namespace tob {
+
+namespace {
+
+// Torch runs on host memory here, so the provider shares the host allocator and the CPU copies;
+// the partitioner inserts no copy between it and the CPU provider.
+class TorchExecutionProvider final : public ExecutionProvider {
+ public:
+  std::string name() const override { return kTorchProvider; }
+  Device device() const override { return Device{}; }
+  std::shared_ptr<Allocator> allocator() const override { return CpuAllocator::Default(); }
+  Status CopyTensor(const Tensor& src, Tensor& dst) const override { return cpu_.CopyTensor(src, dst); }
+
+ private:
+  CpuExecutionProvider cpu_;
+};
+
+}  // namespace
+
+void RegisterTorchProvider() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    ProviderRegistry::Global().Register(
+        kTorchProvider,
+        []() -> StatusOr<std::unique_ptr<ExecutionProvider>> {
+          return std::unique_ptr<ExecutionProvider>(new TorchExecutionProvider());
+        },
+        /*fallback=*/true);
+    KernelDef def;
+    def.Domain("com.microsoft").Versions(1).Provider(kTorchProvider).KernelAllocatesOutputs().Factory(CreateAtenKernel);
+    def.op_type = "ATen";
+    KernelRegistry::Global().Register(std::move(def));
+  });
+}
+
+}  // namespace tob
