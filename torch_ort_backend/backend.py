@@ -17,6 +17,7 @@ from .compiled_graph import STATS, CompiledGraph, CompileStats
 from .decompositions import decomposition_table
 from .errors import FallbackError, UnsupportedTorchModelError
 from .fallback import FallbackManager, FallbackPolicy
+from .log_config import configure_logging, log_level_requested
 from .options import BackendOptions, resolve
 
 
@@ -43,6 +44,8 @@ def ort_backend(gm: torch.fx.GraphModule, example_inputs: list, options: Mapping
     """torch.compile(model, backend="ort", options={...}); options are listed in
     torch_ort_backend.options.SPEC, each with its ORTMODULE_* variable."""
     opts = resolve(options)
+    if log_level_requested(options):
+        configure_logging(opts.log_level)
     policy = opts.fallback_policy
     if policy & FallbackPolicy.FALLBACK_FORCE_TORCH_FORWARD:
         return gm.forward

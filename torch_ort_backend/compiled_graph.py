@@ -145,7 +145,7 @@ class CompiledGraph:
         from .session import InferenceSession
 
         key = (hashlib.sha1(model.SerializeToString(deterministic=True)).hexdigest(), self.opts.optimization_level,
-               self.opts.intra_op_threads)
+               self.opts.intra_op_threads, self.opts.enable_profiling)
         with _CACHE_LOCK:
             cached = _SESSION_CACHE.get(key)
         if cached is not None and not self.opts.save_onnx:
@@ -217,6 +217,8 @@ class CompiledGraph:
         except Exception as e:
             raise UnsupportedOnnxModelError(f"running {self.name} failed: {e}") from e
         STATS.runs += 1
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("%s run: %s", self.name, self.session.last_run_stats())
         outs = []
         it = iter(results)
         for kind in ex.output_kinds:

@@ -65,6 +65,15 @@ def _str(name: str, v: Any) -> str:
     return v
 
 
+def _directory(name: str, v: Any) -> str:
+    if not isinstance(v, (str, os.PathLike)):
+        raise ValueError(f"{name} must be a directory path (str), got {type(v).__name__}")
+    path = os.fspath(v)
+    if path and os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"{name} must be a directory, but {path!r} is a file")
+    return path
+
+
 def _log_level(name: str, v: Any) -> str:
     s = getattr(v, "name", v)
     if not isinstance(s, str) or s.upper() not in LOG_LEVELS:
@@ -90,7 +99,7 @@ SPEC: dict[str, tuple[str | None, Any]] = {
     "log_level": ("ORTMODULE_LOG_LEVEL", _log_level),
     "save_onnx": (None, _bool),
     "onnx_prefix": (None, _str),
-    "save_path": ("ORTMODULE_SAVE_ONNX_PATH", _str),
+    "save_path": ("ORTMODULE_SAVE_ONNX_PATH", _directory),
     "intra_op_threads": (None, _int_in(0, 1024)),
     "optimization_level": (None, _opt_level),
     "enable_profiling": (None, _bool),

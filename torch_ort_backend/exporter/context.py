@@ -183,13 +183,20 @@ class ExportContext:
     def const(self, value: Any, dtype: torch.dtype) -> Val:
         """A constant initializer (deduplicated) of the given torch dtype."""
         if isinstance(value, torch.Tensor):
-            arr = value.detach().cpu()
+            # Constants of the graph (get_attr) are real tensors, but AOTAutograd may call the compiler
+            # with its fake mode active: read them with every dispatch mode off.
+            from torch.utils._python_dispatch import _disable_current_modes
+
+            with _disable_current_modes():
+                arr = value.detach().cpu()
             if arr.dtype == torch.bfloat16:
-                t = helper.make_tensor(self.fresh("const"), TensorProto.BFLOAT16, list(arr.shape),
-                                       arr.contiguous().view(torch.int16).numpy().tobytes(), raw=True)
+                with _disable_current_modes():
+                    raw = arr.contiguous().view(torch.int16).numpy().tobytes()
+                t = helper.make_tensor(self.fresh("const"), TensorProto.BFLOAT16, list(arr.shape), raw, raw=True)
                 self.initializers.append(t)
                 return Val(t.name, torch.bfloat16, tuple(arr.shape))
-            arr = arr.numpy()
+            with _disable_current_modes():
+                arr = arr.numpy()
         else:
             if dtype == torch.bfloat16:
                 return self.cast(self.const(value, torch.float32), torch.bfloat16)

@@ -17,8 +17,10 @@ def _kernels() -> dict[tuple[str, str], set[int]]:
     for k in C.registered_kernels():
         types = table.setdefault((k["domain"], k["op_type"]), set())
         cons = k["constraints"]
-        if cons:
-            types.update(cons[0][2])
+        # The data type constraint is "T" by convention (index inputs have their own, e.g. "Tind").
+        data = [c for c in cons if c[0] == "T"] or cons[:1]
+        for c in data:
+            types.update(c[2])
     return table
 
 

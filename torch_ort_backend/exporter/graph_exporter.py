@@ -183,15 +183,31 @@ class _Exporter:
                 raise UnsupportedTorchModelError(f"node '{node.name}': unknown ATen input kind {kind}")
         mv = node.meta.get("val")
         metas = list(mv) if isinstance(mv, (list, tuple)) else [mv]
-        if any(m is None for m in metas):
+        if mv is None:
             raise UnsupportedTorchModelError(f"node '{node.name}' ({op}) has no example output to type it")
-        outs_ref = [val_from_meta(node.name, m) for m in metas]
-        outs = ctx.op("ATen", *inputs, outputs=len(outs_ref), domain="com.microsoft",
-                      dtypes=[o.dtype for o in outs_ref], **call.attributes)
+        # Outputs torch does not compute (None in the metadata, e.g. an output_mask entry that is False)
+        # are omitted ONNX outputs ("").
+        refs = [None if m is None else val_from_meta(node.name, m) for m in metas]
+        present = [r for r in refs if r is not None]
+        outs = ctx.op("ATen", *inputs, outputs=len(present), domain="com.microsoft",
+                      dtypes=[r.dtype for r in present], **call.attributes)
         outs = outs if isinstance(outs, list) else [outs]
-        for o, ref in zip(outs, outs_ref):
+        it = iter(outs)
+        results = []
+        for ref in refs:
+            if ref is None:
+                results.append(None)
+                continue
+            o = next(it)
             o.shape, o.is_symint = ref.shape, ref.is_symint
             ctx.declare(o)
+            results.append(o)
+        if len(present) != len(refs):
+            onnx_node = ctx.nodes[-1]
+            names = [("" if r is None else results[i].name) for i, r in enumerate(refs)]
+            del onnx_node.output[:]
+            onnx_node.output.extend(names)
+        outs = results
         self.aten_ops[str(op)] += 1
         if isinstance(mv, (list, tuple)):
             return outs

@@ -131,7 +131,7 @@ for _op, _targets in {
 
 for _op, _targets in {
     "Neg": [aten.neg.default], "Abs": [aten.abs.default], "Relu": [aten.relu.default],
-    "Sign": [aten.sign.default],
+    "Sign": [aten.sign.default, aten.sgn.default],
 }.items():
     _unary(_op, *_targets, float_only=False)
 

@@ -184,3 +184,62 @@ def batch_norm_inference(ctx, node, a):
 
 
 __all__ = ["MS_DOMAIN", "Val"]
+
+
+def _plane_base(ctx, x: Val):
+    """Torch's max-pool indices are flat within each (n, c) plane, ONNX MaxPool's over the whole
+    tensor: the offset between them, (n * C + c) * H * W, as an [N, C, 1, 1] int64 constant. None when
+    the input's shape is not static."""
+    shape = x.static_shape()
+    if shape is None or len(shape) != 4:
+        return None
+    n, c, h, w = shape
+    base = (np.arange(n * c, dtype=np.int64) * (h * w)).reshape(n, c, 1, 1)
+    return ctx.const(base, torch.int64)
+
+
+@converter(aten.max_pool2d_with_indices.default)
+def max_pool2d_with_indices(ctx, node, a):
+    x = a.self
+    base = _plane_base(ctx, x)
+    if base is None:
+        return None
+    k = _pairs(a.kernel_size, 2)
+    s = _pairs(a.stride, 2) if a.stride else k
+    p, d = _pairs(a.padding, 2), _pairs(a.dilation, 2)
+    y, idx = ctx.op("MaxPool", x, outputs=2, dtypes=[x.dtype, torch.int64], kernel_shape=k, strides=s,
+                    pads=p + p, dilations=d, ceil_mode=int(a.ceil_mode))
+    # Saved for the backward graph in torch's convention, so an eager backward reads it right too.
+    return y, ctx.op("Sub", idx, base)
+
+
+@converter(aten.max_pool2d_with_indices_backward.default)
+def max_pool2d_with_indices_backward(ctx, node, a):
+    x = a.self
+    base = _plane_base(ctx, x)
+    if base is None or not engine_has(MS_DOMAIN, "MaxPoolGrad", x.dtype):
+        return None
+    return ctx.op("MaxPoolGrad", a.grad_output, ctx.op("Add", a.indices, base), x, domain=MS_DOMAIN)
+
+
+@converter(aten._native_batch_norm_legit_functional.default)
+def batch_norm_training(ctx, node, a):
+    x = a.input
+    if not a.training or a.weight is None or a.bias is None or not engine_has(MS_DOMAIN, "BatchNormInternal", x.dtype):
+        return None
+    y, mean, var, saved_mean, saved_inv_std = ctx.op(
+        "BatchNormInternal", x, a.weight, a.bias, a.running_mean, a.running_var, outputs=5, domain=MS_DOMAIN,
+        dtypes=[x.dtype, a.running_mean.dtype, a.running_var.dtype, x.dtype, x.dtype],
+        epsilon=float(a.eps), momentum=float(1 - a.momentum), training_mode=1)
+    return y, saved_mean, saved_inv_std, mean, var
+
+
+@converter(aten.native_batch_norm_backward.default)
+def batch_norm_backward(ctx, node, a):
+    x = a.input
+    if not a.train or a.weight is None or not engine_has(MS_DOMAIN, "BatchNormalizationGrad", x.dtype):
+        return None
+    dx, dw, db = ctx.op("BatchNormalizationGrad", a.grad_out, x, a.weight, a.save_mean, a.save_invstd, outputs=3,
+                        domain=MS_DOMAIN, epsilon=float(a.eps))
+    want = a.output_mask
+    return dx if want[0] else None, dw if want[1] else None, db if want[2] else None

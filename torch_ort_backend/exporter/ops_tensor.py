@@ -270,15 +270,24 @@ def arange(ctx, node, a):
 @converter(aten.constant_pad_nd.default)
 def constant_pad(ctx, node, a):
     pad = list(a.pad)
-    if not all(isinstance(p, int) for p in pad) or any(p < 0 for p in pad):
+    if not all(isinstance(p, int) for p in pad):
         return None
     r = a.self.rank
     begins, ends = [0] * r, [0] * r
     for i in range(len(pad) // 2):
         d = r - 1 - i
         begins[d], ends[d] = pad[2 * i], pad[2 * i + 1]
+    x = a.self
+    if any(p < 0 for p in begins + ends):  # negative padding crops (the gradient of a padding)
+        axes = [d for d in range(r) if begins[d] < 0 or ends[d] < 0]
+        starts = [max(-begins[d], 0) for d in axes]
+        stops = [(-ends[d] if ends[d] < 0 else INT64_MAX) for d in axes]
+        x = ctx.op("Slice", x, ctx.ints(starts), ctx.ints(stops), _axes(ctx, axes))
+        begins, ends = [max(b, 0) for b in begins], [max(e, 0) for e in ends]
+        if not any(begins + ends):
+            return x
     dt = a.self.dtype
-    return ctx.op("Pad", a.self, ctx.ints(begins + ends), ctx.scalar(a.value, dt), mode="constant")
+    return ctx.op("Pad", x, ctx.ints(begins + ends), ctx.scalar(a.value, dt), mode="constant")
 
 
 @converter(aten.triu.default, aten.tril.default)
@@ -358,3 +367,55 @@ def slice_backward(ctx, node, a):
     begins[d], ends[d] = start, after
     g = a.grad_output
     return ctx.op("Pad", g, ctx.ints(begins + ends), ctx.scalar(0, g.dtype), mode="constant")
+
+
+@converter(aten.select_backward.default)
+def select_backward(ctx, node, a):
+    """Gradient of select: the gradient re-inserted at `index` along `dim`, zeros elsewhere."""
+    sizes = list(a.input_sizes)
+    r = len(sizes)
+    d = _norm_dim(a.dim, r)
+    size, index = sizes[d], a.index
+    if not isinstance(index, int):
+        return None
+    if index < 0:
+        if not isinstance(size, int):
+            return None
+        index += size
+    after = size - index - 1 if isinstance(size, int) else ctx.op("Sub", ctx.as_val(size, torch.int64),
+                                                                   ctx.scalar(index + 1, torch.int64))
+    g = ctx.op("Unsqueeze", a.grad_output, _axes(ctx, [d]))
+    begins, ends = [0] * r, [0] * r
+    begins[d], ends[d] = index, after
+    return ctx.op("Pad", g, ctx.ints(begins + ends), ctx.scalar(0, g.dtype), mode="constant")
+
+
+@converter(aten.stack.default)
+def stack(ctx, node, a):
+    rank = len(out_meta(node).shape)
+    d = _norm_dim(a.dim, rank)
+    dt = out_meta(node).dtype
+    parts = [ctx.op("Unsqueeze", ctx.cast(t, dt), _axes(ctx, [d])) for t in a.tensors]
+    return parts[0] if len(parts) == 1 else ctx.op("Concat", *parts, axis=d)
+
+
+@converter(aten.flip.default)
+def flip(ctx, node, a):
+    r = a.self.rank
+    dims = [_norm_dim(d, r) for d in a.dims]
+    if not dims:
+        return ctx.op("Identity", a.self)
+    n = len(dims)
+    return ctx.op("Slice", a.self, ctx.ints([-1] * n), ctx.ints([-INT64_MAX] * n), _axes(ctx, dims),
+                  ctx.ints([-1] * n))
+
+
+@converter(aten.scatter.src, aten.scatter.value)
+def scatter(ctx, node, a):
+    src = a.src if hasattr(a, "src") and a.src is not None else None
+    if src is None:
+        if isinstance(getattr(a, "value", None), Val):
+            return None
+        src = ctx.op("Expand", ctx.scalar(a.value, a.self.dtype), ctx.shape_of(a.index))
+    return ctx.op("ScatterElements", a.self, a.index, ctx.cast(src, a.self.dtype),
+                  axis=_norm_dim(a.dim, a.self.rank))
