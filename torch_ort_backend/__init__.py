@@ -5,6 +5,8 @@ C++ engine.
   point, so no import of this package is needed (torch_ort_backend.backend).
 - Engine-level API: InferenceSession, SessionOptions, GraphOptimizationLevel, and
   ``torch_ort_backend.onnx_backend`` for the onnx backend-test interface.
+- onnxruntime-training's API: ORTModule, DebugOptions, LogLevel (torch_ort_backend.ortmodule),
+  loaded on first use so that ``import torch_ort_backend`` does not load TorchDynamo.
 """
 
 from ._engine import (
@@ -45,8 +47,23 @@ def compile_stats():
     return stats()
 
 
+_ORTMODULE_NAMES = ("DebugOptions", "LogLevel", "ORTModule", "end_profiling")
+
+
+def __getattr__(name: str):
+    if name in _ORTMODULE_NAMES:
+        from . import ortmodule
+
+        return getattr(ortmodule, name)
+    raise AttributeError(f"module 'torch_ort_backend' has no attribute '{name}'")
+
+
 __all__ = [
     "BadInitializationError",
+    "DebugOptions",
+    "LogLevel",
+    "ORTModule",
+    "end_profiling",
     "FallbackError",
     "FallbackPolicy",
     "FallbackWarning",
