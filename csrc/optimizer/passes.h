@@ -21,6 +21,8 @@ std::unique_ptr<GraphPass> CreateCommonSubexpressionEliminationPass();
 // Folds an inference-mode BatchNormalization with constant parameters into the Conv that feeds
 // it (float32 weights).
 std::unique_ptr<GraphPass> CreateConvBatchNormFoldingPass();
+// 2-D Transposes around MatMul/Gemm become Gemm's transA/transB (extended level).
+std::unique_ptr<GraphPass> CreateMatMulTransposeFusionPass();
 // Removes nodes none of whose outputs is used, kept or a graph output.
 std::unique_ptr<GraphPass> CreateDeadCodeEliminationPass();
 

@@ -43,6 +43,7 @@ PassManager BuildPipeline(OptLevel level) {
   // kExtended and kAll: fusions, after the clean-ups that expose their patterns (the manager
   // repeats the whole list, so DCE also sweeps what a fusion leaves behind).
   pm.Add(CreateConvBatchNormFoldingPass());
+  pm.Add(CreateMatMulTransposeFusionPass());
   return pm;
 }
 

@@ -1,5 +1,7 @@
 #include "runtime/profiler.h"
 
+#include <atomic>
+
 #include <ctime>
 #include <fstream>
 #include <sstream>
@@ -36,7 +38,10 @@ std::vector<ProfileEvent> Profiler::events() const {
 std::string Profiler::WriteChromeTrace(const std::string& prefix) {
   if (!enabled_) return "";
   std::vector<ProfileEvent> events = this->events();
-  std::string path = StrCat(prefix, "_", static_cast<int64_t>(std::time(nullptr)), ".json");
+  // Time plus a process-wide sequence number: sessions ending their profiles in the same second
+  // (a forward and a backward graph) must not overwrite each other's file.
+  static std::atomic<int64_t> sequence{0};
+  std::string path = StrCat(prefix, "_", static_cast<int64_t>(std::time(nullptr)), "_", sequence.fetch_add(1), ".json");
   std::ofstream f(path);
   if (!f) return "";
   f << "[\n";

@@ -128,6 +128,31 @@ Status Session::BuildPlan() {
   const int n = static_cast<int>(slot_values_.size());
   is_output_slot_.assign(n, false);
   for (int s : output_slots_) is_output_slot_[s] = true;
+  // Values that become a graph output through aliasing kernels only (MatMul -> Reshape -> output):
+  // they are allocated like outputs (outside the arena the next run reuses), so the Reshape can
+  // hand out a view instead of copying. Walks back from each output through single-reader aliases.
+  owns_output_memory_ = is_output_slot_;
+  std::vector<int> producer_step(n, -1);
+  for (int i = 0; i < static_cast<int>(steps_.size()); ++i)
+    for (int s : steps_[i].outputs) producer_step[s] = i;
+  std::vector<int> pending(output_slots_.begin(), output_slots_.end());
+  while (!pending.empty()) {
+    const int s = pending.back();
+    pending.pop_back();
+    const int p = producer_step[s];
+    if (p < 0) continue;
+    const Step& step = steps_[p];
+    for (const auto& [ai, ao] : step.def->aliases) {
+      if (ao >= static_cast<int>(step.outputs.size()) || step.outputs[ao] != s ||
+          ai >= static_cast<int>(step.inputs.size()) || step.inputs[ai] < 0)
+        continue;
+      const int src = step.inputs[ai];
+      const Value* v = slot_values_[src];
+      if (owns_output_memory_[src] || v->producer() == nullptr || v->uses().size() != 1) continue;
+      owns_output_memory_[src] = true;
+      pending.push_back(src);
+    }
+  }
   constants_.assign(n, Tensor());
   for (const Value* v : g.initializers()) constants_[slot_of_[v]] = *v->initializer();
 
@@ -247,20 +272,20 @@ Status Session::RunStep(Step& step, std::vector<Tensor>& slots, const std::share
     const int s = step.outputs[j];
     Tensor& out = slots[s];
     bool aliased = false;
-    if (!is_output_slot_[s]) {
-      for (const auto& [ai, ao] : step.def->aliases) {
-        if (ao != static_cast<int>(j) || ai >= static_cast<int>(n_in) || in_ptrs[ai] == nullptr) continue;
-        const Tensor& src = *in_ptrs[ai];
-        if (src.dtype() == t.dtype && src.numel() == NumElements(*shape)) {
-          out = src.Reshaped(*shape);
-          aliased = true;
-        }
+    for (const auto& [ai, ao] : step.def->aliases) {
+      if (ao != static_cast<int>(j) || ai >= static_cast<int>(n_in) || in_ptrs[ai] == nullptr) continue;
+      // A graph output may only view memory that is itself output memory (see BuildPlan).
+      if (is_output_slot_[s] && !owns_output_memory_[step.inputs[ai]]) continue;
+      const Tensor& src = *in_ptrs[ai];
+      if (src.dtype() == t.dtype && src.numel() == NumElements(*shape)) {
+        out = src.Reshaped(*shape);
+        aliased = true;
       }
     }
     if (!aliased) {
       const bool host_memory = on_host || step.def->IsHostOutput(static_cast<int>(j));
       std::shared_ptr<Allocator> alloc = !host_memory          ? step.provider->allocator()
-                                         : is_output_slot_[s] ? CpuAllocator::Default()
+                                         : owns_output_memory_[s] ? CpuAllocator::Default()
                                                               : run_alloc;
       TOB_ASSIGN_OR_RETURN(out, Tensor::Allocate(t.dtype, *shape, alloc));
     }

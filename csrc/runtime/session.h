@@ -106,6 +106,7 @@ class Session {
   std::vector<int> input_slots_;         // graph inputs, in order
   std::vector<int> output_slots_;        // graph outputs, in order
   std::vector<bool> is_output_slot_;
+  std::vector<bool> owns_output_memory_;  // outputs, and values outputs alias (allocated outside the arena)
   std::vector<Step> steps_;
 
   std::mutex run_mu_;
