@@ -11,8 +11,10 @@ from typing import Any, Callable, Mapping
 
 import torch
 from torch._dynamo.backends.common import aot_autograd
-from torch._functorch.partitioners import default_partition
+from torch._functorch.partitioners import default_partition, min_cut_rematerialization_partition
 
+# (importing autograd_function installs the TorchDynamo hook that makes Functions PythonOps)
+from .autograd_function.graph_rewrite import prepare_graph
 from .compiled_graph import STATS, CompiledGraph, CompileStats
 from .decompositions import decomposition_table
 from .errors import FallbackError, UnsupportedTorchModelError
@@ -55,9 +57,16 @@ def ort_backend(gm: torch.fx.GraphModule, example_inputs: list, options: Mapping
         bw_compiler=bw,
         inference_compiler=_compiler(opts, "inference"),
         decompositions=decomposition_table(),
-        partition_fn=default_partition,
+        partition_fn=min_cut_rematerialization_partition,
         keep_inference_input_mutations=False,
     )
+    try:
+        gm = prepare_graph(gm, opts)
+    except UnsupportedTorchModelError as err:
+        if FallbackManager(policy, opts.fallback_retry, "a dynamo graph").should_fall_back(err):
+            STATS.fallbacks += 1
+            return gm.forward
+        raise
     try:
         return aot(gm, example_inputs)
     except FallbackError:

@@ -114,7 +114,12 @@ class CompiledGraph:
         self.exported: ExportedGraph | None = None
         STATS.graphs += 1
         try:
-            self._compile()
+            # AOTAutograd may call compilers with its fake-tensor mode active; the export reads real
+            # constants and the session creation makes real tensors, so every dispatch mode is off.
+            from torch.utils._python_dispatch import _disable_current_modes
+
+            with _disable_current_modes():
+                self._compile()
         except FallbackError as e:
             if not self.fallback.should_fall_back(e):
                 raise

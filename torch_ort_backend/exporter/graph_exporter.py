@@ -52,10 +52,6 @@ def _bind(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> SimpleNamespa
     return SimpleNamespace(**bound)
 
 
-def _is_graph_value(x: Any) -> bool:
-    return isinstance(x, Val)
-
-
 class _Exporter:
     def __init__(self, gm: torch.fx.GraphModule, opset: int) -> None:
         self.gm = gm

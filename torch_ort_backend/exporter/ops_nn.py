@@ -14,7 +14,7 @@ aten = torch.ops.aten
 _REDUCTION = {0: "none", 1: "mean", 2: "sum"}
 
 
-def _transposed_source(ctx, fx_arg):
+def _transposed_source(fx_arg):
     """If an FX argument is aten.t / a 2-D permute([1, 0]) of some value, that value (for transB/transA)."""
     import torch.fx
 
@@ -30,17 +30,18 @@ def _transposed_source(ctx, fx_arg):
     return None
 
 
-def _gemm_operand(ctx, node, index: int, exporter_env):
-    src = _transposed_source(ctx, node.args[index])
-    if src is not None and src in exporter_env:
-        return exporter_env[src], 1
+def _gemm_operand(ctx, node, index: int):
+    """(value, 1) when the node's argument `index` is a 2-D transpose of an exported value: Gemm
+    reads the untransposed value with transB=1 and the Transpose node dies in the engine's DCE."""
+    src = _transposed_source(node.args[index])
+    if src is not None and src in ctx.env:
+        return ctx.env[src], 1
     return None, 0
 
 
 @converter(aten.mm.default)
 def mm(ctx, node, a):
-    env = ctx.env
-    b, trans_b = _gemm_operand(ctx, node, 1, env)
+    b, trans_b = _gemm_operand(ctx, node, 1)
     if trans_b and a.self.rank == 2 and a.self.dtype == torch.float32:
         return ctx.op("Gemm", a.self, b, transB=1)
     return ctx.op("MatMul", a.self, a.mat2)
@@ -53,8 +54,7 @@ def bmm(ctx, node, a):
 
 @converter(aten.addmm.default)
 def addmm(ctx, node, a):
-    env = ctx.env
-    b, trans_b = _gemm_operand(ctx, node, 2, env)
+    b, trans_b = _gemm_operand(ctx, node, 2)
     if not trans_b:
         b = a.mat2
     kw = {}
@@ -182,8 +182,6 @@ def batch_norm_inference(ctx, node, a):
     empty = ctx.const(np.zeros([0], np.float32), a.input.dtype)
     return y, empty, empty
 
-
-__all__ = ["MS_DOMAIN", "Val"]
 
 
 def _plane_base(ctx, x: Val):

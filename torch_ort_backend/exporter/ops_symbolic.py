@@ -7,7 +7,6 @@ import operator
 
 import torch
 
-from .context import Val
 from .registry import converter
 
 
@@ -60,5 +59,3 @@ def ceil_floor(ctx, node, a):
     op = "Ceil" if node.target is math.ceil else "Floor"
     return ctx.cast(ctx.op(op, ctx.as_val(x, torch.float64)), torch.int64)
 
-
-__all__ = ["Val"]

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import torch
 
-from .context import Val, dim_of, onnx_dtype
+from .context import Val, onnx_dtype
 from .registry import converter
 
 aten = torch.ops.aten
@@ -332,8 +332,6 @@ def sym_size(ctx, node, a):
 def sym_numel(ctx, node, a):
     return ctx.op("ReduceProd", ctx.op("Shape", a.self, dtype=torch.int64), keepdims=0)
 
-
-__all__ = ["dim_of"]
 
 
 @converter(torch.ops.prims.convert_element_type.default)

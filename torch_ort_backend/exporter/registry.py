@@ -61,6 +61,7 @@ def _load_families() -> None:
         ops_elementwise,
         ops_gradients,
         ops_nn,
+        ops_python,
         ops_reduction,
         ops_symbolic,
         ops_tensor,
