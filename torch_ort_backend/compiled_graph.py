@@ -142,7 +142,9 @@ class CompiledGraph:
         prefix = f"{self.opts.onnx_prefix}_{self.name}"
         if self.opts.save_onnx:
             logger.info("saved %s", _save(self.opts, model, f"{prefix}_exported.onnx"))
-        self.session = self._session_for(model)
+        # A graph that only hands inputs and constants back (a backward with nothing to compute)
+        # needs no session.
+        self.session = self._session_for(model) if exported.output_names else None
         self._input_names = exported.input_names
         self._report()
 
@@ -181,7 +183,7 @@ class CompiledGraph:
         for op, n in ex.aten_fallback_ops.most_common():
             lines.append(f"  ATen fallback: {op} x{n}")
         logger.info("\n".join(lines))
-        if logger.isEnabledFor(logging.DEBUG):
+        if self.session is not None and logger.isEnabledFor(logging.DEBUG):
             logger.debug("engine partition for %s:\n%s", self.name, self.session.partition_report())
 
     # ---- run ----
@@ -218,11 +220,11 @@ class CompiledGraph:
             else:
                 feeds.append(np.asarray(float(a), dtype=np.float64))
         try:
-            results = self.session._session.run(self._input_names, feeds, [])
+            results = self.session._session.run(self._input_names, feeds, []) if self.session else []
         except Exception as e:
             raise UnsupportedOnnxModelError(f"running {self.name} failed: {e}") from e
         STATS.runs += 1
-        if logger.isEnabledFor(logging.DEBUG):
+        if self.session is not None and logger.isEnabledFor(logging.DEBUG):
             logger.debug("%s run: %s", self.name, self.session.last_run_stats())
         outs = []
         it = iter(results)
@@ -231,6 +233,10 @@ class CompiledGraph:
                 outs.append(torch.from_dlpack(next(it)))
             elif kind == "symint":
                 outs.append(int(torch.from_dlpack(next(it)).item()))
+            elif kind[0] == "input":
+                outs.append(args[kind[1]])
+            elif kind[0] == "same_as":
+                outs.append(outs[kind[1]])
             else:
                 outs.append(kind[1])
         return outs

@@ -30,7 +30,9 @@ class ExportedGraph:
     model: onnx.ModelProto
     input_names: list[str]
     input_kinds: list[str]  # "tensor" | "symint" | "symfloat" | "unused"
-    output_kinds: list[Any]  # "tensor" | "symint" | ("const", value) | ("input", i)
+    # "tensor" | "symint" (engine outputs, in order) | ("const", value) | ("input", i): the i-th input
+    # itself | ("same_as", j): the same object as output j
+    output_kinds: list[Any]
     output_names: list[str]
     aten_fallback_ops: Counter = field(default_factory=Counter)
     native_nodes: int = 0
@@ -68,6 +70,7 @@ class _Exporter:
         ctx = self.ctx
         input_names, input_kinds = [], []
         output_kinds, output_names = [], []
+        placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
         for node in self.gm.graph.nodes:
             ctx.current_node = node.name
             if node.op == "placeholder":
@@ -99,9 +102,18 @@ class _Exporter:
             elif node.op == "output":
                 outs = node.args[0]
                 outs = outs if isinstance(outs, (list, tuple)) else (outs,)
+                input_index = {id(self.env[n]): k for k, n in enumerate(placeholders)}
+                emitted: dict[int, int] = {}
                 for i, o in enumerate(outs):
                     mapped = self.env[o] if isinstance(o, torch.fx.Node) else o
-                    if isinstance(mapped, Val):
+                    if isinstance(mapped, Val) and id(mapped) in input_index:
+                        # An input handed back (AOTAutograd saving a parameter for the backward):
+                        # the caller returns its own tensor, the engine copies nothing.
+                        output_kinds.append(("input", input_index[id(mapped)]))
+                    elif isinstance(mapped, Val) and id(mapped) in emitted:
+                        output_kinds.append(("same_as", emitted[id(mapped)]))
+                    elif isinstance(mapped, Val):
+                        emitted[id(mapped)] = i
                         name = ctx.add_output(mapped, f"output_{i}")
                         output_names.append(name)
                         output_kinds.append("symint" if mapped.is_symint else "tensor")
