@@ -7,6 +7,9 @@ C++ engine.
   ``torch_ort_backend.onnx_backend`` for the onnx backend-test interface.
 - onnxruntime-training's API: ORTModule, DebugOptions, LogLevel (torch_ort_backend.ortmodule),
   loaded on first use so that ``import torch_ort_backend`` does not load TorchDynamo.
+- torch.autograd.Functions in compiled regions run as PythonOp / PythonOpGrad nodes
+  (torch_ort_backend.autograd_function, docs/python_op.md): enable_custom_autograd_support,
+  register_autograd_function.
 """
 
 from ._engine import (
@@ -33,6 +36,7 @@ from .session import (
     SessionOptions,
     available_providers,
 )
+from . import autograd_function as _autograd_function  # defines the torch ops PythonOp nodes call
 
 get_available_providers = available_providers
 
@@ -45,6 +49,19 @@ def compile_stats():
     from .backend import compile_stats as stats
 
     return stats()
+
+
+def enable_custom_autograd_support(to_enable: bool = True) -> None:
+    """onnxruntime-training's switch: with True (the default) a torch.autograd.Function in a region
+    compiled by "ort" runs as a PythonOp / PythonOpGrad pair; with False, Functions in regions
+    compiled afterwards are traced through instead (docs/python_op.md)."""
+    _autograd_function.enable_custom_autograd_support(to_enable)
+
+
+def register_autograd_function(fn_cls: type) -> str:
+    """Lets PythonOp nodes naming `fn_cls` (e.g. in an ONNX file saved by another process) run in this
+    one; returns the name such nodes use. Nothing is ever imported by the name a node carries."""
+    return _autograd_function.register_function(fn_cls)
 
 
 _ORTMODULE_NAMES = ("DebugOptions", "LogLevel", "ORTModule", "end_profiling")
@@ -72,6 +89,8 @@ __all__ = [
     "UnsupportedOnnxModelError",
     "UnsupportedTorchModelError",
     "compile_stats",
+    "enable_custom_autograd_support",
+    "register_autograd_function",
     "EngineError",
     "GraphOptimizationLevel",
     "InferenceSession",

@@ -13,7 +13,7 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import default_partition, min_cut_rematerialization_partition
 
-# (importing autograd_function installs the TorchDynamo hook that makes Functions PythonOps)
+from .autograd_function import install_capture
 from .autograd_function.graph_rewrite import prepare_graph
 from .compiled_graph import STATS, CompiledGraph, CompileStats
 from .decompositions import decomposition_table
@@ -21,6 +21,10 @@ from .errors import FallbackError, UnsupportedTorchModelError
 from .fallback import FallbackManager, FallbackPolicy
 from .log_config import configure_logging, log_level_requested
 from .options import BackendOptions, resolve
+
+
+# torch.autograd.Function.apply in a region compiled by "ort" becomes a PythonOp (docs/python_op.md).
+install_capture()
 
 
 def compile_stats() -> CompileStats:

@@ -30,6 +30,10 @@ class BackendOptions:
     intra_op_threads: int = 0  # 0: torch.get_num_threads()
     optimization_level: int = 99  # GraphOptimizationLevel: 0 disable, 1 basic, 2 extended, 99 all
     enable_profiling: bool = False
+    # torch.autograd.Function as PythonOp (docs/python_op.md)
+    disable_custom_autograd_support: bool = False
+    skipped_autograd_functions: frozenset = frozenset()  # qualified names traced through instead
+    allow_autograd_checkpoint: bool = False
 
 
 # option name -> (environment variable or None, parser)
@@ -81,6 +85,24 @@ def _log_level(name: str, v: Any) -> str:
     return s.upper()
 
 
+def _names(name: str, v: Any) -> frozenset:
+    """Qualified names (module.QualName): a comma-separated string, or a list / tuple / set of them."""
+    if isinstance(v, str):
+        items = v.split(",")
+    elif isinstance(v, (list, tuple, set, frozenset)):
+        items = list(v)
+    else:
+        raise ValueError(f"{name} must be comma-separated qualified names or a list of them, got {type(v).__name__}")
+    names = set()
+    for item in items:
+        if not isinstance(item, str):
+            raise ValueError(f"{name}: expected qualified names (str), got {item!r}")
+        item = item.strip()
+        if item:
+            names.add(item)
+    return frozenset(names)
+
+
 def _policy(name: str, v: Any) -> FallbackPolicy:
     return parse_policy(v, name)
 
@@ -103,6 +125,9 @@ SPEC: dict[str, tuple[str | None, Any]] = {
     "intra_op_threads": (None, _int_in(0, 1024)),
     "optimization_level": (None, _opt_level),
     "enable_profiling": (None, _bool),
+    "disable_custom_autograd_support": ("ORTMODULE_DISABLE_CUSTOM_AUTOGRAD_SUPPORT", _bool),
+    "skipped_autograd_functions": ("ORTMODULE_SKIPPED_AUTOGRAD_FUNCTIONS", _names),
+    "allow_autograd_checkpoint": ("ORTMODULE_ALLOW_AUTOGRAD_CHECKPOINT", _bool),
 }
 
 

@@ -3,8 +3,10 @@
 #include <mutex>
 
 #include "framework/kernel_registry.h"
+#include "ops/op_schema.h"
 #include "partition/provider_registry.h"
 #include "providers/torch/aten_kernel.h"
+#include "providers/torch/python_op_kernel.h"
 
 namespace tob {
 
@@ -38,6 +40,15 @@ void RegisterTorchProvider() {
     def.Domain("com.microsoft").Versions(1).Provider(kTorchProvider).KernelAllocatesOutputs().Factory(CreateAtenKernel);
     def.op_type = "ATen";
     KernelRegistry::Global().Register(std::move(def));
+    // PythonOp / PythonOpGrad: torch.autograd.Functions, run only by this provider.
+    RegisterPythonOpSchemas(OpSchemaRegistry::Global());
+    for (const char* op_type : {"PythonOp", "PythonOpGrad"}) {
+      KernelDef python_def;
+      python_def.Domain("com.microsoft").Versions(1).Provider(kTorchProvider).KernelAllocatesOutputs().Factory(
+          CreatePythonOpKernel);
+      python_def.op_type = op_type;
+      KernelRegistry::Global().Register(std::move(python_def));
+    }
   });
 }
 

@@ -1,0 +1,165 @@
+"""The process-local tables behind PythonOp nodes: which torch.autograd.Function a name means, which
+Python objects a node's constant arguments refer to, and how those constants are written into a node.
+
+Security rule: a PythonOp node (an ONNX file loaded from disk included) names its Function and its
+objects; both are looked up here and nowhere else. Nothing is imported, and no attribute of the
+file is evaluated: a name this process never registered is an error.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from typing import Any
+
+import torch
+
+from ..errors import UnsupportedTorchModelError
+
+_LOCK = threading.Lock()
+_FUNCTIONS: dict[str, type] = {}  # registered name -> Function class
+_NAMES: dict[type, str] = {}  # Function class -> its registered name
+_OBJECTS: dict[int, Any] = {}  # object id (in a node's constant_args) -> the object, kept alive
+_OBJECT_IDS: dict[int, int] = {}  # id(object) -> object id
+_NEXT_OBJECT = itertools.count(1)
+
+
+class PythonOpError(RuntimeError):
+    """A PythonOp or PythonOpGrad node that cannot run: an unknown Function or object, a context that
+    no longer exists, a backward that returned the wrong gradients."""
+
+
+def qualified_name(fn_cls: type) -> str:
+    """module + qualname: two Functions with the same class name in different modules differ."""
+    return f"{fn_cls.__module__}.{fn_cls.__qualname__}"
+
+
+def register_function(fn_cls: type) -> str:
+    """Registers a torch.autograd.Function subclass so that PythonOp nodes naming it can run in this
+    process, and returns the name nodes use for it: its qualified name, or that name with a "#k"
+    suffix when another class of the same qualified name (one defined in a function body, a
+    re-executed notebook cell) was registered first."""
+    if not (isinstance(fn_cls, type) and issubclass(fn_cls, torch.autograd.Function)):
+        raise TypeError(f"expected a torch.autograd.Function subclass, got {fn_cls!r}")
+    with _LOCK:
+        name = _NAMES.get(fn_cls)
+        if name is not None:
+            return name
+        base = qualified_name(fn_cls)
+        name = base
+        for k in itertools.count(2):
+            if name not in _FUNCTIONS:
+                break
+            name = f"{base}#{k}"
+        _FUNCTIONS[name] = fn_cls
+        _NAMES[fn_cls] = name
+        return name
+
+
+def resolve_function(name: str) -> type:
+    """The Function registered under `name` in this process; PythonOpError otherwise (never an import)."""
+    with _LOCK:
+        fn_cls = _FUNCTIONS.get(name)
+    if fn_cls is None:
+        raise PythonOpError(
+            f"PythonOp names the autograd.Function '{name}', which is not registered in this process. "
+            f"PythonOp nodes only run Functions this process compiled or registered with "
+            f"torch_ort_backend.register_autograd_function(cls); nothing is imported by name.")
+    return fn_cls
+
+
+def registered_functions() -> dict[str, type]:
+    with _LOCK:
+        return dict(_FUNCTIONS)
+
+
+# ---- objects ----
+def object_id(obj: Any) -> int:
+    """A stable id for `obj`, which is kept alive for the life of the process (a compiled graph may
+    run it at any later step)."""
+    with _LOCK:
+        k = _OBJECT_IDS.get(id(obj))
+        if k is None:
+            k = next(_NEXT_OBJECT)
+            _OBJECTS[k] = obj
+            _OBJECT_IDS[id(obj)] = k
+        return k
+
+
+def resolve_object(k: int) -> Any:
+    with _LOCK:
+        if k not in _OBJECTS:
+            raise PythonOpError(
+                f"PythonOp refers to Python object #{k}, which does not exist in this process (objects are "
+                f"passed by reference: a model saved with one runs only in the process that compiled it)")
+        return _OBJECTS[k]
+
+
+# ---- constant arguments ----
+# A node's non-tensor arguments are one JSON list: JSON's null, booleans, numbers, strings and lists
+# as themselves; a tuple as {"tuple": [...]}, a dtype as {"dtype": "float32"}, a device as
+# {"device": "cpu"}, any other object as {"object": id}. Python's json keeps ints and floats apart
+# and writes inf and nan.
+
+def _encode(v: Any) -> Any:
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, tuple):
+        return {"tuple": [_encode(x) for x in v]}
+    if isinstance(v, list):
+        return [_encode(x) for x in v]
+    if isinstance(v, torch.dtype):
+        return {"dtype": str(v).removeprefix("torch.")}
+    if isinstance(v, torch.device):
+        return {"device": str(v)}
+    if isinstance(v, torch.Tensor):
+        raise UnsupportedTorchModelError("a tensor inside a constant argument cannot be carried by a PythonOp")
+    return {"object": object_id(v)}
+
+
+def _decode(v: Any) -> Any:
+    if isinstance(v, list):
+        return [_decode(x) for x in v]
+    if not isinstance(v, dict):
+        return v
+    if len(v) != 1:
+        raise PythonOpError(f"malformed PythonOp constant {v!r}")
+    (tag, x), = v.items()
+    if tag == "tuple" and isinstance(x, list):
+        return tuple(_decode(e) for e in x)
+    if tag == "dtype" and isinstance(x, str):
+        dtype = getattr(torch, x, None)
+        if not isinstance(dtype, torch.dtype):
+            raise PythonOpError(f"PythonOp constant names an unknown dtype '{x}'")
+        return dtype
+    if tag == "device" and isinstance(x, str):
+        return torch.device(x)
+    if tag == "object" and isinstance(x, int) and not isinstance(x, bool):
+        return resolve_object(x)
+    raise PythonOpError(f"malformed PythonOp constant {v!r}")
+
+
+def encode_constants(values: list[Any]) -> str:
+    return json.dumps([_encode(v) for v in values], allow_nan=True, separators=(",", ":"))
+
+
+def decode_constants(text: str) -> list[Any]:
+    try:
+        raw = json.loads(text) if text else []
+    except ValueError as e:
+        raise PythonOpError(f"PythonOp constant_args is not valid JSON: {e}") from None
+    if not isinstance(raw, list):
+        raise PythonOpError("PythonOp constant_args must be a JSON list")
+    return [_decode(v) for v in raw]
+
+
+def build_arguments(input_convention: str, tensors: list[Any], constants: list[Any]) -> list[Any]:
+    """The Function's positional arguments: 'd' takes the next tensor, 'c' the next constant."""
+    if input_convention.count("d") != len(tensors) or input_convention.count("c") != len(constants) or (
+            set(input_convention) - {"c", "d"}):
+        raise PythonOpError(
+            f"PythonOp input_convention '{input_convention}' does not match its {len(tensors)} tensor inputs "
+            f"and {len(constants)} constants")
+    t, c = iter(tensors), iter(constants)
+    return [next(t) if k == "d" else next(c) for k in input_convention]
