@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from .errors import (
+    BadInitializationError,
     FallbackError,
     UnsupportedDataError,
     UnsupportedDeviceError,
@@ -57,6 +58,18 @@ _LIVE: "weakref.WeakSet[CompiledGraph]" = weakref.WeakSet()
 def live_graphs() -> list["CompiledGraph"]:
     """The compiled graphs still referenced (by dynamo's cache), oldest first (for tests and tools)."""
     return sorted(_LIVE, key=lambda g: g.serial)
+
+
+def _load_engine():
+    """The compiled engine module; BadInitializationError when it cannot be loaded (a broken or
+    partial install, a libtorch that does not match the one it was built against)."""
+    try:
+        from ._engine import C
+    except (ImportError, OSError, AttributeError) as e:
+        raise BadInitializationError(f"the engine (torch_ort_backend._C) could not be loaded: {e}") from e
+    if not hasattr(C, "Session"):
+        raise BadInitializationError("the engine module torch_ort_backend._C has no Session: a partial build")
+    return C
 
 
 def _check_inputs(gm: torch.fx.GraphModule) -> None:
@@ -128,6 +141,7 @@ class CompiledGraph:
 
     # ---- compile ----
     def _compile(self) -> None:
+        _load_engine()
         _check_inputs(self.gm)
         try:
             exported = export_fx_graph(self.gm, self.opts.opset)

@@ -159,3 +159,29 @@ def test_retry_goes_back_to_the_engine(monkeypatch):
             x = torch.randn(4)
             torch.testing.assert_close(f(x), x.cos() + 1)
     assert flaky.calls == 3 and compile_stats().runs == 2
+
+
+def test_bad_initialization_follows_its_flag(monkeypatch):
+    """An engine that cannot be loaded is a BadInitializationError: raised by default (the flag is not
+    in onnxruntime-training's default policy), run in eager when FALLBACK_BAD_INITIALIZATION is set."""
+    import builtins
+
+    from torch_ort_backend import _engine  # noqa: F401  (loaded for real before the import fails)
+
+    real_import = builtins.__import__
+
+    def broken_engine(name, globals=None, locals=None, fromlist=(), level=0):
+        if name == "_engine" and level == 1 and globals and globals.get("__name__") == "torch_ort_backend.compiled_graph":
+            raise ImportError("libtob.so: cannot open shared object file (simulated)")
+        return real_import(name, globals, locals, fromlist, level)
+
+    monkeypatch.setattr(builtins, "__import__", broken_engine)
+    err = _raises(tob.BadInitializationError, _compile(lambda x: x * 3), torch.randn(4))
+    assert "could not be loaded" in str(err)
+    torch._dynamo.reset()
+    f = _compile(lambda x: x * 3, policy="FALLBACK_BAD_INITIALIZATION")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        x = torch.randn(4)
+        torch.testing.assert_close(f(x), x * 3)
+    assert any("FALLBACK_BAD_INITIALIZATION" in str(w.message) for w in caught)
