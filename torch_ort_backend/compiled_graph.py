@@ -144,7 +144,7 @@ class CompiledGraph:
         _load_engine()
         _check_inputs(self.gm)
         try:
-            exported = export_fx_graph(self.gm, self.opts.opset)
+            exported = export_fx_graph(self.gm, self.opts.opset, set(self.opts.prefer_torch_kernels))
         except FallbackError:
             raise
         except Exception as e:  # a converter bug or an FX construct we do not know is a model we cannot export

@@ -30,6 +30,10 @@ class BackendOptions:
     intra_op_threads: int = 0  # 0: torch.get_num_threads()
     optimization_level: int = 99  # GraphOptimizationLevel: 0 disable, 1 basic, 2 extended, 99 all
     enable_profiling: bool = False
+    # ATen ops run by torch's kernel (an ATen node) even though the engine has a native one, because
+    # torch's is measured faster on CPU (docs/performance.md): convolution_backward goes through
+    # oneDNN in torch and is ~4x the engine's im2col ConvGrad on the CNN benchmark's shapes.
+    prefer_torch_kernels: tuple = ("convolution_backward",)
     # torch.autograd.Function as PythonOp (docs/python_op.md)
     disable_custom_autograd_support: bool = False
     skipped_autograd_functions: frozenset = frozenset()  # qualified names traced through instead
@@ -107,6 +111,20 @@ def _policy(name: str, v: Any) -> FallbackPolicy:
     return parse_policy(v, name)
 
 
+def _op_names(name: str, v: Any) -> tuple:
+    """ATen op names (no overload): a list/tuple, or a comma-separated string."""
+    items = v.split(",") if isinstance(v, str) else v
+    if not isinstance(items, (list, tuple, set, frozenset)) or not all(isinstance(i, str) for i in items):
+        raise ValueError(f"{name} must be a list of ATen op names such as ['convolution_backward'], got {v!r}")
+    names = tuple(i.strip().removeprefix("aten.") for i in items if i.strip())
+    import torch
+
+    unknown = [n for n in names if not hasattr(torch.ops.aten, n)]
+    if unknown:
+        raise ValueError(f"{name}: {', '.join(unknown)} is not an ATen op")
+    return names
+
+
 def _opt_level(name: str, v: Any) -> int:
     i = int(getattr(v, "value", v)) if not isinstance(v, str) else None
     if i not in (0, 1, 2, 99):
@@ -125,6 +143,7 @@ SPEC: dict[str, tuple[str | None, Any]] = {
     "intra_op_threads": (None, _int_in(0, 1024)),
     "optimization_level": (None, _opt_level),
     "enable_profiling": (None, _bool),
+    "prefer_torch_kernels": (None, _op_names),
     "disable_custom_autograd_support": ("ORTMODULE_DISABLE_CUSTOM_AUTOGRAD_SUPPORT", _bool),
     "skipped_autograd_functions": ("ORTMODULE_SKIPPED_AUTOGRAD_FUNCTIONS", _names),
     "allow_autograd_checkpoint": ("ORTMODULE_ALLOW_AUTOGRAD_CHECKPOINT", _bool),

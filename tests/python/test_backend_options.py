@@ -63,3 +63,11 @@ def test_compile_options_are_validated_at_compile_time():
     f = torch.compile(lambda x: x * 2, backend=ort_backend, options={"opset": 3})
     with pytest.raises(Exception, match=r"option 'opset' must be in \[17, 21\], got 3"):
         f(torch.randn(3))
+
+
+def test_prefer_torch_kernels_takes_aten_op_names():
+    assert resolve({"prefer_torch_kernels": "convolution_backward, aten.gelu_backward"}, environ={}).prefer_torch_kernels \
+        == ("convolution_backward", "gelu_backward")
+    assert resolve({"prefer_torch_kernels": []}, environ={}).prefer_torch_kernels == ()
+    with pytest.raises(ValueError, match="not_an_op is not an ATen op"):
+        resolve({"prefer_torch_kernels": ["not_an_op"]}, environ={})

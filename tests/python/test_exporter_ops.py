@@ -98,7 +98,8 @@ def test_op_matches_eager_forward_and_backward(name):
     inputs = make()
     ours = [t.clone().requires_grad_(i in grads) for i, t in enumerate(inputs)]
     ref = [t.clone().requires_grad_(i in grads) for i, t in enumerate(inputs)]
-    out = torch.compile(fn, backend=ort_backend)(*ours)
+    # Every converter is exercised, including those of ops whose torch kernel is preferred by default.
+    out = torch.compile(fn, backend=ort_backend, options={"prefer_torch_kernels": []})(*ours)
     exp = fn(*ref)
     torch.testing.assert_close(out, exp, rtol=1e-4, atol=1e-5)
     if grads:
@@ -113,3 +114,16 @@ def test_op_matches_eager_forward_and_backward(name):
         onnx.checker.check_model(g.exported.model)
     if name in MUST_BE_NATIVE:
         assert not compile_stats().aten_fallback_ops, dict(compile_stats().aten_fallback_ops)
+
+
+def test_prefer_torch_kernels_sends_an_op_to_its_torch_kernel():
+    """By default convolution_backward runs as an ATen node (torch's kernel is the faster one here);
+    the gradients are eager's either way."""
+    x, w = _r(2, 3, 8, 8), _r(4, 3, 3, 3)
+    ours = [x.clone().requires_grad_(), w.clone().requires_grad_()]
+    ref = [x.clone().requires_grad_(), w.clone().requires_grad_()]
+    torch.compile(F.conv2d, backend=ort_backend)(*ours).sum().backward()
+    F.conv2d(*ref).sum().backward()
+    for a, b in zip(ours, ref):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5)
+    assert compile_stats().aten_fallback_ops == {"aten.convolution_backward.default": 1}

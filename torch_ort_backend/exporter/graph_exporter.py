@@ -55,8 +55,9 @@ def _bind(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> SimpleNamespa
 
 
 class _Exporter:
-    def __init__(self, gm: torch.fx.GraphModule, opset: int) -> None:
+    def __init__(self, gm: torch.fx.GraphModule, opset: int, prefer_torch_kernels: frozenset = frozenset()) -> None:
         self.gm = gm
+        self.prefer_torch_kernels = prefer_torch_kernels
         self.ctx = ExportContext(opset)
         self.env: dict[torch.fx.Node, Any] = {}
         self.ctx.env = self.env  # converters that fuse look at their producers' values
@@ -133,6 +134,9 @@ class _Exporter:
         args = self.map_arg(node.args)
         kwargs = self.map_arg(node.kwargs)
         fn = registry.lookup(target)
+        if fn is not None and isinstance(target, torch._ops.OpOverload) and (
+                target.__name__.split(".")[0] in self.prefer_torch_kernels):
+            fn = None  # torch's kernel is the faster one (options.PREFER_TORCH_KERNELS)
         result = None
         if fn is not None:
             a = _bind(target, args, kwargs) if isinstance(target, torch._ops.OpOverload) else SimpleNamespace(args=args)
@@ -222,8 +226,11 @@ class _Exporter:
         return outs[0]
 
 
-def export_fx_graph(gm: torch.fx.GraphModule, opset: int = DEFAULT_OPSET) -> ExportedGraph:
-    """Converts an ATen-level FX graph (as AOTAutograd produces) to an ONNX model."""
+def export_fx_graph(gm: torch.fx.GraphModule, opset: int = DEFAULT_OPSET,
+                    prefer_torch_kernels: frozenset | set = frozenset()) -> ExportedGraph:
+    """Converts an ATen-level FX graph (as AOTAutograd produces) to an ONNX model. Ops named in
+    `prefer_torch_kernels` (ATen op names without overload, e.g. "convolution_backward") become ATen
+    nodes even where a converter exists."""
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise ValueError(f"opset must be in [{MIN_OPSET}, {MAX_OPSET}], got {opset}")
-    return _Exporter(gm, opset).run()
+    return _Exporter(gm, opset, frozenset(prefer_torch_kernels)).run()
