@@ -30,22 +30,23 @@ def binary(ctx: ExportContext, op_type: str, x, y, dtype: torch.dtype) -> Val:
     return ctx.op(op_type, ctx.as_val(x, dtype), ctx.as_val(y, dtype), dtype=dtype)
 
 
-@converter(aten.add.Tensor, aten.add.Scalar)
-def add(ctx, node, a):
+def _with_alpha(ctx, op_type: str, node, a):
+    """add / sub: self (op) alpha * other, in the dtype torch computes."""
     dt = out_dtype(node)
     other = a.other
     if a.alpha not in (None, 1):
         other = binary(ctx, "Mul", other, a.alpha, dt) if isinstance(other, Val) else other * a.alpha
-    return binary(ctx, "Add", a.self, other, dt)
+    return binary(ctx, op_type, a.self, other, dt)
+
+
+@converter(aten.add.Tensor, aten.add.Scalar)
+def add(ctx, node, a):
+    return _with_alpha(ctx, "Add", node, a)
 
 
 @converter(aten.sub.Tensor, aten.sub.Scalar)
 def sub(ctx, node, a):
-    dt = out_dtype(node)
-    other = a.other
-    if a.alpha not in (None, 1):
-        other = binary(ctx, "Mul", other, a.alpha, dt) if isinstance(other, Val) else other * a.alpha
-    return binary(ctx, "Sub", a.self, other, dt)
+    return _with_alpha(ctx, "Sub", node, a)
 
 
 @converter(aten.rsub.Tensor, aten.rsub.Scalar)

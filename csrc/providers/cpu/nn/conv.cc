@@ -8,6 +8,7 @@
 #include "providers/cpu/nn/float_convert.h"
 #include "providers/cpu/nn/gemm.h"
 #include "providers/cpu/nn/nn_kernels.h"
+#include "providers/cpu/nn/conv_columns.h"
 #include "providers/cpu/nn/window_geometry.h"
 
 namespace tob {
@@ -16,63 +17,6 @@ namespace {
 
 // The im2col buffers of the images processed together stay below this.
 constexpr int64_t kMaxColumnBytes = int64_t{32} << 20;
-
-// Columns of one image-group for a 2-D window: col[(c*KH + kh)*KW + kw][oh*OW + ow].
-template <typename T>
-void Im2Col2D(const T* x, const WindowGeometry& g, int64_t c, T* col) {
-  const int64_t H = g.in[0], W = g.in[1], OH = g.out[0], OW = g.out[1];
-  const int64_t KH = g.kernel[0], KW = g.kernel[1];
-  const int64_t sh = g.strides[0], sw = g.strides[1], dh = g.dilations[0], dw = g.dilations[1];
-  const T* plane = x + c * H * W;
-  for (int64_t kh = 0; kh < KH; ++kh) {
-    for (int64_t kw = 0; kw < KW; ++kw) {
-      T* dst = col + ((c * KH + kh) * KW + kw) * OH * OW;
-      const int64_t w_off = kw * dw - g.pad_begin[1];
-      int64_t ow_lo, ow_hi;
-      ValidOutputRange(w_off, sw, W, OW, &ow_lo, &ow_hi);
-      for (int64_t oh = 0; oh < OH; ++oh) {
-        T* row = dst + oh * OW;
-        const int64_t ih = oh * sh - g.pad_begin[0] + kh * dh;
-        if (ih < 0 || ih >= H) {
-          std::fill(row, row + OW, T(0));
-          continue;
-        }
-        const T* src = plane + ih * W;
-        std::fill(row, row + ow_lo, T(0));
-        if (sw == 1) {
-          if (ow_hi > ow_lo) std::memcpy(row + ow_lo, src + ow_lo + w_off, sizeof(T) * (ow_hi - ow_lo));
-        } else {
-          for (int64_t ow = ow_lo; ow < ow_hi; ++ow) row[ow] = src[ow * sw + w_off];
-        }
-        std::fill(row + ow_hi, row + OW, T(0));
-      }
-    }
-  }
-}
-
-// Any rank: walks every (kernel offset, output position) pair of channel c.
-template <typename T>
-void Im2ColND(const T* x, const WindowGeometry& g, int64_t c, T* col) {
-  const size_t r = g.rank();
-  const int64_t in_size = g.in_size(), out_size = g.out_size(), ksize = g.kernel_size();
-  std::vector<int64_t> k(r, 0), o(r, 0);
-  for (int64_t ki = 0; ki < ksize; ++ki) {
-    T* dst = col + (c * ksize + ki) * out_size;
-    std::fill(o.begin(), o.end(), 0);
-    for (int64_t oi = 0; oi < out_size; ++oi) {
-      int64_t offset = 0;
-      bool inside = true;
-      for (size_t d = 0; d < r && inside; ++d) {
-        int64_t pos = o[d] * g.strides[d] - g.pad_begin[d] + k[d] * g.dilations[d];
-        inside = pos >= 0 && pos < g.in[d];
-        offset = offset * g.in[d] + pos;
-      }
-      dst[oi] = inside ? x[c * in_size + offset] : T(0);
-      for (int64_t d = static_cast<int64_t>(r) - 1; d >= 0 && ++o[d] == g.out[d]; --d) o[d] = 0;
-    }
-    for (int64_t d = static_cast<int64_t>(r) - 1; d >= 0 && ++k[d] == g.kernel[d]; --d) k[d] = 0;
-  }
-}
 
 // Depthwise (C/group == 1): each output channel m reads input channel m / (M/group).
 template <typename T>
@@ -167,8 +111,8 @@ Status ConvTyped(const KernelContext& ctx, const Tensor& X, const Tensor& Wt, co
           const int64_t n = n0 + ig / group, gi = ig % group;
           const T* xg = x + (n * C + gi * Cg) * in_size;
           T* dst = cols + ig * kernel_dim * out_size;
-          if (g2.rank() == 2) Im2Col2D(xg, g2, c, dst);
-          else Im2ColND(xg, geometry, c, dst);
+          if (g2.rank() == 2) conv_columns::Im2Col2D(xg + c * in_size, g2, c, dst, out_size);
+          else conv_columns::Im2ColND(xg + c * in_size, geometry, c, dst, out_size);
         }
       });
     }

@@ -18,7 +18,7 @@
 #include "providers/cpu/nn/gemm.h"
 #include "providers/cpu/nn/vec_math.h"
 #include "providers/cpu/nn/window_geometry.h"
-#include "providers/cpu/training/conv_grad_columns.h"
+#include "providers/cpu/nn/conv_columns.h"
 #include "providers/cpu/training/depthwise_conv_grad.h"
 #include "providers/cpu/training/training_kernels.h"
 
@@ -81,8 +81,8 @@ void ChunkColumns(const C* src, int64_t n0, int64_t nb, int64_t group, int64_t c
       const int64_t nl = u / (group * channels), gi = (u / channels) % group, ci = u % channels;
       const C* p = src + ((n0 + nl) * group * channels + gi * channels + ci) * plane;
       C* dst = cols + gi * rows_per_group * ld + nl * out_size;
-      if (g2.rank() == 2) conv_grad::Im2Col2D(p, g2, ci, dst, ld);
-      else conv_grad::Im2ColND(p, geometry, ci, dst, ld);
+      if (g2.rank() == 2) conv_columns::Im2Col2D(p, g2, ci, dst, ld);
+      else conv_columns::Im2ColND(p, geometry, ci, dst, ld);
     }
   });
 }
@@ -178,8 +178,8 @@ Status InputGradByColumns(const KernelContext& ctx, const C* dy, const C* w, con
         C* plane = dx + ((n0 + nl) * s.C + gi * s.Cg + ci) * s.in_size;
         std::fill(plane, plane + s.in_size, C(0));
         const C* src = col + gi * s.kernel_dim * ld + nl * s.out_size;
-        if (g2.rank() == 2) conv_grad::Col2Im2D(src, g2, ci, ld, plane);
-        else conv_grad::Col2ImND(src, geometry, ci, ld, plane);
+        if (g2.rank() == 2) conv_columns::Col2Im2D(src, g2, ci, ld, plane);
+        else conv_columns::Col2ImND(src, geometry, ci, ld, plane);
       }
     });
   }

@@ -1,6 +1,7 @@
-// im2col and its adjoint col2im for ConvGrad, with a row stride so that the columns of several
-// images sit side by side in one matrix ([kernel rows, images * output positions]) and one GEMM
-// with a long K (weight gradient) or a wide N (input gradient) covers a whole chunk of images.
+// im2col and its adjoint col2im, shared by Conv (one image per column block, ld = output size) and
+// ConvGrad, which uses a row stride so that the columns of several images sit side by side in one
+// matrix ([kernel rows, images * output positions]) and one GEMM with a long K (weight gradient) or
+// a wide N (input gradient) covers a whole chunk of images.
 // `g` is the Conv geometry: g.in are X's spatial dims, g.out dY's.
 #pragma once
 
@@ -11,7 +12,7 @@
 
 #include "providers/cpu/nn/window_geometry.h"
 
-namespace tob::conv_grad {
+namespace tob::conv_columns {
 
 // Rows (c * K + k) of the column matrix, K = kernel size, for input channel plane `x_plane`;
 // `col` points at this image's first column, rows are `ld` apart.
@@ -113,4 +114,4 @@ void Col2ImND(const T* col, const WindowGeometry& g, int64_t c, int64_t ld, T* d
   });
 }
 
-}  // namespace tob::conv_grad
+}  // namespace tob::conv_columns
