@@ -34,3 +34,21 @@ target_include_directories(tob_torch_provider SYSTEM PRIVATE "${TOB_TORCH_DIR}/i
 target_link_libraries(tob_torch_provider PUBLIC tob_engine "${TOB_TORCH_CPU_LIB}" "${TOB_C10_LIB}")
 target_compile_definitions(tob_torch_provider PUBLIC TOB_WITH_TORCH)
 target_compile_options(tob_torch_provider PRIVATE -Wall -Wextra -Wno-unused-parameter)
+
+# torch_parallel.cc hands the engine's intra-op work to at::parallel_for, whose OpenMP body is a
+# header template: it must be compiled with OpenMP, or it silently runs on one thread. It must
+# also use torch's OpenMP runtime, not a second one with its own threads: pip's torch ships
+# libgomp.so.1 in torch/lib and loads it first, so linking that file makes ours the same runtime.
+file(STRINGS "${TOB_TORCH_DIR}/include/ATen/Config.h" tob_at_openmp REGEX "define AT_PARALLEL_OPENMP 1")
+if(tob_at_openmp)
+  find_file(TOB_TORCH_GOMP NAMES libgomp.so.1 PATHS "${TOB_TORCH_DIR}/lib" NO_DEFAULT_PATH)
+  set_source_files_properties("${CMAKE_CURRENT_SOURCE_DIR}/csrc/providers/torch/torch_parallel.cc"
+                              PROPERTIES COMPILE_OPTIONS "-fopenmp")
+  if(TOB_TORCH_GOMP)
+    target_link_libraries(tob_torch_provider PUBLIC "${TOB_TORCH_GOMP}")
+  else()
+    find_package(OpenMP REQUIRED COMPONENTS CXX)
+    target_link_libraries(tob_torch_provider PUBLIC OpenMP::OpenMP_CXX)
+  endif()
+  message(STATUS "torch intra-op pool: OpenMP (${TOB_TORCH_GOMP})")
+endif()

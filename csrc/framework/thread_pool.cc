@@ -1,22 +1,66 @@
 #include "framework/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <map>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#endif
 
 namespace tob {
 
 namespace {
 thread_local bool tls_in_parallel_region = false;
+
+// How long an idle worker, or a caller waiting for its workers, busy-waits before blocking.
+// Long enough to bridge the gap between two nodes of a run (a few microseconds of bookkeeping,
+// or a node too small to split), short enough not to take a core from torch between runs.
+constexpr auto kSpin = std::chrono::microseconds(100);
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(_M_X64)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
 }
 
-ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads)) {
-  for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+// Spins until done() or the spin budget is spent; returns done().
+template <typename Pred>
+bool SpinUntil(Pred done) {
+  if (done()) return true;
+  const auto deadline = std::chrono::steady_clock::now() + kSpin;
+  for (int i = 1;; ++i) {
+    CpuRelax();
+    if (done()) return true;
+    if ((i & 63) == 0 && std::chrono::steady_clock::now() >= deadline) return false;
+  }
+}
+std::atomic<const ExternalParallelRuntime*> g_external_runtime{nullptr};
+}  // namespace
+
+void SetExternalParallelRuntime(const ExternalParallelRuntime* runtime) {
+  g_external_runtime.store(runtime, std::memory_order_release);
+}
+
+const ExternalParallelRuntime* GetExternalParallelRuntime() {
+  return g_external_runtime.load(std::memory_order_acquire);
+}
+
+ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads)) {}
+
+void ThreadPool::StartWorkers() {
+  std::call_once(workers_started_, [this] {
+    for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  });
 }
 
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    stop_.store(true);
+    generation_.fetch_add(1);  // ends the spin of any worker
   }
   work_cv_.notify_all();
   for (auto& t : workers_) t.join();
@@ -36,11 +80,16 @@ void ThreadPool::WorkerLoop() {
   int64_t seen_generation = 0;
   for (;;) {
     std::shared_ptr<Job> job;
+    SpinUntil([&] { return generation_.load(std::memory_order_acquire) != seen_generation; });
     {
       std::unique_lock<std::mutex> lock(mu_);
-      work_cv_.wait(lock, [&] { return stop_ || generation_ != seen_generation; });
+      if (!stop_ && generation_.load() == seen_generation) {
+        ++sleepers_;
+        work_cv_.wait(lock, [&] { return stop_ || generation_.load() != seen_generation; });
+        --sleepers_;
+      }
       if (stop_) return;
-      seen_generation = generation_;
+      seen_generation = generation_.load();
       job = job_;
     }
     if (!job) continue;
@@ -64,6 +113,13 @@ void ThreadPool::ParallelFor(int64_t n, int64_t min_grain,
     fn(0, n);
     return;
   }
+  if (const ExternalParallelRuntime* external = GetExternalParallelRuntime();
+      external != nullptr && external->num_threads() == num_threads_) {
+    // The same chunks as below: max_chunks pieces, each of at least min_grain iterations.
+    external->parallel_for(n, (n + max_chunks - 1) / max_chunks, fn);
+    return;
+  }
+  StartWorkers();
   std::lock_guard<std::mutex> call_lock(call_mu_);
   auto job = std::make_shared<Job>();
   job->fn = &fn;
@@ -74,18 +130,23 @@ void ThreadPool::ParallelFor(int64_t n, int64_t min_grain,
     begin += len;
   }
   job->remaining.store(max_chunks);
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
     job_ = job;
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_release);
+    wake = sleepers_ > 0;  // spinning workers see the new generation without a wake-up
   }
-  work_cv_.notify_all();
+  if (wake) work_cv_.notify_all();
   tls_in_parallel_region = true;
   int64_t ran = RunClaimedChunks(*job);
   tls_in_parallel_region = false;
   job->remaining.fetch_sub(ran);
-  std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [&] { return job->remaining.load() == 0; });
+  if (!SpinUntil([&] { return job->remaining.load(std::memory_order_acquire) == 0; })) {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [&] { return job->remaining.load() == 0; });
+  }
+  std::lock_guard<std::mutex> lock(mu_);
   job_.reset();
 }
 

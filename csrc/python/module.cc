@@ -14,6 +14,7 @@
 #include "runtime/session.h"
 #ifdef TOB_WITH_TORCH
 #include "providers/torch/torch_provider.h"
+#include "providers/torch/torch_parallel.h"
 #endif
 
 namespace py = pybind11;
@@ -282,6 +283,10 @@ PYBIND11_MODULE(_C, m) {
 #ifdef TOB_WITH_TORCH
   // ATen nodes run through torch's dispatcher; every session gets this provider after CPU.
   RegisterTorchProvider();
+  // One set of intra-op threads in the process: the engine's parallel work runs on torch's pool.
+  UseTorchIntraOpPool(true);
+  m.def("use_torch_intra_op_pool", &UseTorchIntraOpPool, py::arg("enable"),
+        "Run the engine's intra-op work on torch's intra-op pool (default) or on its own threads.");
   m.attr("TORCH_PROVIDER") = kTorchProvider;
   m.attr("built_with_torch") = true;
 #else

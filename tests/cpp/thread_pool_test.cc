@@ -1,9 +1,13 @@
-// ThreadPool: every index exactly once, chunking bounds, nesting runs inline, shared pools.
+// ThreadPool: every index exactly once, chunking bounds, nesting runs inline, shared pools, and
+// the hand-over to an external runtime (torch's pool in the Python module).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <filesystem>
+#include <functional>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -85,6 +89,88 @@ TEST(ThreadPool, NullPoolRunsInline) {
   int64_t seen = 0;
   ParallelFor(nullptr, 17, 1, [&](int64_t b, int64_t e) { seen += e - b; });
   EXPECT_EQ(seen, 17);
+}
+
+// A stand-in external runtime of two threads: runs the chunks serially and records the calls.
+std::atomic<int> g_external_calls{0};
+std::atomic<int64_t> g_external_grain{0};
+int TwoThreads() { return 2; }
+void SerialParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  g_external_calls.fetch_add(1);
+  g_external_grain.store(grain);
+  for (int64_t b = 0; b < n; b += grain) fn(b, std::min(n, b + grain));
+}
+const ExternalParallelRuntime kSerialRuntime{&TwoThreads, &SerialParallelFor};
+
+int64_t ProcessThreadCount() {
+  int64_t count = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) ++count;
+  return count;
+}
+
+struct ExternalRuntimeScope {
+  ExternalRuntimeScope() {
+    g_external_calls = 0;
+    SetExternalParallelRuntime(&kSerialRuntime);
+  }
+  ~ExternalRuntimeScope() { SetExternalParallelRuntime(nullptr); }
+};
+
+TEST(ThreadPool, ExternalRuntimeOfTheSameSizeRunsTheWork) {
+  ExternalRuntimeScope scope;
+  const int64_t threads_before = ProcessThreadCount();
+  ThreadPool same(2);
+  std::vector<std::atomic<int>> hits(1001);
+  same.ParallelFor(1001, 100, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1);
+  });
+  for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+  EXPECT_EQ(g_external_calls.load(), 1);
+  // The same two chunks the pool would make itself: 1001 over 2 threads, each >= min_grain.
+  EXPECT_EQ(g_external_grain.load(), 501);
+  EXPECT_EQ(ProcessThreadCount(), threads_before) << "a pool whose work goes elsewhere starts no thread";
+
+  // Too little work for two chunks: inline, the runtime is not involved.
+  same.ParallelFor(150, 100, [](int64_t, int64_t) {});
+  EXPECT_EQ(g_external_calls.load(), 1);
+
+  // Another size keeps its own workers.
+  ThreadPool other(3);
+  std::atomic<int64_t> seen{0};
+  other.ParallelFor(300, 1, [&](int64_t b, int64_t e) { seen += e - b; });
+  EXPECT_EQ(seen.load(), 300);
+  EXPECT_EQ(g_external_calls.load(), 1);
+}
+
+TEST(ThreadPool, UninstallingTheExternalRuntimeGoesBackToOwnWorkers) {
+  {
+    ExternalRuntimeScope scope;
+    ThreadPool::Shared(2)->ParallelFor(64, 1, [](int64_t, int64_t) {});
+    EXPECT_EQ(g_external_calls.load(), 1);
+  }
+  std::atomic<int64_t> seen{0};
+  ThreadPool::Shared(2)->ParallelFor(64, 1, [&](int64_t b, int64_t e) { seen += e - b; });
+  EXPECT_EQ(seen.load(), 64);
+  EXPECT_EQ(g_external_calls.load(), 1);
+}
+
+TEST(ThreadPool, WorkersSleepAfterTheirSpinAndWakeForTheNextJob) {
+  // A job long after the previous one finds the workers asleep (past their spin); it must still
+  // be picked up and completed, many times over.
+  ThreadPool pool(2);
+  for (int rep = 0; rep < 5; ++rep) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    std::mutex mu;
+    std::set<std::thread::id> threads;
+    std::condition_variable both_running;
+    pool.ParallelFor(2, 1, [&](int64_t, int64_t) {
+      std::unique_lock<std::mutex> lock(mu);
+      threads.insert(std::this_thread::get_id());
+      both_running.notify_all();
+      both_running.wait_for(lock, std::chrono::seconds(10), [&] { return threads.size() == 2; });
+    });
+    ASSERT_EQ(threads.size(), 2u) << "rep " << rep;
+  }
 }
 
 }  // namespace
