@@ -1,7 +1,8 @@
 """torch.compile backends side by side: eager PyTorch, Inductor (torch.compile's default) and "ort".
 
     python benchmarks/bench_compile.py [--models mlp,cnn,...] [--backends eager,inductor,ort]
-                                       [--modes train,infer] [--steps 20] [--size bench|test] [--json PATH]
+                                       [--modes train,infer] [--steps 20] [--rounds 1]
+                                       [--size bench|test] [--json PATH]
 
 For each model (tests/python/compile_models.py: MLP, MNIST CNN, the tutorial transformer LM, GPT-2,
 BERT, LLaMA) and each backend it times
@@ -30,6 +31,12 @@ says which was used.
 "max diff" compares the compiled model's first call with eager PyTorch's on the same weights and
 batch: for every output tensor (loss, logits, ...), max |compiled - eager| / max |eager|, the largest
 over the outputs. A fast but wrong backend shows here.
+
+--rounds R repeats the whole sweep R times, round after round, so that a burst of load from other
+processes hits one round of every configuration rather than all rounds of one. The table then
+gives, per configuration, the median over rounds of its median call, and "vs eager" is the median
+over rounds of the ratio to eager's time in the same round; "range" shows the lowest and highest
+per-round ratio.
 
 A configuration that fails (Inductor without a working C++ compiler, "ort" not installed yet, an op
 the exporter lacks) is reported in its cell and below the table; the others still run.
@@ -199,17 +206,41 @@ def missing_backends(backends: list[str]) -> dict[str, str]:
     return missing
 
 
-def format_table(results: list[dict]) -> str:
-    lines = ["| model | mode | backend | median ms | vs eager | first call s | peak MiB | max diff |",
-             "|---|---|---|---:|---:|---:|---:|---:|"]
-    for r in results:
-        eager = next((x for x in results if x["model"] == r["model"] and x["mode"] == r["mode"]
-                      and x["backend"] == "eager" and "ms" in x), None)
-        if "error" in r:
-            lines.append(f"| {r['model']} | {r['mode']} | {r['backend']} | FAILED (see below) | | | | |")
+def combine_rounds(rounds: list[list[dict]]) -> list[dict]:
+    """One row per configuration: medians over the rounds; "ratio" is the median of the per-round
+    ratios to eager's time in the same round, with their range."""
+    combined = []
+    for i, first in enumerate(rounds[0]):
+        runs = [r[i] for r in rounds]
+        ok = [r for r in runs if "error" not in r]
+        if not ok:
+            combined.append(first)
             continue
-        ratio = f"{r['ms'] / eager['ms']:.2f}" if eager else "-"
-        lines.append(f"| {r['model']} | {r['mode']} | {r['backend']} | {r['ms']:.2f} | {ratio} | "
+        row = {**ok[0], "rounds": len(ok)}
+        for key in ("ms", "first_call_s", "peak_mib", "max_diff"):
+            row[key] = statistics.median(r[key] for r in ok)
+        ratios = []
+        for r, one_round in zip(runs, rounds):
+            eager = next((x for x in one_round if x["model"] == r["model"] and x["mode"] == r["mode"]
+                          and x["backend"] == "eager" and "ms" in x), None)
+            if eager and "ms" in r:
+                ratios.append(r["ms"] / eager["ms"])
+        if ratios:
+            row["ratio"], row["ratio_min"], row["ratio_max"] = statistics.median(ratios), min(ratios), max(ratios)
+        combined.append(row)
+    return combined
+
+
+def format_table(results: list[dict]) -> str:
+    lines = ["| model | mode | backend | median ms | vs eager | range | first call s | peak MiB | max diff |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r['mode']} | {r['backend']} | FAILED (see below) | | | | | |")
+            continue
+        ratio = f"{r['ratio']:.2f}" if "ratio" in r else "-"
+        spread = f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f}" if "ratio" in r and r.get("rounds", 1) > 1 else ""
+        lines.append(f"| {r['model']} | {r['mode']} | {r['backend']} | {r['ms']:.2f} | {ratio} | {spread} | "
                      f"{r['first_call_s']:.2f} | {r['peak_mib']:.1f} | {r['max_diff']:.1e} |")
     return "\n".join(lines)
 
@@ -224,6 +255,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="keep timing until this much time has passed (small models get more calls)")
     parser.add_argument("--size", choices=("bench", "test"), default="bench",
                         help="bench: the models' benchmark sizes; test: the tiny test sizes")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="repeat the whole sweep this many times; report medians over rounds")
     parser.add_argument("--threads", type=int, default=0, help="intra-op threads (0: torch's default)")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per configuration")
     parser.add_argument("--warm-caches", action="store_true",
@@ -258,25 +291,30 @@ def main(argv: list[str] | None = None) -> int:
     # eager first: the others' ratios need it.
     backends = sorted(args.backend_list, key=lambda b: b != "eager")
     missing = missing_backends(backends)
-    results = []
-    for model in args.model_list:
-        for mode in args.mode_list:
-            for backend in backends:
-                start = time.perf_counter()
-                if backend in missing:
-                    outcome = {"error": missing[backend]}
-                else:
-                    outcome = run_configuration(model, backend, mode, args)
-                result = {"model": model, "mode": mode, "backend": backend, **outcome}
-                results.append(result)
-                status = result.get("error") or f"{result['ms']:.2f} ms"
-                print(f"  {model:>15} {mode:5} {backend:9} {status}  ({time.perf_counter() - start:.0f} s)",
-                      file=sys.stderr, flush=True)
+    rounds = []
+    for round_index in range(max(1, args.rounds)):
+        results = []
+        for model in args.model_list:
+            for mode in args.mode_list:
+                for backend in backends:
+                    start = time.perf_counter()
+                    if backend in missing:
+                        outcome = {"error": missing[backend]}
+                    else:
+                        outcome = run_configuration(model, backend, mode, args)
+                    result = {"model": model, "mode": mode, "backend": backend, **outcome}
+                    results.append(result)
+                    status = result.get("error") or f"{result['ms']:.2f} ms"
+                    print(f"  round {round_index + 1} {model:>15} {mode:5} {backend:9} {status}  "
+                          f"({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
+        rounds.append(results)
+    results = combine_rounds(rounds)
 
     threads = next((r["threads"] for r in results if "threads" in r), "?")
     methods = sorted({r["memory_method"] for r in results if "memory_method" in r})
     print(f"\n{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, {threads} threads, "
-          f"--size {args.size}, median of >= {args.steps} calls / {args.seconds:g} s after {WARMUP_CALLS} warm-up; "
+          f"--size {args.size}, median of >= {args.steps} calls / {args.seconds:g} s after {WARMUP_CALLS} warm-up, "
+          f"{len(rounds)} round(s); "
           f"peak memory by {', '.join(methods) or '-'}\n")
     print(format_table(results))
     failures = [r for r in results if "error" in r]
@@ -286,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"- {r['model']} {r['mode']} {r['backend']}: {r['error']}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"size": args.size, "steps": args.steps, "results": results}, f, indent=1)
+            json.dump({"size": args.size, "steps": args.steps, "results": results, "rounds": rounds}, f, indent=1)
     return 0
 
 
