@@ -11,7 +11,6 @@ overflow).
 from __future__ import annotations
 
 import importlib
-import math
 import types
 from typing import Any
 
@@ -61,75 +60,62 @@ def _bind(optimizer: Any, name: str, fn: Any) -> None:
     setattr(optimizer, name, types.MethodType(fn, optimizer))
 
 
-def _sum_of_squares(grads: list[torch.Tensor]) -> float:
-    if not grads:
-        return 0.0
-    return float(l2_norm(grads).double()) ** 2
-
-
 class DeepSpeedZeROModifier(_Modifier):
     """DeepSpeed ZeRO stage 1 / 2: has_overflow_serial, has_overflow_partitioned_grads_serial,
-    get_grad_norm_direct (the L2 case; the inf norm stays DeepSpeed's)."""
+    get_grad_norm_direct (the L2 case; the inf norm stays DeepSpeed's).
+
+    Written against DeepSpeed 0.19 (tests/python/test_fp16_optimizer_deepspeed.py runs the real
+    library): the overflow checks return a one-element bool tensor on the accelerator's current
+    device (``has_overflow`` calls ``.byte()`` on it), and the norm is a float32 0-d tensor, -1
+    when it is inf or NaN (``scaled_global_norm`` combines the groups' tensors).
+    """
 
     name = "DeepSpeed ZeRO"
     library = "deepspeed"
-    install_hint = "Install it with `pip install deepspeed`."
-    type_names = (
-        "deepspeed.runtime.zero.stage_1_and_2.DeepSpeedZeroOptimizer",
-        "deepspeed.runtime.zero.stage2.FP16_DeepSpeedZeroOptimizer",
-    )
-    required_methods = ("has_overflow_serial", "get_grad_norm_direct")
+    install_hint = "Install it with `pip install deepspeed` (requirements-dev.txt has the tested version)."
+    # (stage2.FP16_DeepSpeedZeroOptimizer, its name in DeepSpeed releases older than torch 2, is not matched.)
+    type_names = ("deepspeed.runtime.zero.stage_1_and_2.DeepSpeedZeroOptimizer",)
+    required_methods = ("has_overflow_serial", "has_overflow_partitioned_grads_serial", "get_grad_norm_direct")
 
     def override(self, optimizer: Any) -> None:
-        original_norm = optimizer.get_grad_norm_direct
-
-        def has_overflow_serial(target: Any, params: list[torch.Tensor], is_grad_list: bool = False) -> bool:
-            if is_grad_list:
-                return has_non_finite([g for g in params if g is not None])
-            return has_non_finite([p.grad for p in params if p.grad is not None])
-
-        def has_overflow_partitioned_grads_serial(target: Any) -> bool:
-            groups = getattr(target, "averaged_gradients", {})
-            group_lists = groups.values() if isinstance(groups, dict) else groups
-            return has_non_finite([g for grads in group_lists if grads for g in grads if g is not None])
-
-        def get_grad_norm_direct(target: Any, gradients: list[torch.Tensor], params: list[torch.Tensor],
-                                 norm_type: float = 2) -> float:
-            if float(norm_type) != 2.0:
-                return original_norm(gradients, params, norm_type)
-            is_model_parallel = _deepspeed_model_parallel_check()
-            mp_rank = getattr(target, "model_parallel_rank", 0)
-            selected = []
-            for g, p in zip(gradients, params):
-                if getattr(p, "ds_pipe_replicated", False):  # pipeline replicas: count once
-                    continue
-                if is_model_parallel(p) or mp_rank == 0:
-                    selected.append(g)
-            device = gradients[0].device if gradients else torch.device("cpu")
-            total = torch.tensor([_sum_of_squares(selected)], dtype=torch.float32, device=device)
-            if torch.distributed.is_available() and torch.distributed.is_initialized():
-                torch.distributed.all_reduce(
-                    total, op=torch.distributed.ReduceOp.SUM, group=getattr(target, "dp_process_group", None)
-                )
-            model_parallel_all_reduce = getattr(target, "_model_parallel_all_reduce", None)
-            if model_parallel_all_reduce is not None:
-                model_parallel_all_reduce(tensor=total, op=torch.distributed.ReduceOp.SUM)
-            norm = float(total[0]) ** 0.5
-            return norm if math.isfinite(norm) else -1
-
-        _bind(optimizer, "has_overflow_serial", has_overflow_serial)
-        if hasattr(optimizer, "has_overflow_partitioned_grads_serial"):
-            _bind(optimizer, "has_overflow_partitioned_grads_serial", has_overflow_partitioned_grads_serial)
-        _bind(optimizer, "get_grad_norm_direct", get_grad_norm_direct)
-
-
-def _deepspeed_model_parallel_check() -> Any:
-    try:
+        from deepspeed import comm as dist
+        from deepspeed.accelerator import get_accelerator
         from deepspeed.runtime.utils import is_model_parallel_parameter
 
-        return is_model_parallel_parameter
-    except ImportError:
-        return lambda p: bool(getattr(p, "model_parallel", False) or getattr(p, "tensor_model_parallel", False))
+        original_norm = optimizer.get_grad_norm_direct
+
+        def overflow_flag(found: bool) -> torch.Tensor:
+            return torch.tensor([found], dtype=torch.bool, device=get_accelerator().current_device_name())
+
+        def has_overflow_serial(target: Any, params: list[torch.Tensor]) -> torch.Tensor:
+            return overflow_flag(has_non_finite([p.grad for p in params if p.grad is not None]))
+
+        def has_overflow_partitioned_grads_serial(target: Any) -> torch.Tensor:
+            # Every gradient of every group, the alignment padding included, as DeepSpeed's.
+            grads = [g for i in range(len(target.bit16_groups)) for g in target.averaged_gradients[i] if g is not None]
+            return overflow_flag(has_non_finite(grads))
+
+        def get_grad_norm_direct(target: Any, gradients: list[torch.Tensor], params: list[torch.Tensor],
+                                 norm_type: float = 2) -> torch.Tensor:
+            if float(norm_type) != 2.0:
+                return original_norm(gradients, params, norm_type)
+            # A leading padding tensor would shift the pairing with the parameters.
+            grads = [g for g in gradients if not getattr(g, "_zero_padding", False)]
+            selected = [
+                g for g, p in zip(grads, params)
+                if not getattr(p, "ds_pipe_replicated", False)  # pipeline replicas: counted on another stage
+                and (is_model_parallel_parameter(p) or target.model_parallel_rank == 0)
+            ]
+            sum_sq = float(l2_norm(selected).double()) ** 2 if selected else 0.0
+            total = torch.tensor(sum_sq, dtype=torch.float32, device=get_accelerator().current_device_name())
+            dist.all_reduce(total, op=dist.ReduceOp.SUM, group=target.dp_process_group)
+            target._model_parallel_all_reduce(tensor=total, op=dist.ReduceOp.SUM)
+            total = total.sqrt()
+            return total.masked_fill_(~torch.isfinite(total), -1.0)
+
+        _bind(optimizer, "has_overflow_serial", has_overflow_serial)
+        _bind(optimizer, "has_overflow_partitioned_grads_serial", has_overflow_partitioned_grads_serial)
+        _bind(optimizer, "get_grad_norm_direct", get_grad_norm_direct)
 
 
 class ApexFP16UtilsModifier(_Modifier):
