@@ -39,6 +39,15 @@ def _compiler(opts: BackendOptions, stage: str) -> Callable:
     return compile_graph
 
 
+def _partition(joint_module: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any):
+    """torch's min-cut partitioner, told never to save a view: a saved t(x) or transpose(x) would be
+    a graph output, so the forward graph would copy it into a new buffer every step; recomputed in
+    the backward graph it is a Transpose that the optimizer folds into the consuming Gemm's trans
+    flag (MatMulTransposeFusion), for free. The forward then saves x itself."""
+    with torch._functorch.config.patch(recompute_views=True):
+        return min_cut_rematerialization_partition(joint_module, joint_inputs, **kwargs)
+
+
 def _eager_backward(gm: torch.fx.GraphModule, example_inputs: Any):
     from torch._functorch.aot_autograd import make_boxed_func
 
@@ -61,7 +70,7 @@ def ort_backend(gm: torch.fx.GraphModule, example_inputs: list, options: Mapping
         bw_compiler=bw,
         inference_compiler=_compiler(opts, "inference"),
         decompositions=decomposition_table(),
-        partition_fn=min_cut_rematerialization_partition,
+        partition_fn=_partition,
         keep_inference_input_mutations=False,
     )
     try:
