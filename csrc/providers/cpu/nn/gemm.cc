@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "providers/cpu/nn/float_convert.h"
+#include "providers/cpu/nn/small_gemm.h"
 
 namespace tob {
 
@@ -76,6 +77,12 @@ Status BatchedGemmImpl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alph
       for (int64_t i = begin; i < end; ++i) ScaleC(M, N, beta, c[i], ldc);
     });
     return Status::OK();
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    if (SmallGemmApplies(M, N, K)) {
+      SmallGemm(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc, batch, pool);
+      return Status::OK();
+    }
   }
   PinBlasToOneThread();
 

@@ -1,0 +1,29 @@
+// Float32 GEMM for few rows (the batch rows of an MLP, M <= kSmallGemmMaxM), after MLAS's SGEMM:
+// op(B) is cut into panels of 2 SIMD vectors of columns, each thread packs the panels it owns
+// (K-blocked, into a thread-local buffer that stays in L1) and runs register-blocked tiles of up
+// to 12 (AVX-512) or 6 (AVX2) rows of op(A) over them. OpenBLAS re-packs all of B on every call
+// and its small-M code is poor, so this path is 1.5-3x faster there; gemm.cc routes to it.
+#pragma once
+
+#include <cstdint>
+
+#include "framework/thread_pool.h"
+#include "providers/cpu/nn/small_gemm_isa.h"
+
+namespace tob {
+
+// Largest M the small path takes (measured against OpenBLAS on Zen 5, 2 threads).
+constexpr int64_t kSmallGemmMaxM = 128;
+
+// Whether the small path should take this float32 problem (shape measured against OpenBLAS).
+bool SmallGemmApplies(int64_t M, int64_t N, int64_t K);
+
+// `batch` problems C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i], row-major with row strides
+// lda/ldb/ldc, spread over the pool by (problem, panel). Arguments are assumed valid (gemm.cc
+// checks them), M, N, K > 0. beta == 0 does not read C. `kernels` defaults to the best set.
+void SmallGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const float* const* a, int64_t lda, const float* const* b, int64_t ldb, float beta,
+               float* const* c, int64_t ldc, int64_t batch, ThreadPool* pool,
+               const small_gemm::Kernels* kernels = nullptr);
+
+}  // namespace tob
