@@ -91,7 +91,7 @@ def _session_options(opts: BackendOptions):
     from .session import GraphOptimizationLevel, SessionOptions
 
     so = SessionOptions()
-    so.intra_op_num_threads = opts.intra_op_threads or torch.get_num_threads()
+    so.intra_op_num_threads = opts.intra_op_threads  # 0: torch's pool, following torch.set_num_threads
     so.graph_optimization_level = GraphOptimizationLevel(opts.optimization_level)
     so.enable_profiling = opts.enable_profiling
     return so

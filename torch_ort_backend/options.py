@@ -27,7 +27,7 @@ class BackendOptions:
     save_onnx: bool = False
     onnx_prefix: str = ""
     save_path: str = ""
-    intra_op_threads: int = 0  # 0: torch.get_num_threads()
+    intra_op_threads: int = 0  # 0: torch's intra-op pool at torch's current thread count
     optimization_level: int = 99  # GraphOptimizationLevel: 0 disable, 1 basic, 2 extended, 99 all
     enable_profiling: bool = False
     # ATen ops run by torch's kernel (an ATen node) even though the engine has a native one, because

@@ -26,13 +26,6 @@ class GraphOptimizationLevel(enum.IntEnum):
     ORT_ENABLE_ALL = 99
 
 
-def default_num_threads() -> int:
-    """The intra-op thread count: torch's, so the engine and torch never fight over cores."""
-    import torch
-
-    return max(1, torch.get_num_threads())
-
-
 class SessionOptions:
     """Options for one InferenceSession; every value is validated when it is set."""
 
@@ -55,7 +48,9 @@ class SessionOptions:
 
     def _to_engine(self) -> "C.SessionOptions":
         o = C.SessionOptions()
-        o.intra_op_threads = self.intra_op_num_threads or default_num_threads()
+        # 0: the engine runs on torch's intra-op pool at torch's current thread count (it follows
+        # torch.set_num_threads), so the engine and torch never fight over cores.
+        o.intra_op_threads = self.intra_op_num_threads
         o.optimization_level = int(self.graph_optimization_level)
         o.enable_profiling = self.enable_profiling
         o.profile_file_prefix = self.profile_file_prefix

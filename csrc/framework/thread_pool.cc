@@ -50,6 +50,18 @@ const ExternalParallelRuntime* GetExternalParallelRuntime() {
 
 ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads)) {}
 
+std::unique_ptr<ThreadPool> ThreadPool::Following(int num_threads) {
+  auto pool = std::make_unique<ThreadPool>(num_threads);
+  pool->follow_external_ = true;
+  return pool;
+}
+
+int ThreadPool::num_threads() const {
+  if (follow_external_)
+    if (const ExternalParallelRuntime* external = GetExternalParallelRuntime()) return external->num_threads();
+  return num_threads_;
+}
+
 void ThreadPool::StartWorkers() {
   std::call_once(workers_started_, [this] {
     for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this] { WorkerLoop(); });
@@ -107,14 +119,17 @@ void ThreadPool::ParallelFor(int64_t n, int64_t min_grain,
                              const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   min_grain = std::max<int64_t>(1, min_grain);
+  const ExternalParallelRuntime* external = GetExternalParallelRuntime();
+  const int external_threads = external != nullptr ? external->num_threads() : 0;
+  if (external != nullptr && !follow_external_ && external_threads != num_threads_) external = nullptr;
+  const int threads = external != nullptr ? external_threads : num_threads_;
   // Every chunk gets at least min_grain iterations.
-  int64_t max_chunks = std::min<int64_t>(num_threads_, std::max<int64_t>(1, n / min_grain));
+  int64_t max_chunks = std::min<int64_t>(threads, std::max<int64_t>(1, n / min_grain));
   if (max_chunks <= 1 || tls_in_parallel_region) {
     fn(0, n);
     return;
   }
-  if (const ExternalParallelRuntime* external = GetExternalParallelRuntime();
-      external != nullptr && external->num_threads() == num_threads_) {
+  if (external != nullptr) {
     // The same chunks as below: max_chunks pieces, each of at least min_grain iterations.
     external->parallel_for(n, (n + max_chunks - 1) / max_chunks, fn);
     return;
@@ -154,9 +169,12 @@ std::shared_ptr<ThreadPool> ThreadPool::Shared(int num_threads) {
   static std::mutex mu;
   static std::map<int, std::weak_ptr<ThreadPool>> pools;
   std::lock_guard<std::mutex> lock(mu);
+  num_threads = std::max(0, num_threads);
   auto& slot = pools[num_threads];
   if (auto p = slot.lock()) return p;
-  auto p = std::make_shared<ThreadPool>(num_threads);
+  std::shared_ptr<ThreadPool> p =
+      num_threads == 0 ? Following(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())))
+                       : std::make_shared<ThreadPool>(num_threads);
   slot = p;
   return p;
 }

@@ -27,10 +27,16 @@ class ThreadPool {
   // never adds a thread to the process.
   explicit ThreadPool(int num_threads);
   ~ThreadPool();
+  // A pool that follows the external runtime (SetExternalParallelRuntime): while one is
+  // installed, all its work goes there at that runtime's current thread count, whatever it is;
+  // otherwise it runs on num_threads threads of its own. Shared(0) hands out this kind.
+  static std::unique_ptr<ThreadPool> Following(int num_threads);
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
-  int num_threads() const { return num_threads_; }
+  // The parallelism ParallelFor gives: the external runtime's for a following pool while one is
+  // installed, else the pool's own size.
+  int num_threads() const;
 
   // Splits [0, n) into at most num_threads() contiguous chunks of at least `min_grain`
   // iterations and runs fn(begin, end) on each; returns when all are done. Chunks are claimed,
@@ -39,7 +45,8 @@ class ThreadPool {
   // size is installed (SetExternalParallelRuntime), the work goes to it instead.
   void ParallelFor(int64_t n, int64_t min_grain, const std::function<void(int64_t, int64_t)>& fn);
 
-  // Process-wide pools, one per size, so sessions with the same setting share threads.
+  // Process-wide pools, one per size, so sessions with the same setting share threads. Size 0 is
+  // the following pool (see Following), with hardware_concurrency() threads of its own.
   static std::shared_ptr<ThreadPool> Shared(int num_threads);
 
  private:
@@ -47,6 +54,7 @@ class ThreadPool {
   void StartWorkers();
 
   int num_threads_;
+  bool follow_external_ = false;
   std::vector<std::thread> workers_;
   std::once_flag workers_started_;
   std::mutex mu_;

@@ -37,9 +37,9 @@ Session::~Session() = default;
 Status Session::Initialize() {
   profiler_ = std::make_unique<Profiler>(options_.enable_profiling);
   const int64_t t0 = profiler_->NowUs();
-  int threads = options_.intra_op_threads;
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  pool_ = ThreadPool::Shared(threads);
+  // 0: the following pool, on the process's intra-op runtime where one is installed (torch's
+  // pool in the Python module, at torch's current thread count), else on all hardware threads.
+  pool_ = ThreadPool::Shared(std::max(0, options_.intra_op_threads));
 
   const ProviderRegistry& provider_registry = ProviderRegistry::Global();
   const std::vector<std::string> fallbacks = provider_registry.FallbackNames();

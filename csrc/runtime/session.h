@@ -21,7 +21,7 @@
 namespace tob {
 
 struct SessionOptions {
-  int intra_op_threads = 0;  // 0: all hardware threads (the Python front end passes torch's count)
+  int intra_op_threads = 0;  // 0: follow the process's intra-op runtime (torch's), else all hardware threads
   OptLevel optimization_level = OptLevel::kAll;
   bool enable_profiling = false;
   std::string profile_file_prefix = "tob_profile";

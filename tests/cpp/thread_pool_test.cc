@@ -154,6 +154,24 @@ TEST(ThreadPool, UninstallingTheExternalRuntimeGoesBackToOwnWorkers) {
   EXPECT_EQ(g_external_calls.load(), 1);
 }
 
+TEST(ThreadPool, FollowingPoolTakesTheExternalRuntimesSize) {
+  auto following = ThreadPool::Following(3);
+  EXPECT_EQ(following->num_threads(), 3) << "no runtime installed: its own size";
+  {
+    ExternalRuntimeScope scope;
+    EXPECT_EQ(following->num_threads(), 2);
+    std::atomic<int64_t> seen{0};
+    following->ParallelFor(90, 1, [&](int64_t b, int64_t e) { seen += e - b; });
+    EXPECT_EQ(seen.load(), 90);
+    EXPECT_EQ(g_external_calls.load(), 1) << "a following pool of another size still hands its work over";
+    EXPECT_EQ(g_external_grain.load(), 45);
+  }
+  std::atomic<int64_t> seen{0};
+  following->ParallelFor(90, 1, [&](int64_t b, int64_t e) { seen += e - b; });
+  EXPECT_EQ(seen.load(), 90);
+  EXPECT_EQ(ThreadPool::Shared(0)->num_threads(), static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+}
+
 TEST(ThreadPool, WorkersSleepAfterTheirSpinAndWakeForTheNextJob) {
   // A job long after the previous one finds the workers asleep (past their spin); it must still
   // be picked up and completed, many times over.

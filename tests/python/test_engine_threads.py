@@ -1,6 +1,6 @@
 """The engine's intra-op work runs on torch's intra-op pool in a torch process (no second pool of
-threads spinning against torch's OpenMP workers on the same cores), with the same results as on
-its own workers. Each check runs in a fresh interpreter so that no pool from another test exists.
+threads spinning against torch's OpenMP workers on the same cores), a default session follows
+torch.set_num_threads, and the results are those of the engine's own workers. Each check runs in a fresh interpreter so that no pool from another test exists.
 """
 
 import subprocess
@@ -32,27 +32,38 @@ SCRIPT = textwrap.dedent(
 
     (torch.rand(1 << 20) + 1).log()  # starts torch's OpenMP workers
     base = threads()
+    feeds = {"A": a, "B": b}
     opts = tob.SessionOptions()
     opts.intra_op_num_threads = 2
     sess = tob.InferenceSession(model, opts)
-    shared = [sess.run(None, {"A": a, "B": b})[0] for _ in range(3)]
+    default = tob.InferenceSession(model)  # intra_op_num_threads 0: follows torch
+    shared = [s.run(None, feeds)[0] for s in (sess, default) for _ in range(3)]
     with_torch_pool = threads()
+    assert default._session.num_threads() == 2
 
+    torch.set_num_threads(1)  # the default session follows; the 2-thread one needs its own pool now
+    assert default._session.num_threads() == 1
+    followed = [default.run(None, feeds)[0] for _ in range(3)]
+    after_follow = threads()
+    own_two = [sess.run(None, feeds)[0] for _ in range(3)]
+    with_own_two = threads()
+
+    torch.set_num_threads(2)
     C.use_torch_intra_op_pool(False)
-    own = [sess.run(None, {"A": a, "B": b})[0] for _ in range(3)]
-    with_own_pool = threads()
-    for out in shared + own:
+    own = [sess.run(None, feeds)[0] for _ in range(3)]
+    for out in shared + followed + own_two + own:
         torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-4)
     torch.testing.assert_close(shared[0], own[0], rtol=0, atol=0)
-    print(base, with_torch_pool, with_own_pool)
+    print(base, with_torch_pool, after_follow, with_own_two)
     """
 )
 
 
-def test_engine_uses_torchs_pool_and_matches_its_own_workers():
+def test_engine_uses_torchs_pool_follows_its_size_and_matches_its_own_workers():
     # Bitwise equal both ways: the engine splits a GEMM into the same tiles on either pool.
     result = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
-    base, with_torch_pool, with_own_pool = map(int, result.stdout.split()[-3:])
+    base, with_torch_pool, after_follow, with_own_two = map(int, result.stdout.split()[-4:])
     assert with_torch_pool == base, "the engine started threads of its own under torch"
-    assert with_own_pool == base + 1, "its own pool of two threads is the caller plus one worker"
+    assert after_follow == base, "a default session follows torch.set_num_threads on torch's pool"
+    assert with_own_two == base + 1, "an explicit 2-thread session off torch's size: the caller plus one worker"
