@@ -3,6 +3,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 namespace tob {
 
@@ -127,7 +129,12 @@ void RunPanel(const Kernels& ks, const Problem& p, int64_t n0, float* pack) {
 // Only with AVX-512: the AVX2 tiles measure level with OpenBLAS's Haswell kernels (slower at
 // M = 16, K = N = 1024), so they are kept for the tests and for comparison.
 bool SmallGemmApplies(int64_t M, int64_t N, int64_t K) {
-  return M <= kSmallGemmMaxM && small_gemm::avx512::Available();
+  // TOB_SMALL_GEMM=0 sends everything to OpenBLAS (A/B measurements, or to rule this path out).
+  static const bool enabled = [] {
+    const char* env = std::getenv("TOB_SMALL_GEMM");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  return enabled && M <= kSmallGemmMaxM && small_gemm::avx512::Available();
 }
 
 void SmallGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
