@@ -12,7 +12,6 @@
 #include "partition/provider_registry.h"
 #include "python/tensor_bridge.h"
 #include "runtime/session.h"
-#include "framework/host_block_cache.h"
 #ifdef TOB_WITH_TORCH
 #include "providers/torch/torch_provider.h"
 #include "providers/torch/torch_parallel.h"
@@ -294,19 +293,6 @@ PYBIND11_MODULE(_C, m) {
   m.attr("built_with_torch") = false;
 #endif
   m.def("registered_providers", [] { return ProviderRegistry::Global().Names(); });
-  // Host blocks the engine keeps for reuse (framework/host_block_cache.h).
-  m.def("host_cache_stats", [] {
-    HostBlockCacheStats s = GetHostBlockCacheStats();
-    py::dict d;
-    d["cached_bytes"] = s.cached_bytes;
-    d["limit_bytes"] = s.limit_bytes;
-    d["hits"] = s.hits;
-    d["misses"] = s.misses;
-    return d;
-  });
-  m.def("release_host_cache", &ReleaseHostBlockCache, "Free every cached host block to the C library.");
-  m.def("set_host_cache_limit", &SetHostBlockCacheLimit, py::arg("bytes"),
-        "The most bytes of freed host blocks kept for reuse (0 disables the cache).");
   m.def("fallback_providers", [] { return ProviderRegistry::Global().FallbackNames(); });
 
   py::class_<PyTensor>(m, "EngineTensor")
