@@ -19,10 +19,6 @@ constexpr int64_t kMaxPanelWidth = 32;
 // The smallest problem worth waking the pool for.
 constexpr double kMinParallelFlops = 2.0 * 64 * 64 * 128;
 
-const Kernels& BestKernels() {
-  static const Kernels& best = small_gemm::avx512::Available() ? small_gemm::avx512::Get() : small_gemm::avx2::Get();
-  return best;
-}
 
 float* PackBuffer() {
   alignas(64) static thread_local float buffer[kKc * kMaxPanelWidth];
@@ -126,8 +122,7 @@ void RunPanel(const Kernels& ks, const Problem& p, int64_t n0, float* pack) {
 
 }  // namespace
 
-// Only with AVX-512: the AVX2 tiles measure level with OpenBLAS's Haswell kernels (slower at
-// M = 16, K = N = 1024), so they are kept for the tests and for comparison.
+// Only with AVX-512 (small_gemm_isa.h says why).
 bool SmallGemmApplies(int64_t M, int64_t N, int64_t K) {
   // TOB_SMALL_GEMM=0 sends everything to OpenBLAS (A/B measurements, or to rule this path out).
   static const bool enabled = [] {
@@ -139,8 +134,8 @@ bool SmallGemmApplies(int64_t M, int64_t N, int64_t K) {
 
 void SmallGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const float* const* a, int64_t lda, const float* const* b, int64_t ldb, float beta,
-               float* const* c, int64_t ldc, int64_t batch, ThreadPool* pool, const Kernels* kernels) {
-  const Kernels& ks = kernels != nullptr ? *kernels : BestKernels();
+               float* const* c, int64_t ldc, int64_t batch, ThreadPool* pool) {
+  const Kernels& ks = small_gemm::avx512::Get();
   const int64_t panel_cols = 2 * ks.lanes;
   const int64_t panels = (N + panel_cols - 1) / panel_cols;
   auto run = [&](int64_t begin, int64_t end) {

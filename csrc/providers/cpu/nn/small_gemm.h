@@ -1,7 +1,7 @@
 // Float32 GEMM for few rows (the batch rows of an MLP, M <= kSmallGemmMaxM), after MLAS's SGEMM:
 // op(B) is cut into panels of 2 SIMD vectors of columns, each thread packs the panels it owns
 // (K-blocked, into a thread-local buffer that stays in L1) and runs register-blocked tiles of up
-// to 12 (AVX-512) or 6 (AVX2) rows of op(A) over them. OpenBLAS re-packs all of B on every call
+// to 12 rows of op(A) over them (AVX-512 CPUs only). OpenBLAS re-packs all of B on every call
 // and its small-M code is poor, so this path is 1.5-3x faster there; gemm.cc routes to it.
 #pragma once
 
@@ -20,10 +20,9 @@ bool SmallGemmApplies(int64_t M, int64_t N, int64_t K);
 
 // `batch` problems C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i], row-major with row strides
 // lda/ldb/ldc, spread over the pool by (problem, panel). Arguments are assumed valid (gemm.cc
-// checks them), M, N, K > 0. beta == 0 does not read C. `kernels` defaults to the best set.
+// checks them), M, N, K > 0. beta == 0 does not read C. Needs AVX-512 (SmallGemmApplies checks).
 void SmallGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const float* const* a, int64_t lda, const float* const* b, int64_t ldb, float beta,
-               float* const* c, int64_t ldc, int64_t batch, ThreadPool* pool,
-               const small_gemm::Kernels* kernels = nullptr);
+               float* const* c, int64_t ldc, int64_t batch, ThreadPool* pool);
 
 }  // namespace tob

@@ -1,6 +1,6 @@
-// The per-ISA micro-kernels behind small_gemm.h. small_gemm.cc picks one set at run time
-// (AVX-512 when the CPU has it, else AVX2); both are declared here so the tests can run every
-// set the test machine supports.
+// The micro-kernel behind small_gemm.h: AVX-512 only. (An AVX2 tile of 6 x 16 measured level with
+// OpenBLAS's Haswell kernels, and slower at M = 16, K = N = 1024, so CPUs without AVX-512 keep
+// OpenBLAS for every shape and no AVX2 variant is carried.)
 #pragma once
 
 #include <cstdint>
@@ -20,11 +20,6 @@ struct Kernels {
   int max_rows;  // the largest `rows` the tile takes (its accumulators fill the register file)
   TileFn tile;
 };
-
-namespace avx2 {
-bool Available();  // compiled in (the build targets x86-64-v3)
-const Kernels& Get();
-}  // namespace avx2
 
 namespace avx512 {
 bool Available();  // compiled in and supported by this CPU
