@@ -11,16 +11,13 @@ import pytest
 import torch
 import torch.nn as nn
 
+from ortmodule_helpers import fresh_state
 from torch_ort_backend.backend import compile_stats, ort_backend
 
 
 @pytest.fixture(autouse=True)
 def strict(monkeypatch):
-    monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", "FALLBACK_DISABLE")
-    torch._dynamo.reset()
-    compile_stats().reset()
-    yield
-    torch._dynamo.reset()
+    yield from fresh_state(monkeypatch)
 
 
 def test_entry_point_registers_ort_and_onnxrt_without_import():

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from torch_ort_backend import compiled_graph
+from ortmodule_helpers import fresh_state
 from torch_ort_backend.backend import compile_stats, ort_backend
 
 
@@ -83,11 +84,7 @@ MUST_BE_NATIVE = set(CASES) - {"div_floor_mode", "index_gather", "strided_slice"
 
 @pytest.fixture(autouse=True)
 def strict(monkeypatch):
-    monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", "FALLBACK_DISABLE")
-    torch._dynamo.reset()
-    compile_stats().reset()
-    yield
-    torch._dynamo.reset()
+    yield from fresh_state(monkeypatch)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
