@@ -155,23 +155,33 @@ def check_training_matches_eager(make_model: Callable[[], nn.Module], make_batch
     eager.train()
     twin.train()
     compiled = _compile(twin, backend, options, dynamic, fullgraph)
-    eager_opt, compiled_opt = make_optimizer(list(eager.parameters())), make_optimizer(list(twin.parameters()))
+    train_side_by_side(eager, compiled, twin, make_batch, steps, make_optimizer, rtol, atol,
+                       on_first_step=lambda: _assert_backend_ran(backend))
+
+
+def train_side_by_side(eager: nn.Module, other: Callable, other_module: nn.Module, make_batch: Callable[[int], Any],
+                       steps: int, make_optimizer: OptimizerFactory, rtol: float, atol: float,
+                       on_first_step: Callable[[], None] | None = None) -> None:
+    """`steps` training steps of `eager` and of `other` (a compiled or wrapped copy whose parameters
+    are other_module's), each with its own optimizer; asserts at every step that the outputs, every
+    gradient and the updated parameters match."""
+    eager_opt, other_opt = make_optimizer(list(eager.parameters())), make_optimizer(list(other_module.parameters()))
     for step in range(steps):
         batch = make_batch(step)
         eager_opt.zero_grad(set_to_none=True)
-        compiled_opt.zero_grad(set_to_none=True)
+        other_opt.zero_grad(set_to_none=True)
         eager_out = _call(eager, batch)
-        compiled_out = _call(compiled, batch)
-        if step == 0:
-            _assert_backend_ran(backend)
-        _compare_outputs(eager_out, compiled_out, f"step {step} forward", rtol, atol)
+        other_out = _call(other, batch)
+        if step == 0 and on_first_step is not None:
+            on_first_step()
+        _compare_outputs(eager_out, other_out, f"step {step} forward", rtol, atol)
         extract_loss(eager_out).backward()
-        extract_loss(compiled_out).backward()
-        if _compare_gradients(eager, twin, step, rtol, atol) == 0:
+        extract_loss(other_out).backward()
+        if _compare_gradients(eager, other_module, step, rtol, atol) == 0:
             raise AssertionError(f"step {step}: no parameter received a gradient")
         eager_opt.step()
-        compiled_opt.step()
-        _compare_parameters(eager, twin, step, rtol, atol)
+        other_opt.step()
+        _compare_parameters(eager, other_module, step, rtol, atol)
 
 
 def check_inference_matches_eager(make_model: Callable[[], nn.Module], make_batch: Callable[[int], Any],

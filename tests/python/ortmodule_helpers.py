@@ -10,7 +10,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from compile_harness import _call, _compare_gradients, _compare_outputs, _compare_parameters, extract_loss
+from compile_harness import train_side_by_side
 from torch_ort_backend import ORTModule, compile_stats
 
 RTOL, ATOL = 1e-4, 1e-5
@@ -52,19 +52,6 @@ def train_beside_eager(make_model: Callable[[], nn.Module], make_batch: Callable
     wrapped = wrap(copy.deepcopy(eager))
     eager.train()
     wrapped.train()
-    eager_opt = torch.optim.SGD(eager.parameters(), lr=lr, momentum=0.9)
-    wrapped_opt = torch.optim.SGD(wrapped.parameters(), lr=lr, momentum=0.9)
-    for step in range(steps):
-        batch = make_batch(step)
-        eager_opt.zero_grad(set_to_none=True)
-        wrapped_opt.zero_grad(set_to_none=True)
-        eager_out, wrapped_out = _call(eager, batch), _call(wrapped, batch)
-        _compare_outputs(eager_out, wrapped_out, f"step {step} forward", rtol, atol)
-        extract_loss(eager_out).backward()
-        extract_loss(wrapped_out).backward()
-        if _compare_gradients(eager, wrapped, step, rtol, atol) == 0:
-            raise AssertionError(f"step {step}: no parameter received a gradient")
-        eager_opt.step()
-        wrapped_opt.step()
-        _compare_parameters(eager, wrapped, step, rtol, atol)
+    train_side_by_side(eager, wrapped, wrapped, make_batch, steps,
+                       lambda params: torch.optim.SGD(params, lr=lr, momentum=0.9), rtol, atol)
     return eager, wrapped
