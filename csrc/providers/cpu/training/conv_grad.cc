@@ -87,6 +87,28 @@ void ChunkColumns(const C* src, int64_t n0, int64_t nb, int64_t group, int64_t c
   });
 }
 
+// Scratch of the column paths: a chunk of `images` images' columns ([group][Cg * K, images *
+// out_size]) and, for more than one image, their dY rows gathered into one matrix.
+template <typename C>
+struct ColumnScratch {
+  int64_t images = 1;
+  Tensor columns, rows;
+  C* col() { return columns.data<C>(); }
+  C* row_buffer() { return images > 1 ? rows.data<C>() : nullptr; }
+};
+
+template <typename C>
+StatusOr<ColumnScratch<C>> AllocateColumnScratch(const KernelContext& ctx, const ConvGradShape& s) {
+  ColumnScratch<C> scratch;
+  scratch.images = ImagesPerChunk<C>(s.group * s.kernel_dim * s.out_size, s.N);
+  TOB_ASSIGN_OR_RETURN(scratch.columns,
+                       ctx.AllocateScratch(DTypeOf<C>(), {scratch.images * s.group * s.kernel_dim * s.out_size}));
+  if (scratch.images > 1) {
+    TOB_ASSIGN_OR_RETURN(scratch.rows, ctx.AllocateScratch(DTypeOf<C>(), {s.M * scratch.images * s.out_size}));
+  }
+  return scratch;
+}
+
 // Rows of dY for images [n0, n0 + nb) as one [M, nb * out_size] matrix: dY itself for one
 // image, else gathered into `buffer`.
 template <typename C>
@@ -124,16 +146,12 @@ Status WeightGrad(const KernelContext& ctx, const C* dy, const C* x, const ConvG
     }
     return Status::OK();
   }
-  const int64_t images = ImagesPerChunk<C>(s.group * s.kernel_dim * s.out_size, s.N);
-  TOB_ASSIGN_OR_RETURN(Tensor col_t, ctx.AllocateScratch(DTypeOf<C>(), {images * s.group * s.kernel_dim * s.out_size}));
-  Tensor rows_t;
-  if (images > 1) {
-    TOB_ASSIGN_OR_RETURN(rows_t, ctx.AllocateScratch(DTypeOf<C>(), {s.M * images * s.out_size}));
-  }
-  C* col = col_t.data<C>();
+  TOB_ASSIGN_OR_RETURN(ColumnScratch<C> scratch, AllocateColumnScratch<C>(ctx, s));
+  const int64_t images = scratch.images;
+  C* col = scratch.col();
   for (int64_t n0 = 0; n0 < s.N; n0 += images) {
     const int64_t nb = std::min(images, s.N - n0), ld = nb * s.out_size;
-    const C* dy_rows = ChunkOutputRows(dy, s, n0, nb, images > 1 ? rows_t.data<C>() : nullptr, pool);
+    const C* dy_rows = ChunkOutputRows(dy, s, n0, nb, scratch.row_buffer(), pool);
     ChunkColumns(x, n0, nb, s.group, s.Cg, s.in_size, s.kernel_dim, s.out_size, ld, geometry, col, pool);
     for (int64_t gi = 0; gi < s.group; ++gi) {
       a[gi] = dy_rows + gi * s.Mg * ld;
@@ -151,20 +169,16 @@ template <typename C>
 Status InputGradByColumns(const KernelContext& ctx, const C* dy, const C* w, const ConvGradShape& s,
                           const WindowGeometry& geometry, C* dx) {
   ThreadPool* pool = ctx.thread_pool();
-  const int64_t images = ImagesPerChunk<C>(s.group * s.kernel_dim * s.out_size, s.N);
-  TOB_ASSIGN_OR_RETURN(Tensor col_t, ctx.AllocateScratch(DTypeOf<C>(), {images * s.group * s.kernel_dim * s.out_size}));
-  Tensor rows_t;
-  if (images > 1) {
-    TOB_ASSIGN_OR_RETURN(rows_t, ctx.AllocateScratch(DTypeOf<C>(), {s.M * images * s.out_size}));
-  }
-  C* col = col_t.data<C>();
+  TOB_ASSIGN_OR_RETURN(ColumnScratch<C> scratch, AllocateColumnScratch<C>(ctx, s));
+  const int64_t images = scratch.images;
+  C* col = scratch.col();
   const WindowGeometry g2 = geometry.As2D();
   const int64_t work = std::max<int64_t>(1, s.out_size * geometry.kernel_size());
   std::vector<const C*> a(s.group), b(s.group);
   std::vector<C*> c(s.group);
   for (int64_t n0 = 0; n0 < s.N; n0 += images) {
     const int64_t nb = std::min(images, s.N - n0), ld = nb * s.out_size;
-    const C* dy_rows = ChunkOutputRows(dy, s, n0, nb, images > 1 ? rows_t.data<C>() : nullptr, pool);
+    const C* dy_rows = ChunkOutputRows(dy, s, n0, nb, scratch.row_buffer(), pool);
     for (int64_t gi = 0; gi < s.group; ++gi) {
       a[gi] = w + gi * s.Mg * s.kernel_dim;
       b[gi] = dy_rows + gi * s.Mg * ld;
