@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "op_tester.h"
+#include "tensor_test_util.h"
 
 namespace tob {
 namespace {
@@ -17,20 +18,7 @@ using testing::OpTester;
 using testing::RandomTensor;
 using testing::ToDoubles;
 
-// Advances a row-major multi-index; false once it wraps to all zeros.
-bool NextIndex(std::vector<int64_t>& idx, const Shape& shape) {
-  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
-    if (++idx[d] < shape[d]) return true;
-    idx[d] = 0;
-  }
-  return false;
-}
-
-int64_t Flat(const std::vector<int64_t>& idx, const Shape& shape) {
-  int64_t off = 0;
-  for (size_t d = 0; d < shape.size(); ++d) off = off * shape[d] + idx[d];
-  return off;
-}
+using tensor_test::NextIndex;
 
 struct Window {
   std::vector<int64_t> kernel, strides, dilations, pads;  // pads: begins then ends
@@ -81,8 +69,8 @@ std::vector<double> RefConv(const Tensor& x, const Tensor& w, const Tensor* b, c
               inside = inside && pos[d] >= 0 && pos[d] < in[d];
             }
             if (inside)
-              s += xv[(n * C + g * Cg + c) * NumElements(in) + Flat(pos, in)] *
-                   wv[(m * Cg + c) * NumElements(k) + Flat(kk, k)];
+              s += xv[(n * C + g * Cg + c) * NumElements(in) + tensor_test::Ravel(pos, in)] *
+                   wv[(m * Cg + c) * NumElements(k) + tensor_test::Ravel(kk, k)];
           } while (NextIndex(kk, k));
         }
         y.push_back(s);
@@ -206,7 +194,7 @@ std::vector<double> RefConvTranspose(const Tensor& x, const Tensor& w, const Ten
       const int64_t g = c / Cg;
       std::vector<int64_t> i(r, 0);
       do {
-        const double xval = xv[(n * C + c) * NumElements(in) + Flat(i, in)];
+        const double xval = xv[(n * C + c) * NumElements(in) + tensor_test::Ravel(i, in)];
         for (int64_t ml = 0; ml < Mg; ++ml) {
           std::vector<int64_t> kk(r, 0);
           do {
@@ -217,8 +205,8 @@ std::vector<double> RefConvTranspose(const Tensor& x, const Tensor& w, const Ten
               inside = inside && pos[d] >= 0 && pos[d] < out[d];
             }
             if (inside)
-              y[(n * M + g * Mg + ml) * out_size + Flat(pos, out)] +=
-                  xval * wv[(c * Mg + ml) * NumElements(k) + Flat(kk, k)];
+              y[(n * M + g * Mg + ml) * out_size + tensor_test::Ravel(pos, out)] +=
+                  xval * wv[(c * Mg + ml) * NumElements(k) + tensor_test::Ravel(kk, k)];
           } while (NextIndex(kk, k));
         }
       } while (NextIndex(i, in));
@@ -330,7 +318,7 @@ PoolRef RefPool(const Tensor& x, const Window& win, bool ceil_mode, Pool kind, b
         }
         padded += in_padded;
         if (!inside) continue;
-        const double v = xv[p * in_size + Flat(pos, in)];
+        const double v = xv[p * in_size + tensor_test::Ravel(pos, in)];
         ++count;
         sum += v;
         if (v > best) {
@@ -339,7 +327,7 @@ PoolRef RefPool(const Tensor& x, const Window& win, bool ceil_mode, Pool kind, b
           if (column_major) {
             for (int64_t d = static_cast<int64_t>(r) - 1; d >= 0; --d) flat = flat * in[d] + pos[d];
           } else {
-            flat = Flat(pos, in);
+            flat = tensor_test::Ravel(pos, in);
           }
           best_index = p * in_size + flat;
         }

@@ -40,6 +40,14 @@ inline int64_t Ravel(const std::vector<int64_t>& idx, const Shape& shape) {
   for (size_t k = 0; k < shape.size(); ++k) flat = flat * shape[k] + idx[k];
   return flat;
 }
+// Advances a row-major multi-index; false once it wraps to all zeros.
+inline bool NextIndex(std::vector<int64_t>& idx, const Shape& shape) {
+  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+    if (++idx[d] < shape[d]) return true;
+    idx[d] = 0;
+  }
+  return false;
+}
 // out[i] = in[source(out multi-index)], or `fill` where source returns -1.
 inline std::vector<double> MapReference(const std::vector<double>& in, const Shape& in_shape, const Shape& out_shape,
                                  const std::function<bool(const std::vector<int64_t>&, std::vector<int64_t>*)>& source,

@@ -7,25 +7,14 @@
 #include <vector>
 
 #include "training_test_util.h"
+#include "tensor_test_util.h"
 
 namespace tob {
 namespace {
 
 using namespace training_test;
 
-bool NextIndex(std::vector<int64_t>& idx, const Shape& shape) {
-  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
-    if (++idx[d] < shape[d]) return true;
-    idx[d] = 0;
-  }
-  return false;
-}
-
-int64_t Flat(const std::vector<int64_t>& idx, const Shape& shape) {
-  int64_t off = 0;
-  for (size_t d = 0; d < shape.size(); ++d) off = off * shape[d] + idx[d];
-  return off;
-}
+using tensor_test::NextIndex;
 
 struct Window {
   std::vector<int64_t> strides, dilations, pads;  // pads: begins then ends; empty = defaults
@@ -66,7 +55,7 @@ ConvGradRef RefConvGrad(const Tensor& x, const Tensor& w, const Window& win, int
     for (int64_t m = 0; m < M; ++m) {
       std::fill(o.begin(), o.end(), 0);
       do {
-        const double g = dy[(n * M + m) * out_size + Flat(o, out)];
+        const double g = dy[(n * M + m) * out_size + tensor_test::Ravel(o, out)];
         ref.db[m] += g;
         for (int64_t c = 0; c < Cg; ++c) {
           std::fill(kk.begin(), kk.end(), 0);
@@ -77,8 +66,8 @@ ConvGradRef RefConvGrad(const Tensor& x, const Tensor& w, const Window& win, int
               inside = inside && pos[d] >= 0 && pos[d] < in[d];
             }
             if (!inside) continue;
-            const int64_t xi = (n * C + (m / Mg) * Cg + c) * in_size + Flat(pos, in);
-            const int64_t wi = (m * Cg + c) * k_size + Flat(kk, k);
+            const int64_t xi = (n * C + (m / Mg) * Cg + c) * in_size + tensor_test::Ravel(pos, in);
+            const int64_t wi = (m * Cg + c) * k_size + tensor_test::Ravel(kk, k);
             ref.dx[xi] += g * wv[wi];
             ref.dw[wi] += g * xv[xi];
           } while (NextIndex(kk, k));
