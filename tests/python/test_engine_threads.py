@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 SCRIPT = textwrap.dedent(
     """
     import os, torch
@@ -67,3 +69,11 @@ def test_engine_uses_torchs_pool_follows_its_size_and_matches_its_own_workers():
     assert with_torch_pool == base, "the engine started threads of its own under torch"
     assert after_follow == base, "a default session follows torch.set_num_threads on torch's pool"
     assert with_own_two == base + 1, "an explicit 2-thread session off torch's size: the caller plus one worker"
+
+
+
+def test_pool_switch_rejects_a_non_bool_naming_the_function():
+    from torch_ort_backend._engine import C
+
+    with pytest.raises(TypeError, match="use_torch_intra_op_pool"):
+        C.use_torch_intra_op_pool("no")
