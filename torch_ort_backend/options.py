@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from .fallback import DEFAULT_POLICY, FallbackPolicy, parse_policy
 
-MIN_OPSET, MAX_OPSET, DEFAULT_OPSET = 17, 21, 18
+MIN_OPSET, MAX_OPSET, DEFAULT_OPSET = 12, 21, 18
 LOG_LEVELS = ("VERBOSE", "INFO", "WARNING", "ERROR", "FATAL")
 
 

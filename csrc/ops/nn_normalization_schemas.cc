@@ -129,6 +129,9 @@ void RegisterNnNormalizationSchemas(OpSchemaRegistry& registry) {
   registry.Register(OpSchema{"", "BatchNormalization", 5, 5, 1, 5, InferBatchNorm});
   registry.Register(OpSchema{"", "InstanceNormalization", 3, 3, 1, 1, InferInstanceNorm});
   registry.Register(OpSchema{"", "LayerNormalization", 2, 3, 1, 3, InferLayerNorm});
+  // onnxruntime's contrib LayerNormalization (same attributes and outputs): what the exporter emits
+  // for opsets below 17, where ai.onnx has none.
+  registry.Register(OpSchema{"com.microsoft", "LayerNormalization", 2, 3, 1, 3, InferLayerNorm});
   registry.Register(OpSchema{"com.microsoft", "SkipLayerNormalization", 3, 5, 1, 4, InferSkipLayerNorm});
   registry.Register(OpSchema{"", "Softmax", 1, 1, 1, 1, InferSoftmax});
   registry.Register(OpSchema{"", "LogSoftmax", 1, 1, 1, 1, InferSoftmax});

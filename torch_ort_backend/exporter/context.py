@@ -13,6 +13,7 @@ import onnx
 import torch
 from onnx import TensorProto, helper
 
+from . import opset_compat
 from .errors import UnsupportedTorchModelError
 
 MS_DOMAIN = "com.microsoft"
@@ -115,6 +116,7 @@ class ExportContext:
         self._names: set[str] = set()
         self._counter = itertools.count()
         self._const_cache: dict[tuple, Val] = {}
+        self._const_values: dict[str, np.ndarray] = {}  # initializer name -> value (non-bfloat16)
         self.current_node: str = ""  # the FX node being converted (for node names and errors)
         self.uses_ms_domain = False
 
@@ -159,8 +161,38 @@ class ExportContext:
         shape: Sequence[Dim] | None = None,
         **attrs: Any,
     ) -> Any:
-        """Emits one node. Returns a Val (or a list when outputs > 1). Output dtypes default to the first
-        input's dtype; ``shape`` (optional) is the first output's shape when the converter knows it."""
+        """Emits one node, written in its opset-18 form (opset_compat lowers it to the export opset).
+        Returns a Val (or a list when outputs > 1). Output dtypes default to the first input's dtype;
+        ``shape`` (optional) is the first output's shape when the converter knows it."""
+        if self.opset < 18:
+            lowered = opset_compat.lower(self, op_type, inputs, {k: v for k, v in attrs.items() if v is not None},
+                                         domain, self._emitter(outputs, dtype, dtypes, shape))
+            if lowered is not None:
+                return lowered
+        return self._emit(op_type, *inputs, outputs=outputs, domain=domain, dtype=dtype, dtypes=dtypes,
+                          shape=shape, **attrs)
+
+    def _emitter(self, outputs, dtype, dtypes, shape):
+        """emit(op_type, *inputs, **attrs) for opset_compat: the caller's output typing is the default."""
+        def emit(op_type: str, *inputs: Val | None, **kw: Any) -> Any:
+            kw.setdefault("outputs", outputs)
+            kw.setdefault("dtype", dtype)
+            kw.setdefault("dtypes", dtypes)
+            kw.setdefault("shape", shape)
+            return self._emit(op_type, *inputs, **kw)
+        return emit
+
+    def _emit(
+        self,
+        op_type: str,
+        *inputs: Val | None,
+        outputs: int = 1,
+        domain: str = "",
+        dtype: torch.dtype | None = None,
+        dtypes: Sequence[torch.dtype] | None = None,
+        shape: Sequence[Dim] | None = None,
+        **attrs: Any,
+    ) -> Any:
         names = [("" if x is None else x.name) for x in inputs]
         while names and names[-1] == "":
             names.pop()
@@ -210,10 +242,15 @@ class ExportContext:
         # (np.ascontiguousarray would turn a 0-d array into shape (1,))
         t = onnx.numpy_helper.from_array(arr if arr.flags.c_contiguous else np.ascontiguousarray(arr), name)
         self.initializers.append(t)
+        self._const_values[name] = arr
         v = Val(name, dtype, tuple(arr.shape))
         if key is not None:
             self._const_cache[key] = v
         return v
+
+    def constant_value(self, v: Val) -> np.ndarray | None:
+        """The value of a constant this context created, else None (computed at run time)."""
+        return self._const_values.get(v.name)
 
     def scalar(self, value: Any, dtype: torch.dtype) -> Val:
         return self.const(np.asarray(value), dtype)

@@ -22,7 +22,7 @@ from .context import ExportContext, Val, val_from_meta
 from .errors import UnsupportedTorchModelError
 
 DEFAULT_OPSET = 18
-MIN_OPSET, MAX_OPSET = 17, 21
+MIN_OPSET, MAX_OPSET = 12, 21  # below 18, exporter/opset_compat.py lowers what changed
 
 
 @dataclass

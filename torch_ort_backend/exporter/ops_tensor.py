@@ -293,6 +293,8 @@ def constant_pad(ctx, node, a):
 @converter(aten.triu.default, aten.tril.default)
 def trilu(ctx, node, a):
     upper = 1 if node.target is aten.triu.default else 0
+    if ctx.opset < 14:
+        return None  # Trilu is opset 14: an ATen node below that
     return ctx.op("Trilu", a.self, ctx.scalar(a.diagonal, torch.int64), upper=upper)
 
 

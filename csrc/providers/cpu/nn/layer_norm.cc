@@ -1,4 +1,5 @@
-// LayerNormalization (opset 17) and com.microsoft::SkipLayerNormalization. Rows are independent
+// LayerNormalization (opset 17, and com.microsoft's for older opsets) and
+// com.microsoft::SkipLayerNormalization. Rows are independent
 // and split across the pool; each row is normalised with a two-pass mean/variance (no
 // cancellation) using the vectorised reductions of vec_math.h.
 #include <algorithm>
@@ -222,6 +223,8 @@ class SkipLayerNormKernel final : public OpKernel {
 void RegisterCpuLayerNormKernels(KernelRegistry& registry) {
   registry.Register(Def("LayerNormalization").Versions(17).Constraint("T", {0, 1, 2}, FloatTypes())
                         .Kernel<LayerNormKernel>());
+  registry.Register(Def("LayerNormalization").Domain("com.microsoft").Versions(1)
+                        .Constraint("T", {0, 1, 2}, FloatTypes()).Kernel<LayerNormKernel>());
   registry.Register(Def("SkipLayerNormalization").Domain("com.microsoft").Versions(1)
                         .Constraint("T", {0, 1, 2, 3, 4}, FloatTypes()).Kernel<SkipLayerNormKernel>());
 }
