@@ -6,19 +6,27 @@
   gradient norm replaced with the multi-tensor helpers.
 - Multi-tensor helpers: :func:`l2_norm`, :func:`scale_`, :func:`clip_grad_norm_`,
   :func:`has_non_finite`.
+- ORTTrainer's optimizer configs :class:`SGDConfig`, :class:`AdamConfig`, :class:`LambConfig`
+  (optim/config.py) and learning-rate schedulers (:mod:`.lr_scheduler`).
 """
 
+from . import lr_scheduler
+from .config import AdamConfig, LambConfig, SGDConfig, _OptimizerConfig
 from .fp16_optimizer import FP16_Optimizer, MixedPrecisionOptimizer
 from .fused_adam import AdamWMode, FusedAdam
 from .multi_tensor import clip_grad_norm_, has_non_finite, l2_norm, scale_
 
 __all__ = [
+    "AdamConfig",
     "AdamWMode",
     "FP16_Optimizer",
     "FusedAdam",
+    "LambConfig",
     "MixedPrecisionOptimizer",
+    "SGDConfig",
     "clip_grad_norm_",
     "has_non_finite",
+    "lr_scheduler",
     "l2_norm",
     "scale_",
 ]
