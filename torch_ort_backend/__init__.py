@@ -10,6 +10,10 @@ C++ engine.
 - torch.autograd.Functions in compiled regions run as PythonOp / PythonOpGrad nodes
   (torch_ort_backend.autograd_function, docs/python_op.md): enable_custom_autograd_support,
   register_autograd_function.
+- ORTTrainer's configuration: ORTTrainerOptions (torch_ort_backend.trainer), the optimizer configs
+  and lr schedulers (torch_ort_backend.optim), loss scalers (torch_ort_backend.amp); loaded on first
+  use so that ``import torch_ort_backend`` does not load the options' validation library
+  (docs/orttrainer.md).
 """
 
 from ._engine import (
@@ -65,6 +69,8 @@ def register_autograd_function(fn_cls: type) -> str:
 
 
 _ORTMODULE_NAMES = ("DebugOptions", "LogLevel", "ORTModule", "end_profiling")
+_TRAINER_NAMES = ("ORTTrainer", "ORTTrainerOptions")
+_LAZY_MODULES = ("amp", "optim")
 
 
 def __getattr__(name: str):
@@ -72,6 +78,14 @@ def __getattr__(name: str):
         from . import ortmodule
 
         return getattr(ortmodule, name)
+    if name in _TRAINER_NAMES:
+        from . import trainer
+
+        return getattr(trainer, name)
+    if name in _LAZY_MODULES:
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'torch_ort_backend' has no attribute '{name}'")
 
 
@@ -80,6 +94,9 @@ __all__ = [
     "DebugOptions",
     "LogLevel",
     "ORTModule",
+    "ORTTrainer",
+    "ORTTrainerOptions",
+    "amp",
     "end_profiling",
     "FallbackError",
     "FallbackPolicy",
@@ -103,4 +120,5 @@ __all__ = [
     "SessionOptions",
     "available_providers",
     "get_available_providers",
+    "optim",
 ]
