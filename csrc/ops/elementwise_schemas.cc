@@ -1,5 +1,6 @@
 // Schemas of the elementwise ops: unary maps (same type and shape), broadcasting binary and
-// variadic ops, comparisons (bool results), Where, Clip, PRelu and the com.microsoft GELU forms.
+// variadic ops, comparisons (bool results), bitwise integer ops, Where, Clip, PRelu and the
+// com.microsoft GELU forms.
 // Cast and CastLike live in elementwise_cast_schemas.cc.
 #include <optional>
 #include <string>
@@ -126,6 +127,14 @@ Status InferIsInf(InferenceContext& ctx) {
   return InferUnaryWithType(ctx, DType::kBool);
 }
 
+Status InferBitShift(InferenceContext& ctx) {
+  std::string direction;
+  TOB_RETURN_IF_ERROR(ctx.node().GetAttr("direction", &direction));
+  if (direction != "LEFT" && direction != "RIGHT")
+    return ctx.Fail("attribute 'direction' must be \"LEFT\" or \"RIGHT\", got \"", direction, "\"");
+  return InferBroadcast(ctx, std::nullopt, /*same_type=*/true);
+}
+
 Status InferGelu(InferenceContext& ctx) {
   std::string approximate;
   TOB_RETURN_IF_ERROR(ctx.node().GetAttr("approximate", &approximate, std::string("none")));
@@ -175,6 +184,11 @@ void RegisterElementwiseSchemas(OpSchemaRegistry& registry) {
   for (const char* op : {"And", "Or", "Xor"})
     Add(registry, "", op, 2, 2, [](InferenceContext& ctx) { return InferBroadcast(ctx, DType::kBool, true); });
   Add(registry, "", "Not", 1, 1, InferUnary);
+  // The integer (bitwise) forms: the result has the inputs' type.
+  for (const char* op : {"BitwiseAnd", "BitwiseOr", "BitwiseXor"})
+    Add(registry, "", op, 2, 2, [](InferenceContext& ctx) { return InferBroadcast(ctx, std::nullopt, true); });
+  Add(registry, "", "BitwiseNot", 1, 1, InferUnary);
+  Add(registry, "", "BitShift", 2, 2, InferBitShift);
   Add(registry, "", "IsNaN", 1, 1, [](InferenceContext& ctx) { return InferUnaryWithType(ctx, DType::kBool); });
   Add(registry, "", "IsInf", 1, 1, InferIsInf);
   Add(registry, "", "Where", 3, 3, InferWhere);

@@ -11,6 +11,7 @@ void RegisterCpuElementwiseKernels(KernelRegistry& registry) {
   ew::RegisterCastKernels(registry);
   ew::RegisterVariadicKernels(registry);
   ew::RegisterClipKernels(registry);
+  ew::RegisterBitwiseKernels(registry);
 }
 
 }  // namespace tob

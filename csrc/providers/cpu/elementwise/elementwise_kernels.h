@@ -20,6 +20,7 @@ void RegisterWhereKernels(KernelRegistry& registry);
 void RegisterCastKernels(KernelRegistry& registry);
 void RegisterVariadicKernels(KernelRegistry& registry);
 void RegisterClipKernels(KernelRegistry& registry);
+void RegisterBitwiseKernels(KernelRegistry& registry);
 
 template <typename... Ts>
 std::vector<DType> DTypes(TypeList<Ts...>) {

@@ -247,6 +247,31 @@ struct NotOp {
   TOB_HOST_DEVICE bool operator()(bool a) const { return !a; }
 };
 
+// ---- bitwise (integer types; opset 18's BitwiseAnd/Or/Xor/Not and opset 11's BitShift) ----
+// The casts undo C++'s promotion of 8- and 16-bit operands to int.
+struct BitwiseAndOp {
+  template <typename T> TOB_HOST_DEVICE T operator()(T a, T b) const { return static_cast<T>(a & b); }
+};
+struct BitwiseOrOp {
+  template <typename T> TOB_HOST_DEVICE T operator()(T a, T b) const { return static_cast<T>(a | b); }
+};
+struct BitwiseXorOp {
+  template <typename T> TOB_HOST_DEVICE T operator()(T a, T b) const { return static_cast<T>(a ^ b); }
+};
+struct BitwiseNotOp {
+  template <typename T> TOB_HOST_DEVICE T operator()(T a) const { return static_cast<T>(~a); }
+};
+// BitShift is defined on unsigned types only. A shift by the type's width or more is 0 (numpy's
+// left_shift/right_shift, which the ONNX reference runs) instead of C++'s undefined behaviour.
+struct BitShiftOp {
+  bool left = true;
+  template <typename T> TOB_HOST_DEVICE T operator()(T x, T amount) const {
+    static_assert(std::is_unsigned_v<T>, "BitShift is defined on unsigned types");
+    if (amount >= T(sizeof(T) * 8)) return T(0);
+    return left ? static_cast<T>(x << amount) : static_cast<T>(x >> amount);
+  }
+};
+
 // ---- unary ----
 struct NegOp {
   template <typename T> TOB_HOST_DEVICE T operator()(T x) const { return WrapNeg(x); }
