@@ -30,6 +30,10 @@ class SessionOptions:
     """Options for one InferenceSession; every value is validated when it is set."""
 
     def __init__(self) -> None:
+        # Session state: {state_input: update_output}. After each run, the tensor bound to the
+        # graph input state_input (InferenceSession.bind_state) holds the graph output
+        # update_output, in its own memory (docs/architecture.md, "State values").
+        self.state_updates: dict[str, str] = {}
         self.intra_op_num_threads = 0
         self.graph_optimization_level = GraphOptimizationLevel.ORT_ENABLE_ALL
         self.enable_profiling = False
@@ -48,6 +52,7 @@ class SessionOptions:
 
     def _to_engine(self) -> "C.SessionOptions":
         o = C.SessionOptions()
+        o.state_updates = list(self.state_updates.items())
         # 0: the engine runs on torch's intra-op pool at torch's current thread count (it follows
         # torch.set_num_threads), so the engine and torch never fight over cores.
         o.intra_op_threads = self.intra_op_num_threads
@@ -57,6 +62,21 @@ class SessionOptions:
         o.enable_memory_pattern = self.enable_mem_pattern
         o.verify_each_pass = self.verify_each_pass
         return o
+
+
+def _state_updates(name: str, v: Any) -> dict[str, str]:
+    if not isinstance(v, dict):
+        raise ValueError(
+            f"SessionOptions.{name} must be a dict {{state_input: update_output}} of graph input and output "
+            f"names, got {type(v).__name__}"
+        )
+    for state, update in v.items():
+        if not isinstance(state, str) or not state or not isinstance(update, str) or not update:
+            raise ValueError(
+                f"SessionOptions.{name}: entry {state!r}: {update!r} must map a graph input name to a graph "
+                "output name (non-empty strings)"
+            )
+    return dict(v)
 
 
 def _non_negative_int(name: str, v: Any) -> int:
@@ -86,6 +106,7 @@ def _str(name: str, v: Any) -> str:
 
 
 _VALIDATORS = {
+    "state_updates": _state_updates,
     "intra_op_num_threads": _non_negative_int,
     "graph_optimization_level": _opt_level,
     "enable_profiling": _bool,
@@ -139,6 +160,7 @@ class InferenceSession:
         self._inputs = [NodeArg(n, dtypes.onnx_type_name(t), s) for n, t, s in self._session.inputs()]
         self._outputs = [NodeArg(n, dtypes.onnx_type_name(t), s) for n, t, s in self._session.outputs()]
         self._opset_imports = {op.domain: op.version for op in proto.opset_import}
+        self._state_is_torch: dict[str, bool] = {}
         if self._options.optimized_model_filepath:
             self._save_optimized(proto)
 
@@ -192,11 +214,28 @@ class InferenceSession:
         """Writes the Chrome trace of the runs so far; returns its path ('' if profiling is off)."""
         return self._session.end_profiling()
 
+    # ---- session state ----
+    def bind_state(self, name: str, tensor: Any) -> None:
+        """Binds graph input ``name`` to ``tensor`` for every later run, without a copy.
+
+        Runs then take the input from the binding (feeding it is an error), and when
+        ``SessionOptions.state_updates`` names an update for it, each run writes the new value into
+        ``tensor``'s own memory. ``tensor`` is a contiguous CPU torch tensor or a writeable
+        C-contiguous numpy array with the input's dtype and shape; binding again replaces it.
+        """
+        engine_value, is_torch = _to_engine_value(name, tensor, as_state=True)
+        self._session.bind_state(name, engine_value)
+        self._state_is_torch[name] = is_torch
+
+    def get_state(self, name: str) -> Any:
+        """The tensor bound to ``name`` (a torch tensor or numpy array sharing its memory)."""
+        return _from_engine(self._session.state(name), self._state_is_torch.get(name, False))
+
     # ---- running ----
     def run(self, output_names: Iterable[str] | None, input_feed: dict, run_options: Any = None) -> list:
         if not isinstance(input_feed, dict):
             raise TypeError(f"input_feed must be a dict of name -> tensor, got {type(input_feed).__name__}")
-        names, values, as_torch = [], [], False
+        names, values, as_torch = [], [], any(self._state_is_torch.values())
         for name, value in input_feed.items():
             engine_value, is_torch = _to_engine_value(name, value)
             as_torch = as_torch or is_torch
@@ -207,26 +246,45 @@ class InferenceSession:
         return [_from_engine(r, as_torch) for r in results]
 
 
-def _to_engine_value(name: str, value: Any):
-    """(numpy array or DLPack capsule, came_from_torch)."""
+def _to_engine_value(name: str, value: Any, as_state: bool = False):
+    """(numpy array or DLPack capsule, came_from_torch).
+
+    A state (``as_state``) is bound by memory: it is never copied, so a value that would need a
+    copy (non-contiguous, read-only, a Python scalar) is refused instead.
+    """
+    kind = "state" if as_state else "input"
     if isinstance(value, np.ndarray):
         if value.dtype == object or value.dtype.kind in "USO":
-            raise InvalidArgumentError(f"input '{name}': numpy dtype {value.dtype} is not supported")
+            raise InvalidArgumentError(f"{kind} '{name}': numpy dtype {value.dtype} is not supported")
+        if as_state and not (value.flags.c_contiguous and value.flags.writeable):
+            raise InvalidArgumentError(
+                f"state '{name}': the numpy array must be C-contiguous and writeable (runs update it in place)"
+            )
         return _c_contiguous(value), False
     torch = _torch_if_loaded()
     if torch is not None and isinstance(value, torch.Tensor):
         if value.device.type != "cpu":
             raise InvalidArgumentError(
-                f"input '{name}' is on {value.device}; this session runs on the CPU (move it with .cpu())"
+                f"{kind} '{name}' is on {value.device}; this session runs on the CPU (move it with .cpu())"
             )
         t = value.detach()
         if not t.is_contiguous():
+            if as_state:
+                raise InvalidArgumentError(
+                    f"state '{name}': the tensor must be contiguous (runs update it in place; "
+                    "bind a contiguous tensor, e.g. the result of .contiguous())"
+                )
             t = t.contiguous()
         return t.__dlpack__(), True
     if isinstance(value, (int, float, bool, list, tuple, np.generic)):
+        if as_state:
+            raise InvalidArgumentError(
+                f"state '{name}': expected a torch tensor or numpy array (runs update it in place), "
+                f"got {type(value).__name__}"
+            )
         return _c_contiguous(np.asarray(value)), False
     raise InvalidArgumentError(
-        f"input '{name}': expected a numpy array or torch tensor, got {type(value).__name__}"
+        f"{kind} '{name}': expected a numpy array or torch tensor, got {type(value).__name__}"
     )
 
 

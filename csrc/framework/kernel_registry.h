@@ -41,6 +41,11 @@ struct KernelDef {
   std::vector<TypeConstraint> constraints;
   // (input, output) pairs where the output may share the input's buffer (Reshape, Identity).
   std::vector<std::pair<int, int>> aliases;
+  // (input, output) pairs the kernel can compute in place: given an output tensor that shares
+  // the input's buffer, it still computes the right values (elementwise updates of optimizer
+  // state). The executor uses this only for session state (SessionOptions::state_updates): the
+  // output of a state update is then written into the state's own memory.
+  std::vector<std::pair<int, int>> inplace;
   // Outputs that live in host memory even when the provider's device is not the host
   // (MemcpyToHost, shape-like outputs), as onnxruntime's OrtMemTypeCPUOutput.
   std::vector<int> host_outputs;
@@ -63,6 +68,7 @@ struct KernelDef {
     return *this;
   }
   KernelDef& Alias(int input, int output) { aliases.emplace_back(input, output); return *this; }
+  KernelDef& MayInplace(int input, int output) { inplace.emplace_back(input, output); return *this; }
   KernelDef& HostOutput(int output) { host_outputs.push_back(output); return *this; }
   KernelDef& KernelAllocatesOutputs() { kernel_allocates_outputs = true; return *this; }
   KernelDef& SkipsUnusedOutputs() { skips_unused_outputs = true; return *this; }

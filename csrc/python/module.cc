@@ -230,6 +230,16 @@ class PySession {
     return d;
   }
 
+  // Session state: the tensor's memory (numpy through the buffer protocol, torch through a DLPack
+  // capsule) is bound without a copy; runs write the state's updates into it.
+  void BindState(const std::string& name, const py::handle& value) {
+    if (py::isinstance<py::array>(value) && !py::reinterpret_borrow<py::array>(value).writeable())
+      throw py::value_error(StrCat("state '", name, "': the numpy array is read-only; runs write state updates into it"));
+    Tensor t = ToTensor(value, StrCat("state '", name, "'"));
+    Check(session_->BindState(name, std::move(t)));
+  }
+  PyTensor State(const std::string& name) const { return PyTensor{Unwrap(session_->State(name))}; }
+
   Session& session() { return *session_; }
   const RunStats& last_stats() const { return last_stats_; }
 
@@ -370,7 +380,19 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("profile_file_prefix", &SessionOptions::profile_file_prefix)
       .def_readwrite("enable_memory_pattern", &SessionOptions::enable_memory_pattern)
       .def_readwrite("verify_each_pass", &SessionOptions::verify_each_pass)
-      .def_readwrite("providers", &SessionOptions::providers);
+      .def_readwrite("providers", &SessionOptions::providers)
+      .def_property(
+          "state_updates",
+          [](const SessionOptions& o) {
+            py::list l;
+            for (const StateUpdate& u : o.state_updates) l.append(py::make_tuple(u.state_input, u.update_output));
+            return l;
+          },
+          [](SessionOptions& o, const std::vector<std::pair<std::string, std::string>>& updates) {
+            o.state_updates.clear();
+            for (const auto& [state, update] : updates) o.state_updates.push_back({state, update});
+          },
+          "(state_input, update_output) pairs: after each run the bound state_input holds update_output");
 
   py::class_<PySession>(m, "Session")
       .def(py::init<GraphBuilder&, const SessionOptions&>())
@@ -389,7 +411,10 @@ PYBIND11_MODULE(_C, m) {
       .def("applied_passes", [](PySession& s) { return s.session().applied_passes(); })
       .def("end_profiling", [](PySession& s) { return s.session().EndProfiling(); })
       .def("num_threads", [](PySession& s) { return s.session().num_threads(); })
-      .def("last_run_stats", [](const PySession& s) { return StatsDict(s.last_stats()); });
+      .def("last_run_stats", [](const PySession& s) { return StatsDict(s.last_stats()); })
+      .def("bind_state", &PySession::BindState, py::arg("name"), py::arg("tensor"))
+      .def("state", &PySession::State, py::arg("name"))
+      .def("bound_states", [](PySession& s) { return s.session().BoundStates(); });
 
   m.def("registered_kernels", [] {
     py::list l;

@@ -65,6 +65,8 @@ Status Session::Initialize() {
   for (const Value* v : g.inputs()) input_info_.push_back({v->name(), v->type()});
   for (size_t i = 0; i < g.outputs().size(); ++i)
     output_info_.push_back({g.output_names()[i], g.outputs()[i]->type()});
+  TOB_RETURN_IF_ERROR(VerifyStateUpdates(g, options_.state_updates));
+  bound_states_.assign(g.inputs().size(), Tensor());
 
   PassManager pipeline = BuildPipeline(options_.optimization_level);
   PassContext pctx;
@@ -124,6 +126,7 @@ Status Session::BuildPlan() {
     steps_.push_back(std::move(step));
   }
   for (const Value* v : g.outputs()) output_slots_.push_back(slot(v));
+  TOB_RETURN_IF_ERROR(PlanStateUpdates());  // may reorder steps_
 
   const int n = static_cast<int>(slot_values_.size());
   is_output_slot_.assign(n, false);
@@ -175,6 +178,41 @@ Status Session::BuildPlan() {
   return Status::OK();
 }
 
+int Session::FindInput(const std::string& name) const {
+  for (size_t i = 0; i < input_info_.size(); ++i)
+    if (input_info_[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+Status Session::CheckInput(size_t index, const char* kind, const Tensor& t,
+                           std::unordered_map<std::string, int64_t>* symbols) const {
+  const std::string& name = input_info_[index].name;
+  const ValueType& want = input_info_[index].type;
+  if (t.device() != Device{})
+    return InvalidArgument(kind, " '", name, "' is on ", t.device().ToString(),
+                           "; this session takes host (cpu) tensors");
+  if (want.dtype != DType::kUndefined && t.dtype() != want.dtype)
+    return InvalidArgument(kind, " '", name, "': expected dtype ", DTypeName(want.dtype), ", got ",
+                           DTypeName(t.dtype()));
+  if (!want.shape) return Status::OK();
+  const Dims& dims = *want.shape;
+  if (static_cast<int64_t>(dims.size()) != t.rank())
+    return InvalidArgument(kind, " '", name, "': expected rank ", dims.size(), " (shape ", DimsToString(dims),
+                           "), got shape ", ShapeToString(t.shape()));
+  for (size_t d = 0; d < dims.size(); ++d) {
+    if (dims[d].is_known() && dims[d].value != t.shape()[d])
+      return InvalidArgument(kind, " '", name, "': dimension ", d, " must be ", dims[d].value, " (shape ",
+                             DimsToString(dims), "), got shape ", ShapeToString(t.shape()));
+    if (dims[d].is_symbolic() && symbols != nullptr) {
+      auto [it, fresh] = symbols->emplace(dims[d].symbol, t.shape()[d]);
+      if (!fresh && it->second != t.shape()[d])
+        return InvalidArgument(kind, " '", name, "': dimension ", d, " ('", dims[d].symbol, "') is ",
+                               t.shape()[d], " but another input bound '", dims[d].symbol, "' to ", it->second);
+    }
+  }
+  return Status::OK();
+}
+
 Status Session::BindFeeds(const std::vector<std::string>& names, std::vector<Tensor>& feeds,
                           std::vector<Tensor>& slots, std::string* signature) const {
   if (names.size() != feeds.size())
@@ -188,43 +226,24 @@ Status Session::BindFeeds(const std::vector<std::string>& names, std::vector<Ten
     return s;
   };
   for (size_t f = 0; f < names.size(); ++f) {
-    size_t idx = 0;
-    while (idx < g.inputs().size() && g.inputs()[idx]->name() != names[f]) ++idx;
-    if (idx == g.inputs().size())
-      return InvalidArgument("unknown input '", names[f], "'; the model's inputs are: ", input_list());
+    const int idx = FindInput(names[f]);
+    if (idx < 0) return InvalidArgument("unknown input '", names[f], "'; the model's inputs are: ", input_list());
     if (bound[idx]) return InvalidArgument("input '", names[f], "' is fed twice");
-    const ValueType& want = input_info_[idx].type;
-    Tensor& t = feeds[f];
-    if (t.device() != Device{})
-      return InvalidArgument("input '", names[f], "' is on ", t.device().ToString(),
-                             "; this session takes host (cpu) tensors");
-    if (want.dtype != DType::kUndefined && t.dtype() != want.dtype)
-      return InvalidArgument("input '", names[f], "': expected dtype ", DTypeName(want.dtype), ", got ",
-                             DTypeName(t.dtype()));
-    if (want.shape) {
-      const Dims& dims = *want.shape;
-      if (static_cast<int64_t>(dims.size()) != t.rank())
-        return InvalidArgument("input '", names[f], "': expected rank ", dims.size(), " (shape ",
-                               DimsToString(dims), "), got shape ", ShapeToString(t.shape()));
-      for (size_t d = 0; d < dims.size(); ++d) {
-        if (dims[d].is_known() && dims[d].value != t.shape()[d])
-          return InvalidArgument("input '", names[f], "': dimension ", d, " must be ", dims[d].value,
-                                 " (shape ", DimsToString(dims), "), got shape ", ShapeToString(t.shape()));
-        if (dims[d].is_symbolic()) {
-          auto [it, fresh] = symbols.emplace(dims[d].symbol, t.shape()[d]);
-          if (!fresh && it->second != t.shape()[d])
-            return InvalidArgument("input '", names[f], "': dimension ", d, " ('", dims[d].symbol, "') is ",
-                                   t.shape()[d], " but another input bound '", dims[d].symbol, "' to ",
-                                   it->second);
-        }
-      }
-    }
+    if (bound_states_[idx].defined())
+      return InvalidArgument("input '", names[f],
+                             "' is bound as session state (BindState); it takes its value from the binding and "
+                             "cannot also be fed");
+    TOB_RETURN_IF_ERROR(CheckInput(idx, "input", feeds[f], &symbols));
     bound[idx] = true;
-    slots[input_slots_[idx]] = std::move(t);
+    slots[input_slots_[idx]] = std::move(feeds[f]);
   }
-  for (size_t i = 0; i < bound.size(); ++i)
-    if (!bound[i])
+  for (size_t i = 0; i < bound.size(); ++i) {
+    if (bound[i]) continue;
+    if (!bound_states_[i].defined())
       return InvalidArgument("missing input '", g.inputs()[i]->name(), "' (", input_info_[i].type.ToString(), ")");
+    TOB_RETURN_IF_ERROR(CheckInput(i, "state", bound_states_[i], &symbols));
+    slots[input_slots_[i]] = bound_states_[i];
+  }
   signature->clear();
   for (int s : input_slots_) {
     const Tensor& t = slots[s];
@@ -271,6 +290,20 @@ Status Session::RunStep(Step& step, std::vector<Tensor>& slots, const std::share
                           t.ToString(), ") from the inputs");
     const int s = step.outputs[j];
     Tensor& out = slots[s];
+    if (const int u = step.inplace_update[j]; u >= 0 && bound_states_[planned_updates_[u].input_index].defined()) {
+      // A state update written into the bound state's own memory (PlanStateUpdates). A state
+      // input that is fed instead of bound is never written.
+      const int state_input = planned_updates_[u].writer_input;
+      const Tensor& state = *in_ptrs[state_input];
+      if (state.dtype() != t.dtype || state.shape() != *shape)
+        return RuntimeError(node.Describe(), ": output ", j, " '", slot_values_[s]->name(), "' is ",
+                            DTypeName(t.dtype), ShapeToString(*shape), " but updates state '",
+                            slot_values_[step.inputs[state_input]]->name(), "' of ", DTypeName(state.dtype()),
+                            ShapeToString(state.shape()), " in place");
+      out = state;
+      out_ptrs[j] = &out;
+      continue;
+    }
     bool aliased = false;
     for (const auto& [ai, ao] : step.def->aliases) {
       if (ao != static_cast<int>(j) || ai >= static_cast<int>(n_in) || in_ptrs[ai] == nullptr) continue;
@@ -410,9 +443,9 @@ Status Session::Run(const std::vector<std::string>& feed_names, std::vector<Tens
     run_alloc = std::make_shared<RunAllocator>(host);
   }
 
-  for (Step& step : steps_) {
-    Status st = RunStep(step, slots, run_alloc);
-    if (!st.ok()) return st;
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    Status st = RunStep(steps_[i], slots, run_alloc);
+    if (!st.ok()) return planned_updates_.empty() ? st : StateFailure(std::move(st), i);
   }
 
   fetches->clear();
@@ -421,6 +454,7 @@ Status Session::Run(const std::vector<std::string>& feed_names, std::vector<Tens
       return RuntimeError("output '", slot_values_[s]->name(), "' was not computed");
     fetches->push_back(slots[s]);
   }
+  if (!planned_updates_.empty()) TOB_RETURN_IF_ERROR(WriteBackStates(slots, fetches));
   slots.clear();
 
   if (stats) {

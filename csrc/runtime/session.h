@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/status.h"
@@ -17,6 +18,7 @@
 #include "optimizer/pass.h"
 #include "partition/execution_provider.h"
 #include "runtime/profiler.h"
+#include "runtime/state_plan.h"
 
 namespace tob {
 
@@ -28,6 +30,9 @@ struct SessionOptions {
   bool enable_memory_pattern = true;  // plan and reuse one arena per input-shape signature
   bool verify_each_pass = false;
   std::vector<std::string> providers;  // priority order; CPU is always the last resort
+  // Session state: after each successful run, state_input (a graph input bound with BindState)
+  // holds the value of update_output (a graph output), in the bound tensor's own memory.
+  std::vector<StateUpdate> state_updates;
 };
 
 struct RunStats {
@@ -55,6 +60,14 @@ class Session {
              const std::vector<std::string>& fetch_names, std::vector<Tensor>* fetches,
              RunStats* stats = nullptr);
 
+  // Session state (docs/architecture.md, "State values"). BindState binds graph input
+  // `input_name` to `t` (checked like a feed) for every later run: feeds then omit it, and a run
+  // writes the input's declared update (SessionOptions::state_updates) into t's memory. Any graph
+  // input may be bound; binding again replaces the tensor.
+  Status BindState(const std::string& input_name, Tensor t);
+  StatusOr<Tensor> State(const std::string& input_name) const;
+  std::vector<std::string> BoundStates() const;  // in graph-input order
+
   const Graph& graph() const { return *graph_; }
   const PartitionReport& partition_report() const { return partition_report_; }
   const std::vector<std::string>& applied_passes() const { return applied_passes_; }
@@ -75,6 +88,7 @@ class Session {
     std::vector<int> outputs;    // slot per output
     std::vector<bool> unused;    // per output: nobody reads it and it is not a graph output
     std::vector<int> free_after; // slots whose last reader is this step
+    std::vector<int> inplace_update;  // per output: the planned update it writes in place, or -1
   };
   struct MemoryPattern {
     std::vector<BufferLifetime> lifetimes;
@@ -87,6 +101,15 @@ class Session {
   Status BuildPlan();
   Status BindFeeds(const std::vector<std::string>& names, std::vector<Tensor>& feeds,
                    std::vector<Tensor>& slots, std::string* signature) const;
+  // Checks a feed or state `t` for graph input `index` against its declared type; `symbols`
+  // (when given) binds symbolic dims across the inputs of one run.
+  Status CheckInput(size_t index, const char* kind, const Tensor& t,
+                    std::unordered_map<std::string, int64_t>* symbols) const;
+  int FindInput(const std::string& name) const;
+  // session_state.cc: the update plan (after the steps are built), the writes after a run.
+  Status PlanStateUpdates();
+  Status WriteBackStates(std::vector<Tensor>& slots, std::vector<Tensor>* fetches);
+  Status StateFailure(Status failed, size_t failed_step) const;
   Status RunStep(Step& step, std::vector<Tensor>& slots, const std::shared_ptr<Allocator>& run_alloc);
   Status AdoptKernelOutputs(const Step& step, const std::vector<ValueType>& declared,
                             const std::vector<const Tensor*>& inputs, std::vector<Tensor>& slots);
@@ -109,7 +132,19 @@ class Session {
   std::vector<bool> owns_output_memory_;  // outputs, and values outputs alias (allocated outside the arena)
   std::vector<Step> steps_;
 
-  std::mutex run_mu_;
+  // Session state: bound tensors by graph-input index (undefined: not bound), and per declared
+  // update its slots and the step writing it in place (-1: copied in after the last step).
+  struct PlannedUpdate {
+    size_t input_index = 0;
+    int state_slot = -1;
+    int update_slot = -1;
+    int writer_step = -1;   // the step writing the state in place; -1: copied in after the run
+    int writer_input = -1;  // that step's input holding the state
+  };
+  std::vector<Tensor> bound_states_;
+  std::vector<PlannedUpdate> planned_updates_;
+
+  mutable std::mutex run_mu_;
   std::map<std::string, MemoryPattern> patterns_;  // by input-shape signature
   std::unique_ptr<Profiler> profiler_;
 };
