@@ -22,6 +22,7 @@ from ._engine import (
     InvalidModelError,
     KernelError,
     NotImplementedOpError,
+    OpNotAllowedError,
     OutOfMemoryError,
 )
 from .errors import (
@@ -116,6 +117,7 @@ __all__ = [
     "KernelError",
     "NodeArg",
     "NotImplementedOpError",
+    "OpNotAllowedError",
     "OutOfMemoryError",
     "SessionOptions",
     "available_providers",

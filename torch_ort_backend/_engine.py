@@ -35,3 +35,4 @@ InvalidModelError = _C.InvalidModelError
 NotImplementedOpError = _C.NotImplementedOpError
 OutOfMemoryError = _C.OutOfMemoryError
 KernelError = _C.KernelError
+OpNotAllowedError = _C.OpNotAllowedError

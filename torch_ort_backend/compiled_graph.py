@@ -94,6 +94,10 @@ def _session_options(opts: BackendOptions):
     so.intra_op_num_threads = opts.intra_op_threads  # 0: torch's pool, following torch.set_num_threads
     so.graph_optimization_level = GraphOptimizationLevel(opts.optimization_level)
     so.enable_profiling = opts.enable_profiling
+    # The graph is our exporter's, made in this process from the user's own code: its ATen nodes
+    # may call any operator that code called (prims, custom ops). Models loaded from files never
+    # take this path (docs/security.md).
+    so.allow_unsafe_aten_ops = True
     return so
 
 

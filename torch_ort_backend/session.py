@@ -41,6 +41,10 @@ class SessionOptions:
         self.optimized_model_filepath = ""
         self.enable_mem_pattern = True
         self.verify_each_pass = False
+        # ATen nodes may call any torch operator (file readers, custom operators of any library),
+        # not only the allow-list of pure tensor operators: only for a model trusted as code
+        # (docs/security.md). Graphs compiled by this process's "ort" backend set it themselves.
+        self.allow_unsafe_aten_ops = False
 
     def __setattr__(self, name: str, value: Any) -> None:
         validator = _VALIDATORS.get(name)
@@ -61,6 +65,7 @@ class SessionOptions:
         o.profile_file_prefix = self.profile_file_prefix
         o.enable_memory_pattern = self.enable_mem_pattern
         o.verify_each_pass = self.verify_each_pass
+        o.allow_unsafe_aten_ops = self.allow_unsafe_aten_ops
         return o
 
 
@@ -114,6 +119,7 @@ _VALIDATORS = {
     "optimized_model_filepath": _str,
     "enable_mem_pattern": _bool,
     "verify_each_pass": _bool,
+    "allow_unsafe_aten_ops": _bool,
 }
 
 

@@ -10,6 +10,7 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kNotImplemented: return "NOT_IMPLEMENTED";
     case StatusCode::kOutOfMemory: return "OUT_OF_MEMORY";
     case StatusCode::kRuntimeError: return "RUNTIME_ERROR";
+    case StatusCode::kPermissionDenied: return "PERMISSION_DENIED";
   }
   return "UNKNOWN";
 }

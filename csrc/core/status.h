@@ -18,6 +18,7 @@ enum class StatusCode {
   kNotImplemented,    // no kernel / no schema for an op
   kOutOfMemory,
   kRuntimeError,      // a kernel failed while running
+  kPermissionDenied,  // the model asks for something the session does not allow (docs/security.md)
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -62,6 +63,10 @@ Status NotImplemented(Args&&... args) {
 template <typename... Args>
 Status RuntimeError(Args&&... args) {
   return Status(StatusCode::kRuntimeError, StrCat(std::forward<Args>(args)...));
+}
+template <typename... Args>
+Status PermissionDenied(Args&&... args) {
+  return Status(StatusCode::kPermissionDenied, StrCat(std::forward<Args>(args)...));
 }
 
 // A value or the Status explaining why there is none.

@@ -16,6 +16,11 @@ bool ExecutionProvider::CanRun(const Node& node, int opset, const KernelRegistry
   return registry.Find(name(), node.domain(), node.op_type(), opset, InputDTypes(node), why_not) != nullptr;
 }
 
+StatusOr<std::unique_ptr<OpKernel>> ExecutionProvider::CreateKernel(const KernelDef& def, const Node& node,
+                                                                    const KernelPermissions&) const {
+  return def.factory(node);
+}
+
 Status CpuExecutionProvider::CopyTensor(const Tensor& src, Tensor& dst) const {
   if (src.dtype() != dst.dtype() || src.nbytes() != dst.nbytes())
     return InvalidArgument("CopyTensor: source ", DTypeName(src.dtype()), ShapeToString(src.shape()),

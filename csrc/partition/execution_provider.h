@@ -14,6 +14,13 @@
 
 namespace tob {
 
+// What a session lets kernels do beyond computing on their inputs. Set from SessionOptions by the
+// session, never from the model (docs/security.md).
+struct KernelPermissions {
+  // ATen nodes may call any torch operator, not only the allow-list of pure tensor operators.
+  bool unsafe_aten_ops = false;
+};
+
 class ExecutionProvider {
  public:
   virtual ~ExecutionProvider() = default;
@@ -27,6 +34,11 @@ class ExecutionProvider {
   // asks the kernel registry for a kernel registered under name(); why_not says why not.
   virtual bool CanRun(const Node& node, int opset, const KernelRegistry& registry,
                       std::string* why_not) const;
+
+  // The kernel for `node` from `def` (a def registered under name()). The default calls
+  // def.factory; a provider whose kernels depend on the session's permissions overrides it.
+  virtual StatusOr<std::unique_ptr<OpKernel>> CreateKernel(const KernelDef& def, const Node& node,
+                                                           const KernelPermissions& permissions) const;
 };
 
 class CpuExecutionProvider final : public ExecutionProvider {

@@ -13,6 +13,7 @@
 #include "python/tensor_bridge.h"
 #include "runtime/session.h"
 #ifdef TOB_WITH_TORCH
+#include "providers/torch/aten_op_policy.h"
 #include "providers/torch/torch_provider.h"
 #include "providers/torch/torch_parallel.h"
 #endif
@@ -29,6 +30,7 @@ PyObject* g_invalid_model = nullptr;
 PyObject* g_not_implemented = nullptr;
 PyObject* g_out_of_memory = nullptr;
 PyObject* g_kernel_error = nullptr;
+PyObject* g_op_not_allowed = nullptr;
 
 [[noreturn]] void Raise(const Status& s) {
   PyObject* type = g_engine_error;
@@ -38,6 +40,7 @@ PyObject* g_kernel_error = nullptr;
     case StatusCode::kNotImplemented: type = g_not_implemented; break;
     case StatusCode::kOutOfMemory: type = g_out_of_memory; break;
     case StatusCode::kRuntimeError: type = g_kernel_error; break;
+    case StatusCode::kPermissionDenied: type = g_op_not_allowed; break;
     default: break;
   }
   PyErr_SetString(type, s.message().c_str());
@@ -269,12 +272,16 @@ PYBIND11_MODULE(_C, m) {
       "torch_ort_backend._C.OutOfMemoryError",
       py::make_tuple(py::handle(g_engine_error), py::handle(PyExc_MemoryError)).release().ptr(), nullptr);
   g_kernel_error = PyErr_NewException("torch_ort_backend._C.KernelError", g_engine_error, nullptr);
+  g_op_not_allowed = PyErr_NewException(
+      "torch_ort_backend._C.OpNotAllowedError",
+      py::make_tuple(py::handle(g_engine_error), py::handle(PyExc_PermissionError)).release().ptr(), nullptr);
   m.attr("EngineError") = py::handle(g_engine_error);
   m.attr("InvalidArgumentError") = py::handle(g_invalid_argument);
   m.attr("InvalidModelError") = py::handle(g_invalid_model);
   m.attr("NotImplementedOpError") = py::handle(g_not_implemented);
   m.attr("OutOfMemoryError") = py::handle(g_out_of_memory);
   m.attr("KernelError") = py::handle(g_kernel_error);
+  m.attr("OpNotAllowedError") = py::handle(g_op_not_allowed);
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
@@ -298,6 +305,14 @@ PYBIND11_MODULE(_C, m) {
   m.def("use_torch_intra_op_pool", &UseTorchIntraOpPool, py::arg("enable"),
         "Run the engine's intra-op work on torch's intra-op pool (default) or on its own threads.");
   m.attr("TORCH_PROVIDER") = kTorchProvider;
+  m.def("aten_op_refusal", &AtenOpRefusal, py::arg("qualified_name"), py::arg("overload") = "",
+        "Why an ATen node of a session without allow_unsafe_aten_ops may not call this torch operator; '' when "
+        "it may (docs/security.md).");
+  m.def("aten_policy_entries", [] {
+    std::vector<std::tuple<std::string, bool, std::string>> out;
+    for (const AtenPolicyEntry& e : AtenPolicyEntries()) out.emplace_back(e.name, e.allowed, e.reason);
+    return out;
+  }, "The explicit allow and refusal lists of the ATen policy: (name, allowed, reason).");
   m.attr("built_with_torch") = true;
 #else
   m.attr("built_with_torch") = false;
@@ -380,6 +395,7 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("profile_file_prefix", &SessionOptions::profile_file_prefix)
       .def_readwrite("enable_memory_pattern", &SessionOptions::enable_memory_pattern)
       .def_readwrite("verify_each_pass", &SessionOptions::verify_each_pass)
+      .def_readwrite("allow_unsafe_aten_ops", &SessionOptions::allow_unsafe_aten_ops)
       .def_readwrite("providers", &SessionOptions::providers)
       .def_property(
           "state_updates",

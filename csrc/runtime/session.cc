@@ -103,6 +103,7 @@ Status Session::BuildPlan() {
   std::unordered_map<std::string, const ExecutionProvider*> by_name;
   for (const auto& ep : providers_) by_name[ep->name()] = ep.get();
 
+  const KernelPermissions permissions{options_.allow_unsafe_aten_ops};
   for (Node* node : order) {
     Step step;
     step.node = node;
@@ -115,7 +116,7 @@ Status Session::BuildPlan() {
                                              step.opset, InputDTypes(*node), &why);
     if (step.def == nullptr)
       return NotImplemented(node->Describe(), " (", OpsetLabel(g, *node), "): ", why);
-    auto kernel = step.def->factory(*node);
+    auto kernel = step.provider->CreateKernel(*step.def, *node, permissions);
     if (!kernel.ok()) return kernel.status();
     step.kernel = std::move(kernel).value();
     for (const Value* in : node->inputs()) step.inputs.push_back(in ? slot(in) : -1);

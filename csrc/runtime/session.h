@@ -29,6 +29,10 @@ struct SessionOptions {
   std::string profile_file_prefix = "tob_profile";
   bool enable_memory_pattern = true;  // plan and reuse one arena per input-shape signature
   bool verify_each_pass = false;
+  // ATen nodes may call any torch operator, not only the allow-list of pure tensor operators
+  // (csrc/providers/torch/aten_op_policy.inc): only for graphs trusted like code, such as the ones
+  // this process's own exporter made (docs/security.md). Never read from the model.
+  bool allow_unsafe_aten_ops = false;
   std::vector<std::string> providers;  // priority order; CPU is always the last resort
   // Session state: after each successful run, state_input (a graph input bound with BindState)
   // holds the value of update_output (a graph output), in the bound tensor's own memory.

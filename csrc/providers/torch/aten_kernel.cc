@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "providers/torch/aten_op_policy.h"
 #include "providers/torch/aten_tensor_bridge.h"
 
 namespace tob {
@@ -133,7 +134,7 @@ std::string QualifiedName(const std::string& op) {
 
 class AtenKernel final : public OpKernel {
  public:
-  static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node);
+  static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node, bool unsafe_ops_allowed);
   Status Compute(KernelContext& ctx) const override;
 
  private:
@@ -156,7 +157,7 @@ class AtenKernel final : public OpKernel {
   std::vector<ReturnPlan> returns_;
 };
 
-StatusOr<std::unique_ptr<OpKernel>> AtenKernel::Create(const Node& node) {
+StatusOr<std::unique_ptr<OpKernel>> AtenKernel::Create(const Node& node, bool unsafe_ops_allowed) {
   std::string op, overload;
   TOB_RETURN_IF_ERROR(node.GetAttr("operator", &op));
   TOB_RETURN_IF_ERROR(node.GetAttr("overload_name", &overload, std::string()));
@@ -177,6 +178,14 @@ StatusOr<std::unique_ptr<OpKernel>> AtenKernel::Create(const Node& node) {
   std::unique_ptr<AtenKernel> kernel(new AtenKernel(node, *handle, label));
   TOB_RETURN_IF_ERROR(kernel->PlanArguments(node, list_lengths));
   TOB_RETURN_IF_ERROR(kernel->PlanReturns(node));
+  if (!unsafe_ops_allowed) {
+    const std::string why = AtenOpRefusal(name, overload);
+    if (!why.empty())
+      return PermissionDenied(node.Describe(), " calls torch operator ", label, ", which this session does not allow: ",
+                              why, ". Without SessionOptions.allow_unsafe_aten_ops, ATen nodes run only the pure tensor "
+                              "operators of the aten namespace (docs/security.md); set it to True only for a model "
+                              "you trust as you trust code");
+  }
   return std::unique_ptr<OpKernel>(std::move(kernel));
 }
 
@@ -464,6 +473,8 @@ Status AtenKernel::Compute(KernelContext& ctx) const {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<OpKernel>> CreateAtenKernel(const Node& node) { return AtenKernel::Create(node); }
+StatusOr<std::unique_ptr<OpKernel>> CreateAtenKernel(const Node& node, bool unsafe_ops_allowed) {
+  return AtenKernel::Create(node, unsafe_ops_allowed);
+}
 
 }  // namespace tob

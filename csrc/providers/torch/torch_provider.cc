@@ -20,6 +20,12 @@ class TorchExecutionProvider final : public ExecutionProvider {
   Device device() const override { return Device{}; }
   std::shared_ptr<Allocator> allocator() const override { return CpuAllocator::Default(); }
   Status CopyTensor(const Tensor& src, Tensor& dst) const override { return cpu_.CopyTensor(src, dst); }
+  // ATen nodes call only allow-listed operators unless the session allows any (docs/security.md).
+  StatusOr<std::unique_ptr<OpKernel>> CreateKernel(const KernelDef& def, const Node& node,
+                                                   const KernelPermissions& permissions) const override {
+    if (node.op_type() == "ATen") return CreateAtenKernel(node, permissions.unsafe_aten_ops);
+    return def.factory(node);
+  }
 
  private:
   CpuExecutionProvider cpu_;
@@ -37,7 +43,8 @@ void RegisterTorchProvider() {
         },
         /*fallback=*/true);
     KernelDef def;
-    def.Domain("com.microsoft").Versions(1).Provider(kTorchProvider).KernelAllocatesOutputs().Factory(CreateAtenKernel);
+    def.Domain("com.microsoft").Versions(1).Provider(kTorchProvider).KernelAllocatesOutputs().Factory(
+        [](const Node& node) { return CreateAtenKernel(node, /*unsafe_ops_allowed=*/false); });
     def.op_type = "ATen";
     KernelRegistry::Global().Register(std::move(def));
     // PythonOp / PythonOpGrad: torch.autograd.Functions, run only by this provider.
