@@ -64,9 +64,11 @@ def enable_custom_autograd_support(to_enable: bool = True) -> None:
 
 
 def register_autograd_function(fn_cls: type) -> str:
-    """Lets PythonOp nodes naming `fn_cls` (e.g. in an ONNX file saved by another process) run in this
-    one; returns the name such nodes use. Nothing is ever imported by the name a node carries."""
-    return _autograd_function.register_function(fn_cls)
+    """Lets PythonOp nodes of models loaded in this process (e.g. an ONNX file saved by another
+    process) call `fn_cls`; returns the name such nodes use. Without it, a loaded model's PythonOp
+    can call no Function, not even one this process compiled (docs/security.md). Nothing is ever
+    imported by the name a node carries."""
+    return _autograd_function.register_function_for_loaded_models(fn_cls)
 
 
 _ORTMODULE_NAMES = ("DebugOptions", "LogLevel", "ORTModule", "end_profiling")

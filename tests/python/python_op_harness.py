@@ -96,13 +96,15 @@ def current_graphs() -> list:
 
 
 def python_op_nodes() -> Counter:
-    """PythonOp / PythonOpGrad nodes (by func_name) of the engine graphs of the last compile_ort."""
+    """PythonOp / PythonOpGrad nodes of the engine graphs of the last compile_ort, by (op type, the
+    Function's qualified name): func_name without the random token of this process's own graphs
+    (``pkg.mod.Fn@<token>``, test_python_op_contract.py checks its form)."""
     counts: Counter = Counter()
     for g in current_graphs():
         for node in g.exported.model.graph.node:
             if node.op_type in ("PythonOp", "PythonOpGrad"):
                 name = next(a.s.decode() for a in node.attribute if a.name == "func_name")
-                counts[(node.op_type, name)] += 1
+                counts[(node.op_type, name.split("@")[0])] += 1
     return counts
 
 

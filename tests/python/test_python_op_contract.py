@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 import textwrap
@@ -22,7 +23,8 @@ import python_op_functions as fns
 import torch_ort_backend as tob
 from python_op_harness import compile_ort, random_input
 from torch_ort_backend._engine import C
-from torch_ort_backend.autograd_function import qualified_name, register_function
+from torch_ort_backend.autograd_function import (qualified_name, register_function,
+                                                  register_function_for_loaded_models)
 from torch_ort_backend.autograd_function.registry import decode_constants, encode_constants, object_id
 
 pytestmark = pytest.mark.skipif(not getattr(C, "built_with_torch", False), reason="built without the torch provider")
@@ -93,9 +95,13 @@ def test_object_references_resolve_only_in_this_process():
     x = random_input((4,), seed=4).numpy()
     (y,) = run(python_op_model(name, convention="dc", constants=encode_constants([config])), x=x)
     np.testing.assert_allclose(y, x * 2.5, rtol=1e-6)
-    missing = json.dumps([{"object": object_id(config) + 10_000}])
+    # Object references are random tokens: another token, or a small integer as the ids once were,
+    # refers to nothing.
+    missing = json.dumps([{"object": secrets.token_hex(16)}])
     with pytest.raises(Exception, match="does not exist in this process"):
         run(python_op_model(name, convention="dc", constants=missing), x=x)
+    with pytest.raises(Exception, match="malformed PythonOp constant"):
+        run(python_op_model(name, convention="dc", constants=json.dumps([{"object": 1}])), x=x)
     with pytest.raises(Exception, match="malformed PythonOp constant"):
         decode_constants('[{"import": "os.system"}]')
 
@@ -130,6 +136,8 @@ def test_backward_without_a_forward_context_is_an_error():
 
 
 def test_same_qualified_name_twice_gets_a_distinct_name():
+    """Names for loaded models are qualified names, so two classes of one name need telling apart;
+    the names of compiled Functions carry a random token and never collide."""
     def make():
         class Local(torch.autograd.Function):
             @staticmethod
@@ -142,8 +150,11 @@ def test_same_qualified_name_twice_gets_a_distinct_name():
 
         return Local
 
-    first, second = register_function(make()), register_function(make())
-    assert first != second and second.startswith(first.split("#")[0])
+    first, second = register_function_for_loaded_models(make()), register_function_for_loaded_models(make())
+    assert second == first + "#2"
+    private_first, private_second = register_function(make()), register_function(make())
+    assert private_first != private_second
+    assert private_first.split("@")[0] == private_second.split("@")[0] == first
 
 
 def test_saved_models_carry_the_contract(tmp_path, monkeypatch):
@@ -160,7 +171,9 @@ def test_saved_models_carry_the_contract(tmp_path, monkeypatch):
     (node,) = [n for n in fw.graph.node if n.op_type == "PythonOp"]
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     assert node.domain == "com.microsoft" and len(node.output) == 4  # context + three outputs
-    assert attrs["func_name"] == qualified_name(fns.TopValueAndIndex).encode()
+    # The compiled Function's private name: its qualified name and this process's random token.
+    base, token = attrs["func_name"].decode().split("@")
+    assert base == qualified_name(fns.TopValueAndIndex) and len(token) == 32
     assert attrs["input_convention"] == b"d" and attrs["input_requires_grads"] == [1]
     assert attrs["non_differentiable_outputs"] == [1, 2]
     (grad,) = [n for n in bw.graph.node if n.op_type == "PythonOpGrad"]

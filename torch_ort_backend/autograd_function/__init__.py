@@ -13,7 +13,7 @@ from __future__ import annotations
 from .capture import install as install_capture
 from .capture import is_enabled, set_enabled
 from .custom_ops import define as _define_ops
-from .registry import PythonOpError, qualified_name, register_function
+from .registry import PythonOpError, qualified_name, register_function, register_function_for_loaded_models
 from .runtime import live_contexts
 
 
@@ -36,4 +36,5 @@ __all__ = [
     "live_contexts",
     "qualified_name",
     "register_function",
+    "register_function_for_loaded_models",
 ]

@@ -3,7 +3,7 @@
 Forward: the Function is applied exactly as eager autograd applies it (``fn_cls.apply``, with
 inputs that require grad as the compiled graph says they did), so its ctx is the real one: saved
 tensors with their version checks, needs_input_grad, mark_dirty, mark_non_differentiable,
-set_materialize_grads, attributes the forward sets. The ctx is kept in a table under an id that
+set_materialize_grads, attributes the forward sets. The ctx is kept in a table under a random id that
 the op returns as a 0-d int64 tensor (the node's first output). The tensor's memory is a numpy
 array whose finalizer drops the table entry: the ctx lives exactly as long as that tensor, which
 AOTAutograd saves for the backward and frees after it (or with the forward's graph when no
@@ -16,7 +16,7 @@ gradients, reduced broadcast gradients, dtype casts, gradient count).
 
 from __future__ import annotations
 
-import itertools
+import secrets
 import threading
 import weakref
 from dataclasses import dataclass
@@ -29,7 +29,6 @@ from .registry import PythonOpError, build_arguments, decode_constants, resolve_
 
 _CONTEXTS: dict[int, "ForwardRecord"] = {}
 _CONTEXT_LOCK = threading.Lock()
-_NEXT_CONTEXT = itertools.count(1)
 _AUTOGRAD_KEYS = (
     torch._C.DispatchKey.AutogradFunctionality,
     torch._C.DispatchKey.AutogradOther,
@@ -64,8 +63,12 @@ def _release(k: int) -> None:
 def _context_tensor(record: ForwardRecord | None) -> torch.Tensor:
     if record is None:
         return torch.zeros((), dtype=torch.int64)
-    k = next(_NEXT_CONTEXT)
+    # A random id (63 bits; 0 means "no ctx"): a PythonOpGrad of a loaded model cannot guess a
+    # live ctx of this process's own graphs.
     with _CONTEXT_LOCK:
+        k = 0
+        while k == 0 or k in _CONTEXTS:
+            k = secrets.randbits(63)
         _CONTEXTS[k] = record
     holder = np.array(k, dtype=np.int64)
     weakref.finalize(holder, _release, k)
