@@ -38,6 +38,9 @@ def parse_model(model: ModelLike) -> onnx.ModelProto:
             proto = onnx.load(path)
         except (DecodeError, RuntimeWarning, ValueError) as e:
             raise InvalidModelError(f"could not parse ONNX file {path}: {e}") from e
+        except onnx.checker.ValidationError as e:
+            # onnx refuses external data outside the model's directory, absolute or through a link.
+            raise InvalidModelError(f"could not load ONNX file {path}: {e}") from e
     else:
         raise TypeError(
             f"model must be a path, bytes or onnx.ModelProto, got {type(model).__name__}"
@@ -48,6 +51,8 @@ def parse_model(model: ModelLike) -> onnx.ModelProto:
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as e:
         raise InvalidModelError(f"the model is not valid ONNX: {e}") from e
+    except UnicodeDecodeError as e:  # the checker's message quotes a name that is not UTF-8
+        raise InvalidModelError(f"the model is not valid ONNX: a string field is not UTF-8 ({e})") from e
     if proto.functions:
         proto = onnx.inliner.inline_local_functions(proto)
     return proto
@@ -137,8 +142,33 @@ def _value_info(vi: onnx.ValueInfoProto, what: str) -> tuple[int, list | None]:
     return elem, dims
 
 
+def _check_names_are_text(g: onnx.GraphProto) -> None:
+    """protobuf hands back a string field that is not UTF-8 as bytes (ONNX's proto2 does not check):
+    refuse it here, naming it, instead of failing inside the binding."""
+    def check(value, what: str) -> None:
+        if not isinstance(value, str):
+            raise InvalidModelError(f"{what} is not a UTF-8 string: {value!r:.80}")
+
+    for i, n in enumerate(g.node):
+        for field in ("name", "op_type", "domain"):
+            check(getattr(n, field), f"node {i} {field}")
+        for k, name in enumerate([*n.input, *n.output]):
+            check(name, f"node {i} ({n.op_type}) input/output {k}")
+        for a in n.attribute:
+            check(a.name, f"node {i} ({n.op_type}) attribute name")
+    for kind, infos in (("input", g.input), ("output", g.output), ("value_info", g.value_info)):
+        for vi in infos:
+            check(vi.name, f"graph {kind} name")
+            if vi.type.WhichOneof("value") == "tensor_type":
+                for d in vi.type.tensor_type.shape.dim:
+                    check(d.dim_param, f"graph {kind} '{vi.name}' dimension name")
+    for t in g.initializer:
+        check(t.name, "initializer name")
+
+
 def build_graph(proto: onnx.ModelProto):
     """Walks a checked ModelProto and returns a filled _C.GraphBuilder."""
+    _check_names_are_text(proto.graph)
     b = C.GraphBuilder()
     for op in proto.opset_import:
         b.set_opset(op.domain, op.version)

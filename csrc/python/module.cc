@@ -43,7 +43,10 @@ PyObject* g_op_not_allowed = nullptr;
     case StatusCode::kPermissionDenied: type = g_op_not_allowed; break;
     default: break;
   }
-  PyErr_SetString(type, s.message().c_str());
+  // A message may quote bytes from the model (an attribute that is not UTF-8): replace, never fail.
+  PyObject* message = PyUnicode_DecodeUTF8(s.message().data(), static_cast<Py_ssize_t>(s.message().size()), "replace");
+  PyErr_SetObject(type, message);
+  Py_XDECREF(message);
   throw py::error_already_set();
 }
 

@@ -141,7 +141,8 @@ Tensor TensorFromDLPack(const py::capsule& capsule, const std::string& what) {
     throw py::value_error(StrCat(what, ": DLPack device type ", dl.device.device_type, " is not supported"));
   }
   Shape shape(dl.shape, dl.shape + dl.ndim);
-  if (dl.strides != nullptr) {
+  // Strides of an empty tensor address nothing (torch gives [3, 0] strides (1, 1)): any are fine.
+  if (dl.strides != nullptr && NumElements(shape) > 0) {
     std::vector<int64_t> want = ContiguousStrides(shape);
     for (int i = 0; i < dl.ndim; ++i)
       if (shape[i] > 1 && dl.strides[i] != want[i])

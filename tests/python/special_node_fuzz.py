@@ -1,0 +1,257 @@
+"""Fuzz worker for test_bad_input.py: ATen, PythonOp and subgraph-bearing nodes with mutated
+attributes, inputs and bytes. Runs in its own process (a crash of a torch kernel would otherwise take
+pytest with it) and prints one JSON line: per family, how many cases raised an expected error and how
+many ran, plus any unexpected exception. The parent asserts a clean exit and the counts.
+
+    python special_node_fuzz.py SEED CASES_PER_FAMILY
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from collections import Counter
+from typing import Callable
+
+import numpy as np
+import onnx
+import torch
+from onnx import TensorProto, helper
+
+import torch_ort_backend as tob
+from aten_model_builder import ModelBuilder
+from torch_ort_backend.exporter.aten_encoding import AtenEncodingError
+from test_bad_input import _mutations
+
+aten = torch.ops.aten
+MS_OPSETS = [helper.make_opsetid("", 18), helper.make_opsetid("com.microsoft", 1)]
+EXPECTED = (tob.EngineError, ValueError, TypeError, NotImplementedError, PermissionError)
+
+
+class Skipped(Exception):
+    """The case could not be built (the test's own encoder refused it): counted apart."""
+
+
+class Scale(torch.autograd.Function):
+    """The Function the PythonOp cases may legitimately name (registered for loaded models)."""
+
+    @staticmethod
+    def forward(ctx, x, factor=2.0):
+        return x * factor
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2.0, None
+
+
+SCALE_NAME = tob.register_autograd_function(Scale)
+
+
+def wild_int(rng: random.Random) -> int:
+    return rng.choice([0, 1, -1, 2, 3, -5, 7, 2**31, -(2**31), 2**62, -(2**62), 10**9, rng.randint(-50, 50)])
+
+
+def index_tensor(rng: random.Random, shape, limit: int) -> torch.Tensor:
+    """Indices mostly in [-limit, limit), some far out of range."""
+    values = [rng.randrange(-limit, limit) if rng.random() < 0.6 else wild_int(rng) for _ in range(int(np.prod(shape)))]
+    return torch.tensor(values, dtype=torch.int64).reshape(shape)
+
+
+def floats(rng: random.Random, shape) -> torch.Tensor:
+    g = torch.Generator().manual_seed(rng.randrange(1 << 30))
+    return torch.rand(shape, generator=g) * 2 - 1
+
+
+def shape(rng: random.Random, rank: int, low: int = 0, high: int = 5) -> tuple:
+    return tuple(rng.randint(low, high) for _ in range(rank))
+
+
+# Each returns (op, args, kwargs, feeds); tensors in args are graph inputs (ModelBuilder.input).
+def _gather(b, rng):
+    x = floats(rng, shape(rng, 2, 1))
+    return aten.gather.default, (b.input("x", x), rng.choice([0, 1, -1, 5]), b.input("i", index_tensor(rng, shape(rng, 2), 6)))
+
+
+def _scatter_add(b, rng):
+    x, i = floats(rng, shape(rng, 2, 1)), index_tensor(rng, shape(rng, 2), 6)
+    return aten.scatter_add.default, (b.input("x", x), rng.choice([0, 1]), b.input("i", i),
+                                      b.input("s", floats(rng, tuple(i.shape))))
+
+
+def _index_select(b, rng):
+    return aten.index_select.default, (b.input("x", floats(rng, shape(rng, 2, 1))), rng.choice([0, 1, 3]),
+                                       b.input("i", index_tensor(rng, (rng.randint(0, 4),), 6)))
+
+
+def _index_tensor(b, rng):
+    return aten.index.Tensor, (b.input("x", floats(rng, shape(rng, 3, 1))),
+                               [None, b.input("i", index_tensor(rng, (rng.randint(0, 4),), 6))])
+
+
+def _index_put(b, rng):
+    i = index_tensor(rng, (rng.randint(0, 4),), 6)
+    return aten.index_put.default, (b.input("x", floats(rng, shape(rng, 1, 1))), [b.input("i", i)],
+                                    b.input("v", floats(rng, (rng.choice([1, i.numel()]),))), rng.random() < 0.5)
+
+
+def _index_add(b, rng):
+    i = index_tensor(rng, (rng.randint(0, 4),), 6)
+    return aten.index_add.default, (b.input("x", floats(rng, shape(rng, 2, 1))), rng.choice([0, 1]), b.input("i", i),
+                                    b.input("s", floats(rng, (i.numel(), rng.randint(1, 4)))))
+
+
+def _take(b, rng):
+    return aten.take.default, (b.input("x", floats(rng, shape(rng, 2))), b.input("i", index_tensor(rng, (3,), 20)))
+
+
+def _embedding(b, rng):
+    return aten.embedding.default, (b.input("w", floats(rng, shape(rng, 2, 1))),
+                                    b.input("i", index_tensor(rng, shape(rng, 2), 8)), wild_int(rng))
+
+
+def _embedding_dense_backward(b, rng):
+    i = index_tensor(rng, (rng.randint(0, 5),), 8)
+    return aten.embedding_dense_backward.default, (b.input("g", floats(rng, (rng.randint(0, 5), 3))), b.input("i", i),
+                                                   rng.choice([0, 1, 5, 10**6]), wild_int(rng), False)
+
+
+def _nll_loss(b, rng):
+    n, c = rng.randint(1, 4), rng.randint(1, 4)
+    return aten.nll_loss_forward.default, (b.input("x", floats(rng, (n, c))), b.input("t", index_tensor(rng, (n,), c + 2)),
+                                           None, rng.choice([0, 1, 2]), wild_int(rng))
+
+
+def _one_hot(b, rng):
+    return aten.one_hot.default, (b.input("i", index_tensor(rng, (4,), 6)), rng.choice([-1, 3, 6]))
+
+
+def _searchsorted(b, rng):
+    return aten.searchsorted.Tensor, (b.input("s", floats(rng, (5,)).sort().values), b.input("v", floats(rng, (3,)))), \
+        {"sorter": b.input("o", index_tensor(rng, (5,), 7))}
+
+
+def _max_pool_backward(b, rng):  # refused: torch does not check the indices
+    return aten.max_pool2d_with_indices_backward.default, (
+        b.input("g", floats(rng, (1, 1, 2, 2))), b.input("x", floats(rng, (1, 1, 4, 4))), [2, 2], [2, 2], [0, 0],
+        [1, 1], False, b.input("i", index_tensor(rng, (1, 1, 2, 2), 16)))
+
+
+def _layer_norm_backward(b, rng):  # refused: torch does not check mean / rstd
+    return aten.native_layer_norm_backward.default, (
+        b.input("g", floats(rng, (6, 4))), b.input("x", floats(rng, (6, 4))), [4], b.input("m", floats(rng, (1, 1))),
+        b.input("r", floats(rng, (1, 1))), None, None, [True, False, False])
+
+
+ATEN_CASES: list[Callable] = [_gather, _scatter_add, _index_select, _index_tensor, _index_put, _index_add, _take,
+                              _embedding, _embedding_dense_backward, _nll_loss, _one_hot, _searchsorted,
+                              _max_pool_backward, _layer_norm_backward]
+
+
+def aten_case(rng: random.Random) -> None:
+    """An index-taking operator with random shapes and wild indices; sometimes its node mutated, or
+    the serialized model's bytes."""
+    b = ModelBuilder()
+    op, args, kwargs = (rng.choice(ATEN_CASES)(b, rng) + ({},))[:3]
+    try:
+        (out,) = b.aten(op, args, kwargs, outputs=1, name="fuzzed")
+    except AtenEncodingError as e:  # the exporter's encoder refused the arguments: no model to run
+        raise Skipped from e
+    model = b.model({out: torch.zeros(0)})
+    node = model.graph.node[-1]
+    mutation = rng.random()
+    if mutation < 0.15:
+        _set_attr(node, "operator", rng.choice(["from_file", "mylib::op", "prims::iota", "add", "::", "aten::",
+                                                 "a" * 300, "relu_", "_print", "no_such_op"]))
+    elif mutation < 0.25:
+        _set_attr(node, "tensor_list_lengths", [wild_int(rng) for _ in range(rng.randint(1, 3))])
+    elif mutation < 0.3:
+        _set_attr(node, "overload_name", rng.choice(["", "default", "out", "Tensor", "bogus"]))
+    elif mutation < 0.35 and node.input:
+        del node.input[rng.randrange(len(node.input)):]
+    if rng.random() < 0.2:
+        data = next(iter(_mutations(np.random.default_rng(rng.randrange(1 << 30)), model.SerializeToString(), 1)))
+        tob.InferenceSession(data).run(None, b.feeds)
+    else:
+        tob.InferenceSession(model).run(None, b.feeds)
+
+
+def _set_attr(node, key, value) -> None:
+    for a in list(node.attribute):
+        if a.name == key:
+            node.attribute.remove(a)
+    node.attribute.extend([helper.make_attribute(key, value)])
+
+
+def python_op_case(rng: random.Random) -> None:
+    """A PythonOp / PythonOpGrad with random names, conventions, constants and context ids."""
+    grad = rng.random() < 0.3
+    func_name = rng.choice([SCALE_NAME, SCALE_NAME + "@" + "0" * 32, "os.system", "builtins.eval", "", "x" * 500,
+                            "torch.autograd.Function", SCALE_NAME + "#2"])
+    if grad:
+        node = helper.make_node("PythonOpGrad", ["ctx", "x"], ["dx"], domain="com.microsoft", func_name=func_name,
+                                input_requires_grads=[rng.choice([0, 1, 2])])
+        inputs = [helper.make_tensor_value_info("ctx", TensorProto.INT64, []),
+                  helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])]
+        outputs = [helper.make_tensor_value_info("dx", TensorProto.FLOAT, [4])]
+        feeds = {"ctx": np.array(wild_int(rng), np.int64), "x": np.ones(4, np.float32)}
+    else:
+        constants = rng.choice(["[]", "[2.0]", '[{"object": 1}]', '[{"object": "00"}]', '[{"import": "os"}]',
+                                '[{"dtype": "save"}]', '[{"device": "cuda:99"}]', "[[[[[[[]]]]]]]", "{", '"s"',
+                                '[{"tuple": [1, {"tuple": []}]}]', "[1e999]", "[" * 2000 + "]" * 2000])
+        node = helper.make_node("PythonOp", ["x"], ["ctx", "y"], domain="com.microsoft", func_name=func_name,
+                                input_convention=rng.choice(["d", "dc", "cd", "ddd", "", "z"]), constant_args=constants,
+                                input_requires_grads=[rng.choice([0, 1])])
+        inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])]
+        outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])]
+        feeds = {"x": np.ones(4, np.float32)}
+    model = helper.make_model(helper.make_graph([node], "g", inputs, outputs), opset_imports=MS_OPSETS)
+    tob.InferenceSession(model).run(None, feeds)
+
+
+def subgraph_case(rng: random.Random) -> None:
+    """If / Loop / Scan with GRAPH attributes, sometimes byte-mutated: refused, never run."""
+    body = helper.make_graph([helper.make_node("Identity", ["x"], ["y_body"])], "body", [],
+                             [helper.make_tensor_value_info("y_body", TensorProto.FLOAT, [4])])
+    op = rng.choice(["If", "Loop", "Scan"])
+    if op == "If":
+        node = helper.make_node("If", ["c"], ["y"], then_branch=body, else_branch=body, name="branch")
+    elif op == "Loop":
+        node = helper.make_node("Loop", ["", "c"], ["y"], body=body, name="loop")
+    else:
+        node = helper.make_node("Scan", ["x"], ["y"], body=body, num_scan_inputs=1, name="scan")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                                            helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    data = model.SerializeToString()
+    if rng.random() < 0.5:
+        data = next(iter(_mutations(np.random.default_rng(rng.randrange(1 << 30)), data, 1 + rng.randrange(3))))
+    sess = tob.InferenceSession(data)
+    sess.run(None, {"c": np.array(True), "x": np.ones(4, np.float32)})
+
+
+FAMILIES = {"aten": aten_case, "python_op": python_op_case, "subgraph": subgraph_case}
+
+
+def main(seed: int, cases: int) -> None:
+    torch.manual_seed(seed)
+    outcomes: dict[str, Counter] = {name: Counter() for name in FAMILIES}
+    unexpected: list[str] = []
+    for name, case in FAMILIES.items():
+        rng = random.Random(f"{seed}-{name}")
+        for k in range(cases):
+            try:
+                case(rng)
+                outcomes[name]["ran"] += 1
+            except Skipped:
+                outcomes[name]["skipped"] += 1
+            except EXPECTED as e:
+                outcomes[name][type(e).__name__] += 1
+            except Exception as e:  # noqa: BLE001 - reported, the parent fails on it
+                unexpected.append(f"{name} case {k}: {type(e).__name__}: {str(e)[:300]}")
+    print(json.dumps({"outcomes": {k: dict(v) for k, v in outcomes.items()}, "unexpected": unexpected}))
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), int(sys.argv[2]))
