@@ -213,6 +213,7 @@ void RegisterTrainingSchemas(OpSchemaRegistry& registry) {
   RegisterTrainingGradSchemas(registry);
   RegisterTrainingLossSchemas(registry);
   RegisterTrainingWindowSchemas(registry);
+  RegisterTrainingOptimizerSchemas(registry);
 }
 
 }  // namespace tob

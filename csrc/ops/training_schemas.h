@@ -9,6 +9,7 @@ namespace tob {
 void RegisterTrainingGradSchemas(OpSchemaRegistry& registry);    // training_schemas.cc
 void RegisterTrainingLossSchemas(OpSchemaRegistry& registry);    // training_loss_schemas.cc
 void RegisterTrainingWindowSchemas(OpSchemaRegistry& registry);  // training_window_schemas.cc
+void RegisterTrainingOptimizerSchemas(OpSchemaRegistry& registry);  // training_optimizer_schemas.cc
 
 namespace training_schema {
 

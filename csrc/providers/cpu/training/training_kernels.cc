@@ -11,6 +11,9 @@ void RegisterCpuTrainingKernels(KernelRegistry& registry) {
   RegisterCpuConvGradKernels(registry);
   RegisterCpuMaxPoolGradKernels(registry);
   RegisterCpuBatchNormTrainingKernels(registry);
+  RegisterCpuOptimizerKernels(registry);
+  RegisterCpuLambOptimizerKernels(registry);
+  RegisterCpuGradientControlKernels(registry);
 }
 
 }  // namespace tob

@@ -16,5 +16,8 @@ void RegisterCpuGatherGradKernels(KernelRegistry& registry);      // gather_grad
 void RegisterCpuConvGradKernels(KernelRegistry& registry);        // conv_grad.cc
 void RegisterCpuMaxPoolGradKernels(KernelRegistry& registry);     // max_pool_grad.cc
 void RegisterCpuBatchNormTrainingKernels(KernelRegistry& registry);  // batch_norm_training.cc
+void RegisterCpuOptimizerKernels(KernelRegistry& registry);        // optimizers.cc: SGD, Adam
+void RegisterCpuLambOptimizerKernels(KernelRegistry& registry);    // lamb_optimizer.cc
+void RegisterCpuGradientControlKernels(KernelRegistry& registry);  // gradient_control.cc
 
 }  // namespace tob
