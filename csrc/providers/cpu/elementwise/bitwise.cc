@@ -1,6 +1,6 @@
 // Bitwise integer ops: BitwiseAnd, BitwiseOr, BitwiseXor, BitwiseNot (opset 18, every integer
-// type) and BitShift (opset 11, unsigned types). And/Or/Xor/Not are the logical (bool) forms and
-// live in compare_logic.cc; an integer tensor must never reach them.
+// type) and BitShift (opset 11 unsigned types, opset 28 signed ones too). And/Or/Xor/Not are the
+// logical (bool) forms and live in compare_logic.cc; an integer tensor must never reach them.
 #include <string>
 
 #include "providers/cpu/elementwise/unary_kernel.h"
@@ -63,8 +63,8 @@ void RegisterBitwiseKernels(KernelRegistry& registry) {
   RegisterByVersion<BitwiseBinaryKernel<BitwiseOrOp, IntList>>(registry, "BitwiseOr", {0, 1}, ints_18);
   RegisterByVersion<BitwiseBinaryKernel<BitwiseXorOp, IntList>>(registry, "BitwiseXor", {0, 1}, ints_18);
   RegisterByVersion<UnaryKernel<MapOp<BitwiseNotOp>, IntList>>(registry, "BitwiseNot", {0}, ints_18);
-  RegisterByVersion<BitwiseBinaryKernel<BitShiftOp, UnsignedList>>(registry, "BitShift", {0, 1},
-                                                                  {{11, DTypes(UnsignedList{})}});
+  RegisterByVersion<BitwiseBinaryKernel<BitShiftOp, IntList>>(registry, "BitShift", {0, 1},
+                                                             {{11, DTypes(UnsignedList{})}, {28, DTypes(IntList{})}});
 }
 
 }  // namespace tob::ew

@@ -261,14 +261,29 @@ struct BitwiseXorOp {
 struct BitwiseNotOp {
   template <typename T> TOB_HOST_DEVICE T operator()(T a) const { return static_cast<T>(~a); }
 };
-// BitShift is defined on unsigned types only. A shift by the type's width or more is 0 (numpy's
-// left_shift/right_shift, which the ONNX reference runs) instead of C++'s undefined behaviour.
+// BitShift: unsigned types from opset 11, signed ones from opset 28. Left shifts move the two's-
+// complement bits (wrapping past the sign bit); right shifts of signed values are arithmetic. A
+// negative amount, or one of the type's width or more, leaves only the sign extension: -1 for a
+// right shift of a negative value, 0 otherwise (the spec's rule, and numpy's and torch's results)
+// instead of C++'s undefined behaviour.
 struct BitShiftOp {
   bool left = true;
   template <typename T> TOB_HOST_DEVICE T operator()(T x, T amount) const {
-    static_assert(std::is_unsigned_v<T>, "BitShift is defined on unsigned types");
-    if (amount >= T(sizeof(T) * 8)) return T(0);
-    return left ? static_cast<T>(x << amount) : static_cast<T>(x >> amount);
+    using U = std::make_unsigned_t<T>;
+    constexpr T kWidth = static_cast<T>(sizeof(T) * 8);
+    bool in_range = amount < kWidth;
+    if constexpr (std::is_signed_v<T>) in_range = in_range && amount >= 0;
+    if (!in_range) {
+      if constexpr (std::is_signed_v<T>)
+        if (!left && x < 0) return T(-1);
+      return T(0);
+    }
+    if (left) return static_cast<T>(static_cast<U>(static_cast<U>(x) << amount));
+    if constexpr (std::is_signed_v<T>) {
+      // ~(~x >> s) for negative x: the sign fill written with unsigned shifts only.
+      if (x < 0) return static_cast<T>(~static_cast<U>(static_cast<U>(~static_cast<U>(x)) >> amount));
+    }
+    return static_cast<T>(static_cast<U>(x) >> amount);
   }
 };
 
