@@ -7,6 +7,7 @@ void RegisterCudaKernels(KernelRegistry& registry) {
   RegisterCudaCastKernels(registry);
   RegisterCudaGemmKernels(registry);
   RegisterCudaMemcpyKernels(registry);
+  RegisterCudaOptimizerKernels(registry);
 }
 
 }  // namespace tob

@@ -10,5 +10,6 @@ void RegisterCudaElementwiseKernels(KernelRegistry& registry);
 void RegisterCudaCastKernels(KernelRegistry& registry);
 void RegisterCudaGemmKernels(KernelRegistry& registry);
 void RegisterCudaMemcpyKernels(KernelRegistry& registry);
+void RegisterCudaOptimizerKernels(KernelRegistry& registry);  // cuda_optimizer_kernels.cc
 
 }  // namespace tob
