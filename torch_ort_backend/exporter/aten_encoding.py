@@ -24,8 +24,9 @@ __all__ = ["AtenCall", "AtenEncodingError", "Input", "encode_aten_call", "scalar
 
 # ("value", obj): a graph value passed as is; ("none",): an omitted input; ("const", ndarray): an
 # encoded constant; ("int_list", [int | obj, ...]): an int64 1-D the exporter concatenates from
-# static ints and graph SymInt values.
-Input = Union[tuple[str], tuple[str, Any]]
+# static ints and graph SymInt values; ("scalar", number, torch.dtype): a Python number given
+# where the schema has a Tensor (a "wrapped number"), as a 0-d tensor of the dtype torch computes in.
+Input = Union[tuple[str], tuple[str, Any], tuple[str, Any, torch.dtype]]
 
 
 class AtenEncodingError(ValueError):
@@ -95,6 +96,7 @@ class _Encoder:
         self.op = op
         self.inputs: list[Input] = []
         self.list_lengths: list[int] = []
+        self.wrapped = False
 
     def fail(self, arg: Any, message: str) -> AtenEncodingError:
         return AtenEncodingError(f"{self.op}: argument '{arg.name}' ({arg.real_type}): {message}")
@@ -120,7 +122,11 @@ class _Encoder:
             self.inputs.append(("none",))
             return
         if kind == "TensorType":
-            self.inputs.append(("value", self.graph_value(arg, value)))
+            if isinstance(value, (bool, int, float)):
+                self.inputs.append(("wrapped", value))  # its dtype is settled once every tensor is seen
+                self.wrapped = True
+            else:
+                self.inputs.append(("value", self.graph_value(arg, value)))
         elif kind == "ListType":
             self.encode_list(arg, inner.getElementType(), value)
         elif kind in _INT_KINDS:
@@ -223,6 +229,28 @@ class _Encoder:
                 raise self.fail(arg, f"expected a list of {' or '.join(t.__name__ for t in accepted)}, got {v!r}")
 
 
+def _settle_wrapped_numbers(inputs: list) -> None:
+    """A Python number in a Tensor slot takes part in type promotion as a wrapped number (it never
+    widens a tensor of its own kind); the provider sees a plain 0-d tensor, which would. So the number
+    becomes a 0-d tensor of the dtype torch computes the call in: the same result dtype, and the
+    value converted as torch converts it (integers wrap)."""
+    probe = None
+    for item in inputs:
+        dtype = getattr(item[1], "dtype", None) if item[0] == "value" else None
+        if not isinstance(dtype, torch.dtype):
+            continue
+        shape = getattr(item[1], "shape", None)
+        t = torch.empty((1,) if shape != () else (), dtype=dtype)
+        probe = t if probe is None else torch.empty(
+            (1,) if probe.dim() or t.dim() else (), dtype=torch.result_type(probe, t))
+    for i, item in enumerate(inputs):
+        if item[0] != "wrapped":
+            continue
+        value = item[1]
+        dtype = torch.result_type(probe, value) if probe is not None else torch.tensor(value).dtype
+        inputs[i] = ("scalar", value, dtype)
+
+
 def encode_aten_call(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> AtenCall:
     """Encodes ``op(*args, **kwargs)`` (an FX node's target and arguments, graph values opaque) as
     the inputs and attributes of a com.microsoft ATen node."""
@@ -267,6 +295,8 @@ def encode_aten_call(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> At
     for r in schema.returns:
         if r.is_write:
             raise AtenEncodingError(f"{op}: returns an alias it mutates; ATen nodes run functional operators only")
+    if enc.wrapped:
+        _settle_wrapped_numbers(enc.inputs)
     name, overload = _operator_name(op)
     attributes: dict[str, Any] = {"operator": name, "overload_name": overload}
     if enc.list_lengths:

@@ -38,7 +38,8 @@ ONNX_TO_TORCH = {v: k for k, v in TORCH_TO_ONNX.items()}
 _NUMPY_OF = {
     torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16,
     torch.int8: np.int8, torch.int16: np.int16, torch.int32: np.int32, torch.int64: np.int64,
-    torch.uint8: np.uint8, torch.bool: np.bool_,
+    torch.uint8: np.uint8, torch.uint16: np.uint16, torch.uint32: np.uint32, torch.uint64: np.uint64,
+    torch.bool: np.bool_,
 }
 
 Dim = int | str  # a static size or a symbolic one (the ONNX dim_param)
@@ -49,6 +50,15 @@ def onnx_dtype(dtype: torch.dtype) -> int:
     if code is None:
         raise UnsupportedTorchModelError(f"dtype {dtype} has no ONNX equivalent the engine supports")
     return code
+
+
+def wrap_integer(value: int, dtype: torch.dtype) -> int:
+    """A Python int as torch converts it to an integer dtype: its two's-complement bits, wrapped."""
+    bits = torch.iinfo(dtype).bits
+    v = int(value) & ((1 << bits) - 1)
+    if dtype.is_signed and v >= 1 << (bits - 1):
+        v -= 1 << bits
+    return v
 
 
 def dim_of(size: Any) -> Dim:

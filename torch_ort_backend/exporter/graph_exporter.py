@@ -18,7 +18,7 @@ import torch
 import torch.fx
 
 from . import registry
-from .context import ExportContext, Val, val_from_meta
+from .context import ExportContext, Val, val_from_meta, wrap_integer
 from .errors import UnsupportedTorchModelError
 
 DEFAULT_OPSET = 18
@@ -191,6 +191,11 @@ class _Exporter:
                 inputs.append(ctx.const(arr, torch.from_numpy(arr[None].copy()).dtype))
             elif kind == "int_list":
                 inputs.append(ctx.ints(item[1]))
+            elif kind == "scalar":
+                value, dtype = item[1], item[2]
+                if not dtype.is_floating_point and dtype != torch.bool:
+                    value = wrap_integer(value, dtype)
+                inputs.append(ctx.scalar(value, dtype))
             else:
                 raise UnsupportedTorchModelError(f"node '{node.name}': unknown ATen input kind {kind}")
         mv = node.meta.get("val")

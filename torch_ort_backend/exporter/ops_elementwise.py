@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import onnx
 import torch
 
-from .context import MS_DOMAIN, ExportContext, Val, onnx_dtype
+from .context import MS_DOMAIN, ExportContext, Val
 from .registry import converter
 
 aten = torch.ops.aten
@@ -30,89 +31,93 @@ def binary(ctx: ExportContext, op_type: str, x, y, dtype: torch.dtype) -> Val:
     return ctx.op(op_type, ctx.as_val(x, dtype), ctx.as_val(y, dtype), dtype=dtype)
 
 
-def _with_alpha(ctx, op_type: str, node, a):
-    """add / sub: self (op) alpha * other, in the dtype torch computes."""
-    dt = out_dtype(node)
-    other = a.other
-    if a.alpha not in (None, 1):
-        other = binary(ctx, "Mul", other, a.alpha, dt) if isinstance(other, Val) else other * a.alpha
-    return binary(ctx, op_type, a.self, other, dt)
+def _with_alpha(ctx, op_type: str, dt: torch.dtype, x, y, alpha):
+    """add / sub / rsub: x (op) alpha * y, in the dtype torch computes."""
+    if dt == torch.bool:
+        # bool + bool is logical or (alpha can only be True); torch has no bool subtraction.
+        return ctx.op("Or", ctx.as_val(x, dt), ctx.as_val(y, dt), dtype=dt) if op_type == "Add" else None
+    if alpha not in (None, 1):
+        y = binary(ctx, "Mul", y, alpha, dt) if isinstance(y, Val) else y * alpha
+    return binary(ctx, op_type, x, y, dt)
 
 
 @converter(aten.add.Tensor, aten.add.Scalar)
 def add(ctx, node, a):
-    return _with_alpha(ctx, "Add", node, a)
+    return _with_alpha(ctx, "Add", out_dtype(node), a.self, a.other, a.alpha)
 
 
 @converter(aten.sub.Tensor, aten.sub.Scalar)
 def sub(ctx, node, a):
-    return _with_alpha(ctx, "Sub", node, a)
+    return _with_alpha(ctx, "Sub", out_dtype(node), a.self, a.other, a.alpha)
 
 
 @converter(aten.rsub.Tensor, aten.rsub.Scalar)
 def rsub(ctx, node, a):
-    dt = out_dtype(node)
-    other = a.other
-    if a.alpha not in (None, 1):
-        return None
-    return binary(ctx, "Sub", other, a.self, dt)
+    return _with_alpha(ctx, "Sub", out_dtype(node), a.other, a.self, a.alpha)
 
 
 @converter(aten.mul.Tensor, aten.mul.Scalar)
 def mul(ctx, node, a):
-    return binary(ctx, "Mul", a.self, a.other, out_dtype(node))
-
-
-@converter(aten.div.Tensor, aten.div.Scalar)
-def div(ctx, node, a):
     dt = out_dtype(node)
-    if not dt.is_floating_point:
-        return None
-    return binary(ctx, "Div", a.self, a.other, dt)
+    if dt == torch.bool:
+        return ctx.op("And", ctx.as_val(a.self, dt), ctx.as_val(a.other, dt), dtype=dt)  # bool * bool
+    return binary(ctx, "Mul", a.self, a.other, dt)
 
 
-@converter(aten.div.Tensor_mode, aten.div.Scalar_mode)
-def div_mode(ctx, node, a):
-    dt = out_dtype(node)
-    if not dt.is_floating_point:
-        return None
-    q = binary(ctx, "Div", a.self, a.other, dt)
-    if a.rounding_mode is None:
-        return q
-    if a.rounding_mode == "floor":
-        return ctx.op("Floor", q)
-    return ctx.op("Mul", ctx.op("Sign", q), ctx.op("Floor", ctx.op("Abs", q)))  # trunc
+# The engine's Pow has float, int32 and int64 kernels (the ONNX types); narrower integers wrap the
+# same way when computed in int64 and cast back.
+_POW_TYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64)
+
+
+def _pow(ctx, base: Val, exponent: Val, dt: torch.dtype) -> Val:
+    if dt in _POW_TYPES:
+        return ctx.op("Pow", base, exponent)
+    wide = torch.int64
+    return ctx.cast(ctx.op("Pow", ctx.cast(base, wide), ctx.cast(exponent, wide)), dt)
 
 
 @converter(aten.pow.Tensor_Scalar)
 def pow_scalar(ctx, node, a):
     dt = out_dtype(node)
-    x = ctx.cast(a.self, dt)
     e = a.exponent
+    if dt == torch.bool:
+        return None
+    if e == 0:
+        # x ** 0 is 1 everywhere, NaN and 0 included.
+        return ctx.op("Expand", ctx.scalar(1, dt), ctx.op("Shape", a.self, dtype=torch.int64), dtype=dt)
+    # 16-bit floats compute in float32 and round once, as torch's kernel does: products rounded to
+    # float16 at each step would differ in the last bits. The exception is torch's own: its
+    # vectorised bfloat16 cube rounds x*x before multiplying by x again.
+    ct = torch.float32 if dt in (torch.float16, torch.bfloat16) and not (dt == torch.bfloat16 and e == 3) else dt
+    x = ctx.cast(ctx.cast(a.self, dt), ct)
     if e == 1:
-        return x
+        return ctx.cast(x, dt)
     if isinstance(e, (int, float)) and float(e).is_integer() and 2 <= e <= 4:
         # Small integer powers as products: exact as torch's, and several times faster than a
         # general pow (GPT-2's tanh-GELU cubes its input).
         sq = ctx.op("Mul", x, x)
-        return {2: sq, 3: ctx.op("Mul", sq, x), 4: ctx.op("Mul", sq, sq)}[int(e)]
-    if a.exponent == 0.5 and dt.is_floating_point:
-        return ctx.op("Sqrt", x)
-    if a.exponent == -1 and dt.is_floating_point:
-        return ctx.op("Reciprocal", x)
-    return ctx.op("Pow", x, ctx.scalar(a.exponent, dt))
+        return ctx.cast({2: sq, 3: ctx.op("Mul", sq, x), 4: ctx.op("Mul", sq, sq)}[int(e)], dt)
+    if e == 0.5 and dt.is_floating_point:
+        return ctx.cast(ctx.op("Sqrt", x), dt)
+    if e == -1 and dt.is_floating_point:
+        return ctx.cast(ctx.op("Reciprocal", x), dt)
+    return ctx.cast(_pow(ctx, x, ctx.scalar(e, ct), ct), dt)
 
 
 @converter(aten.pow.Tensor_Tensor)
 def pow_tensor(ctx, node, a):
     dt = out_dtype(node)
-    return ctx.op("Pow", ctx.as_val(a.self, dt), ctx.as_val(a.exponent, dt))
+    if dt == torch.bool:
+        return None
+    return _pow(ctx, ctx.as_val(a.self, dt), ctx.as_val(a.exponent, dt), dt)
 
 
 @converter(aten.pow.Scalar)
 def pow_scalar_base(ctx, node, a):
     dt = out_dtype(node)
-    return ctx.op("Pow", ctx.scalar(a.self, dt), ctx.as_val(a.exponent, dt))
+    if dt == torch.bool:
+        return None
+    return _pow(ctx, ctx.scalar(a.self, dt), ctx.as_val(a.exponent, dt), dt)
 
 
 def _unary(op_type: str, *targets, float_only: bool = True):
@@ -130,15 +135,53 @@ for _op, _targets in {
     "Exp": [aten.exp.default], "Log": [aten.log.default], "Sqrt": [aten.sqrt.default],
     "Reciprocal": [aten.reciprocal.default], "Sin": [aten.sin.default], "Cos": [aten.cos.default],
     "Tanh": [aten.tanh.default], "Sigmoid": [aten.sigmoid.default], "Erf": [aten.erf.default],
-    "Floor": [aten.floor.default], "Ceil": [aten.ceil.default], "Round": [aten.round.default],
 }.items():
     _unary(_op, *_targets)
 
-for _op, _targets in {
-    "Neg": [aten.neg.default], "Abs": [aten.abs.default], "Relu": [aten.relu.default],
-    "Sign": [aten.sign.default, aten.sgn.default],
-}.items():
-    _unary(_op, *_targets, float_only=False)
+@converter(aten.neg.default)
+def neg(ctx, node, a):
+    dt = out_dtype(node)
+    x = ctx.cast(a.self, dt)
+    if dt == torch.bool:
+        return None
+    if _is_unsigned(dt):
+        return ctx.op("Sub", ctx.scalar(0, dt), x)  # wraps, as torch's -x on uint8
+    return ctx.op("Neg", x)
+
+
+@converter(aten.abs.default)
+def abs_(ctx, node, a):
+    dt = out_dtype(node)
+    x = ctx.cast(a.self, dt)
+    return ctx.op("Identity", x) if _is_unsigned(dt) or dt == torch.bool else ctx.op("Abs", x)
+
+
+@converter(aten.relu.default)
+def relu(ctx, node, a):
+    dt = out_dtype(node)
+    x = ctx.cast(a.self, dt)
+    if dt == torch.bool:
+        return None
+    return ctx.op("Identity", x) if _is_unsigned(dt) else ctx.op("Relu", x)
+
+
+@converter(aten.sign.default, aten.sgn.default)
+def sign(ctx, node, a):
+    dt = out_dtype(node)
+    x = ctx.cast(a.self, dt)
+    if dt == torch.bool:
+        return ctx.op("Identity", x)
+    if not dt.is_floating_point:
+        return ctx.op("Sign", x)
+    # torch's sign(NaN) is 0; ONNX's Sign(NaN) is NaN. (16-bit floats in float32: exact, and Where
+    # takes bfloat16 only from opset 16.)
+    x = ctx.cast(x, torch.float32) if dt in (torch.float16, torch.bfloat16) else x
+    s = ctx.op("Where", ctx.op("IsNaN", x, dtype=torch.bool), ctx.scalar(0, x.dtype), ctx.op("Sign", x))
+    return ctx.cast(s, dt)
+
+
+def _is_unsigned(dt: torch.dtype) -> bool:
+    return dt in (torch.uint8, torch.uint16, torch.uint32, torch.uint64)
 
 
 @converter(aten.rsqrt.default)
@@ -217,18 +260,26 @@ def clamp_max(ctx, node, a):
 
 @converter(aten.maximum.default)
 def maximum(ctx, node, a):
-    return binary(ctx, "Max", a.self, a.other, out_dtype(node))
+    dt = out_dtype(node)
+    if dt == torch.bool:
+        return binary(ctx, "Or", a.self, a.other, dt)
+    return binary(ctx, "Max", a.self, a.other, dt)  # NaN propagates in both
 
 
 @converter(aten.minimum.default)
 def minimum(ctx, node, a):
-    return binary(ctx, "Min", a.self, a.other, out_dtype(node))
+    dt = out_dtype(node)
+    if dt == torch.bool:
+        return binary(ctx, "And", a.self, a.other, dt)
+    return binary(ctx, "Min", a.self, a.other, dt)
 
 
 def _compare(op_type: str, negate: bool, *targets):
     @converter(*targets)
     def fn(ctx, node, a):
         dt = compute_dtype(a.self, a.other)
+        if dt == torch.bool and op_type != "Equal":
+            dt = torch.uint8  # ONNX orders numbers only; False < True as 0 < 1
         r = ctx.op(op_type, ctx.as_val(a.self, dt), ctx.as_val(a.other, dt), dtype=torch.bool)
         return ctx.op("Not", r) if negate else r
 
@@ -243,43 +294,26 @@ _compare("Greater", False, aten.gt.Tensor, aten.gt.Scalar)
 _compare("GreaterOrEqual", False, aten.ge.Tensor, aten.ge.Scalar)
 
 
-def _logical(op_type: str, *targets):
-    @converter(*targets)
-    def fn(ctx, node, a):
-        if isinstance(a.other, Val) and a.self.dtype == torch.bool and a.other.dtype == torch.bool:
-            return ctx.op(op_type, a.self, a.other, dtype=torch.bool)
-        if "logical" in str(targets[0]):
-            x = ctx.op("Cast", a.self, to=onnx_dtype(torch.bool), dtype=torch.bool)
-            y = ctx.op("Cast", ctx.as_val(a.other, a.self.dtype), to=onnx_dtype(torch.bool), dtype=torch.bool)
-            return ctx.op(op_type, x, y, dtype=torch.bool)
-        return None
-
-    return fn
-
-
-_logical("And", aten.logical_and.default, aten.bitwise_and.Tensor)
-_logical("Or", aten.logical_or.default, aten.bitwise_or.Tensor)
-_logical("Xor", aten.logical_xor.default, aten.bitwise_xor.Tensor)
-
-
-@converter(aten.logical_not.default, aten.bitwise_not.default)
-def logical_not(ctx, node, a):
-    x = a.self
-    if x.dtype != torch.bool:
-        if "bitwise" in str(node.target):
-            return None
-        x = ctx.cast(x, torch.bool)
-    return ctx.op("Not", x, dtype=torch.bool)
+def _all_false(ctx, x: Val) -> Val:
+    return ctx.op("ConstantOfShape", ctx.op("Shape", x, dtype=torch.int64), dtype=torch.bool,
+                  value=onnx.helper.make_tensor("value", onnx.TensorProto.BOOL, [1], [False]))
 
 
 @converter(aten.isnan.default)
 def isnan(ctx, node, a):
+    if not a.self.dtype.is_floating_point:
+        return _all_false(ctx, a.self)  # integers are never NaN
     return ctx.op("IsNaN", a.self, dtype=torch.bool)
 
 
 @converter(aten.isinf.default)
 def isinf(ctx, node, a):
-    return ctx.op("IsInf", a.self, dtype=torch.bool)
+    x = a.self
+    if not x.dtype.is_floating_point:
+        return _all_false(ctx, x)
+    if x.dtype in (torch.float16, torch.bfloat16) and ctx.opset < 20:
+        x = ctx.cast(x, torch.float32)  # IsInf takes 16-bit floats from opset 20; the cast is exact
+    return ctx.op("IsInf", x, dtype=torch.bool)
 
 
 @converter(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)

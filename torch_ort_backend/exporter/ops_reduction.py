@@ -46,14 +46,20 @@ def mean_all(ctx, node, a):
     return reduce(ctx, "ReduceMean", a.self, None, False, node.meta["val"].dtype)
 
 
+def _ordered(ctx: ExportContext, x: Val) -> Val:
+    """ONNX's max/min/arg-max reductions order numbers only: bools as uint8 (False < True); the
+    exporter casts the values back to torch's dtype."""
+    return ctx.cast(x, torch.uint8) if x.dtype == torch.bool else x
+
+
 @converter(aten.amax.default)
 def amax(ctx, node, a):
-    return reduce(ctx, "ReduceMax", a.self, a.dim, a.keepdim)
+    return reduce(ctx, "ReduceMax", _ordered(ctx, a.self), a.dim, a.keepdim)
 
 
 @converter(aten.amin.default)
 def amin(ctx, node, a):
-    return reduce(ctx, "ReduceMin", a.self, a.dim, a.keepdim)
+    return reduce(ctx, "ReduceMin", _ordered(ctx, a.self), a.dim, a.keepdim)
 
 
 @converter(aten.prod.dim_int)
@@ -63,22 +69,24 @@ def prod_dim(ctx, node, a):
 
 @converter(aten.max.dim)
 def max_dim(ctx, node, a):
-    values = reduce(ctx, "ReduceMax", a.self, a.dim, a.keepdim)
-    idx = ctx.op("ArgMax", a.self, axis=a.dim, keepdims=int(bool(a.keepdim)), dtype=torch.int64)
+    x = _ordered(ctx, a.self)
+    values = reduce(ctx, "ReduceMax", x, a.dim, a.keepdim)
+    idx = ctx.op("ArgMax", x, axis=a.dim, keepdims=int(bool(a.keepdim)), dtype=torch.int64)
     return values, idx
 
 
 @converter(aten.min.dim)
 def min_dim(ctx, node, a):
-    values = reduce(ctx, "ReduceMin", a.self, a.dim, a.keepdim)
-    idx = ctx.op("ArgMin", a.self, axis=a.dim, keepdims=int(bool(a.keepdim)), dtype=torch.int64)
+    x = _ordered(ctx, a.self)
+    values = reduce(ctx, "ReduceMin", x, a.dim, a.keepdim)
+    idx = ctx.op("ArgMin", x, axis=a.dim, keepdims=int(bool(a.keepdim)), dtype=torch.int64)
     return values, idx
 
 
 @converter(aten.argmax.default, aten.argmin.default)
 def argmax(ctx, node, a):
     op = "ArgMax" if node.target is aten.argmax.default else "ArgMin"
-    x, dim = a.self, a.dim
+    x, dim = _ordered(ctx, a.self), a.dim
     if dim is None:
         x = ctx.op("Reshape", x, ctx.const(np.asarray([-1], np.int64), torch.int64))
         dim = 0

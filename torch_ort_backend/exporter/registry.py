@@ -58,6 +58,8 @@ def _load_families() -> None:
     _loaded = True
     # Importing a family module registers its converters.
     from . import (  # noqa: F401
+        ops_bitwise,
+        ops_division,
         ops_elementwise,
         ops_gradients,
         ops_nn,
