@@ -294,13 +294,14 @@ Status Session::RunStep(Step& step, std::vector<Tensor>& slots, const std::share
     if (const int u = step.inplace_update[j]; u >= 0 && bound_states_[planned_updates_[u].input_index].defined()) {
       // A state update written into the bound state's own memory (PlanStateUpdates). A state
       // input that is fed instead of bound is never written.
-      const int state_input = planned_updates_[u].writer_input;
+      const int state_input = step.inplace_input[j];
       const Tensor& state = *in_ptrs[state_input];
       if (state.dtype() != t.dtype || state.shape() != *shape)
         return RuntimeError(node.Describe(), ": output ", j, " '", slot_values_[s]->name(), "' is ",
-                            DTypeName(t.dtype), ShapeToString(*shape), " but updates state '",
-                            slot_values_[step.inputs[state_input]]->name(), "' of ", DTypeName(state.dtype()),
-                            ShapeToString(state.shape()), " in place");
+                            DTypeName(t.dtype), ShapeToString(*shape), " but is written in place over '",
+                            slot_values_[step.inputs[state_input]]->name(), "' (", DTypeName(state.dtype()),
+                            ShapeToString(state.shape()), "), the memory of state '",
+                            options_.state_updates[u].state_input, "'");
       out = state;
       out_ptrs[j] = &out;
       continue;

@@ -93,6 +93,7 @@ class Session {
     std::vector<bool> unused;    // per output: nobody reads it and it is not a graph output
     std::vector<int> free_after; // slots whose last reader is this step
     std::vector<int> inplace_update;  // per output: the planned update it writes in place, or -1
+    std::vector<int> inplace_input;   // per such output: the input whose memory it is written into
   };
   struct MemoryPattern {
     std::vector<BufferLifetime> lifetimes;
@@ -142,8 +143,7 @@ class Session {
     size_t input_index = 0;
     int state_slot = -1;
     int update_slot = -1;
-    int writer_step = -1;   // the step writing the state in place; -1: copied in after the run
-    int writer_input = -1;  // that step's input holding the state
+    int first_writer = -1;  // the first step writing the state in place; -1: copied in after the run
   };
   std::vector<Tensor> bound_states_;
   std::vector<PlannedUpdate> planned_updates_;

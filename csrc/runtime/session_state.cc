@@ -57,7 +57,10 @@ std::vector<std::string> Session::BoundStates() const {
 }
 
 Status Session::PlanStateUpdates() {
-  for (Step& step : steps_) step.inplace_update.assign(step.outputs.size(), -1);
+  for (Step& step : steps_) {
+    step.inplace_update.assign(step.outputs.size(), -1);
+    step.inplace_input.assign(step.outputs.size(), -1);
+  }
   if (options_.state_updates.empty()) return Status::OK();
   const Graph& g = *graph_;
   std::vector<ScheduledUpdate> updates;
@@ -97,12 +100,15 @@ Status Session::PlanStateUpdates() {
   for (size_t u = 0; u < planned_updates_.size(); ++u) {
     const StateWriter& w = schedule.writers[u];
     const StateUpdate& declared = options_.state_updates[u];
-    planned_updates_[u].writer_step = w.writer_step;
-    planned_updates_[u].writer_input = w.input;
-    if (w.writer_step >= 0) {
-      steps_[w.writer_step].inplace_update[w.output] = static_cast<int>(u);
-      log_.push_back(StrCat("state '", declared.state_input, "': updated in place by ",
-                            steps_[w.writer_step].node->Describe(), " (step ", w.writer_step, ")"));
+    if (w.in_place()) {
+      std::string by;
+      for (const InplaceLink& link : w.links) {
+        steps_[link.step].inplace_update[link.output] = static_cast<int>(u);
+        steps_[link.step].inplace_input[link.output] = link.input;
+        by += StrCat(by.empty() ? "" : ", then ", steps_[link.step].node->Describe(), " (step ", link.step, ")");
+      }
+      planned_updates_[u].first_writer = w.links.front().step;  // the chain runs in order
+      log_.push_back(StrCat("state '", declared.state_input, "': updated in place by ", by));
     } else {
       log_.push_back(StrCat("state '", declared.state_input, "': '", declared.update_output,
                             "' copied in after the run (", w.reason, ")"));
@@ -115,7 +121,7 @@ Status Session::PlanStateUpdates() {
 Status Session::StateFailure(Status failed, size_t failed_step) const {
   std::string written;
   for (size_t u = 0; u < planned_updates_.size(); ++u) {
-    const int w = planned_updates_[u].writer_step;
+    const int w = planned_updates_[u].first_writer;
     if (w >= 0 && static_cast<size_t>(w) < failed_step && bound_states_[planned_updates_[u].input_index].defined())
       written += (written.empty() ? "'" : ", '") + options_.state_updates[u].state_input + "'";
   }
@@ -131,7 +137,7 @@ Status Session::WriteBackStates(std::vector<Tensor>& slots, std::vector<Tensor>*
   std::vector<std::pair<const Tensor*, Tensor*>> copies;  // (update, state)
   for (size_t u = 0; u < planned_updates_.size(); ++u) {
     const PlannedUpdate& p = planned_updates_[u];
-    if (p.writer_step >= 0) continue;
+    if (p.first_writer >= 0) continue;
     const StateUpdate& declared = options_.state_updates[u];
     Tensor& state = bound_states_[p.input_index];
     if (!state.defined()) continue;  // fed, not bound: nothing persists

@@ -148,59 +148,79 @@ StateSchedule ScheduleStateUpdates(const std::vector<ScheduleStep>& steps, int n
 
   for (size_t u = 0; u < updates.size(); ++u) {
     StateWriter& w = result.writers[u];
-    const int state = updates[u].state_slot, update = updates[u].update_slot;
-    const int p = flow.producer[update];
-    if (p < 0) {
-      w.reason = "the update is not computed by a node";
-      continue;
-    }
-    const ScheduleStep& writer = steps[p];
-    for (const auto& [i, o] : writer.inplace)
-      if (o < static_cast<int>(writer.outputs.size()) && writer.outputs[o] == update &&
-          i < static_cast<int>(writer.inputs.size()) && writer.inputs[i] == state) {
-        w.input = i;
-        w.output = o;
-      }
-    if (w.input < 0) {
-      w.reason = StrCat(writer.name, " does not compute this output in place from the state");
-      continue;
-    }
-    const std::vector<int> views = MayViewSlot(steps, flow, state);
-    std::vector<int> other_readers;
-    for (int v : views) {
-      if (is_graph_output[v]) {
-        w.reason = "the state (or a view of it) is also a graph output, which must show the value before the update";
+    const int state = updates[u].state_slot;
+    // Walk back from the update to the state through producers that compute in place.
+    std::vector<InplaceLink> links;
+    std::vector<int> consumed;  // per link: the value whose memory it writes
+    for (int value = updates[u].update_slot; value != state && w.reason.empty();) {
+      const int p = flow.producer[value];
+      if (p < 0) {
+        w.reason = "the update is not computed by a node from the state";
         break;
       }
-      for (int r : flow.readers[v]) {
-        if (r != p) {
-          other_readers.push_back(r);
-          continue;
+      InplaceLink link;
+      for (const auto& [i, o] : steps[p].inplace)
+        if (link.step < 0 && o < static_cast<int>(steps[p].outputs.size()) && steps[p].outputs[o] == value &&
+            i < static_cast<int>(steps[p].inputs.size()) && steps[p].inputs[i] >= 0)
+          link = {p, i, o};
+      if (link.step < 0 || static_cast<int>(links.size()) >= n) {
+        w.reason = StrCat(steps[p].name, " does not compute this output in place from the state");
+        break;
+      }
+      links.insert(links.begin(), link);
+      value = steps[p].inputs[link.input];
+      consumed.insert(consumed.begin(), value);
+    }
+    if (links.empty() && w.reason.empty()) w.reason = "the update output is the state input itself";
+    // Each link overwrites the value it consumes: every other reader of that value (or of a view
+    // of it) must be able to run before it, and none may be a graph output.
+    std::vector<std::pair<int, int>> edges;  // reader -> link step
+    for (size_t k = 0; k < links.size() && w.reason.empty(); ++k) {
+      const ScheduleStep& writer = steps[links[k].step];
+      for (int v : MayViewSlot(steps, flow, consumed[k])) {
+        if (is_graph_output[v]) {
+          w.reason = "the state (or a value in its memory, or a view of one) is also a graph output, which must "
+                     "show the value before the update";
+          break;
         }
-        for (size_t k = 0; k < writer.inputs.size(); ++k)
-          if (writer.inputs[k] == v && static_cast<int>(k) != w.input)
-            w.reason = StrCat(writer.name, " also reads the state (or a view of it) through input ", k);
+        for (int r : flow.readers[v]) {
+          if (r != links[k].step) {
+            edges.emplace_back(r, links[k].step);
+            continue;
+          }
+          for (size_t in = 0; in < writer.inputs.size(); ++in)
+            if (writer.inputs[in] == v && static_cast<int>(in) != links[k].input)
+              w.reason = StrCat(writer.name, " also reads the value it overwrites through input ", in);
+        }
       }
     }
-    for (int r : other_readers)
-      if (w.reason.empty() && Reaches(steps, flow, extra_edges, p, r))
-        w.reason = StrCat(steps[r].name, " reads the state's old value but depends on ", writer.name);
+    // Added one at a time, each checked against the ones before it: an edge that closes a cycle
+    // (the reader depends on the write) takes this update back to the copy.
+    size_t added = 0;
+    for (; added < edges.size() && w.reason.empty(); ++added) {
+      const auto [r, p] = edges[added];
+      if (Reaches(steps, flow, extra_edges, p, r)) {
+        w.reason = StrCat(steps[r].name, " reads the state's old value but depends on ", steps[p].name);
+        break;
+      }
+      extra_edges[r].push_back(p);
+    }
     if (!w.reason.empty()) {
-      w.input = w.output = -1;
+      while (added-- > 0) extra_edges[edges[added].first].pop_back();
       continue;
     }
-    w.writer_step = p;
-    for (int r : other_readers) extra_edges[r].push_back(p);
+    w.links = std::move(links);
   }
 
   // Steps downstream of an in-place writer (the writers included) run after all others.
   std::vector<bool> deferred(n, false);
   std::vector<int> stack;
   for (const StateWriter& w : result.writers)
-    if (w.writer_step >= 0 && !deferred[w.writer_step]) {
-      deferred[w.writer_step] = true;
-      stack.push_back(w.writer_step);
-    }
+    for (const InplaceLink& link : w.links)
+      if (!deferred[link.step]) {
+        deferred[link.step] = true;
+        stack.push_back(link.step);
+      }
   while (!stack.empty()) {
     const int s = stack.back();
     stack.pop_back();
@@ -242,7 +262,7 @@ StateSchedule ScheduleStateUpdates(const std::vector<ScheduleStep>& steps, int n
   std::vector<int> position(n);
   for (int k = 0; k < n; ++k) position[result.order[k]] = k;
   for (StateWriter& w : result.writers)
-    if (w.writer_step >= 0) w.writer_step = position[w.writer_step];
+    for (InplaceLink& link : w.links) link.step = position[link.step];
   return result;
 }
 

@@ -39,14 +39,22 @@ struct ScheduledUpdate {
   int update_slot = -1;
 };
 
-// How one update is carried out. writer_step >= 0: that step writes the state in place, its
-// input `input` being the state and its output `output` the update. writer_step < 0: the update
-// is copied into the state after the last step; `reason` says why it is not done in place.
-struct StateWriter {
-  int writer_step = -1;
+// One step writing a state's memory: its input `input` holds (a value in) the state's memory and
+// its output `output` is written over it.
+struct InplaceLink {
+  int step = -1;
   int input = -1;
   int output = -1;
+};
+
+// How one update is carried out. In place: `links` (from the state to the update) are the steps
+// that write the state's memory, each from the previous one's output (InPlaceAccumulator then
+// ZeroGradient, say; one link in the common case). Otherwise `links` is empty, the update is
+// copied into the state after the last step and `reason` says why.
+struct StateWriter {
+  std::vector<InplaceLink> links;
   std::string reason;
+  bool in_place() const { return !links.empty(); }
 };
 
 struct StateSchedule {
@@ -54,12 +62,13 @@ struct StateSchedule {
   std::vector<StateWriter> writers;  // per update, indices into the new order
 };
 
-// An update is done in place when the producing step declares MayInplace(i, o) with input i the
-// state and output o the update, reads the state through no other input, no value that may view
-// the state (Reshape-like aliases, kernel-allocated outputs, transitively) is a graph output, and
-// every other step reading the state or such a view can run before the writer. The order keeps
-// every step that neither writes a state in place nor depends on such a write first, in the
-// original order; the in-place writers and everything downstream of them run last.
+// An update is done in place when it is reached from the state through producers that declare
+// MayInplace(i, o) for the value they consume (a chain of links; usually one), and for each link:
+// the step reads that value through no other input, no value that may share its memory
+// (Reshape-like aliases, kernel-allocated outputs, transitively) is a graph output, and every
+// other step reading it or such a view can run before the link. The order keeps every step that
+// neither writes a state in place nor depends on such a write first, in the original order; the
+// in-place writers and everything downstream of them run last.
 StateSchedule ScheduleStateUpdates(const std::vector<ScheduleStep>& steps, int num_slots,
                                    const std::vector<bool>& is_graph_output,
                                    const std::vector<ScheduledUpdate>& updates);

@@ -211,6 +211,29 @@ TEST(SessionState, ReadersOfTheOldValueRunBeforeTheInPlaceWriter) {
   }
 }
 
+// Two in-place steps in a row (accumulate, then accumulate again) both write the state's memory;
+// a reader of the value between them runs before the second.
+TEST(SessionState, ChainOfInPlaceStepsWritesTheStateTwice) {
+  auto s = Make(BuildGraph({"W", "G"},
+                           {{"AddInPlace", {"W", "G"}, {"W1"}},
+                            {"AddInPlace", {"W1", "G"}, {"W2"}},
+                            {"Double", {"W1"}, {"R"}}},
+                           {"W2", "R"}),
+                {{"W", "W2"}});
+  ASSERT_NE(s, nullptr);
+  EXPECT_TRUE(LogSays(*s, "state 'W': updated in place by test.state::AddInPlace node 'n0'"));
+  EXPECT_TRUE(LogSays(*s, "then test.state::AddInPlace node 'n1'"));
+  Tensor w = Tensor::FromVector(kW0, {4});
+  ASSERT_TRUE(s->BindState("W", w).ok());
+  std::vector<Tensor> out;
+  ASSERT_TRUE(s->Run({"G"}, {Tensor::FromVector(kG, {4})}, {}, &out).ok());
+  EXPECT_TRUE(out[0].SharesDataWith(w));
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_FLOAT_EQ(out[1].data<float>()[i], 2 * (kW0[i] + kG[i])) << "R reads W1 before the second write";
+    EXPECT_FLOAT_EQ(w.data<float>()[i], kW0[i] + 2 * kG[i]);
+  }
+}
+
 // A reader that needs both the old and the new value cannot run before the writer: the update
 // goes through a buffer of its own and is copied in at the end.
 TEST(SessionState, ReaderOfOldAndNewValueForcesTheCopy) {

@@ -361,3 +361,47 @@ def test_optimizer_attribute_errors_name_the_node():
     model_proto, updates = lamb_model({"alpha": [0.9]}, clip=False)
     with pytest.raises(ValueError, match="attribute 'alpha' has 1 values for 2 weight groups"):
         session(model_proto, updates)
+
+
+def test_accumulation_then_update_and_reset_with_two_sessions_sharing_state(rng):
+    """Gradient accumulation as onnxruntime-training ran it, on state shared by two sessions: the
+    accumulate graph sums dW, db into buffers; the update graph adds the last micro-batch, takes an
+    SGD step with the sums and resets them (InPlaceAccumulator then ZeroGradient: both write the
+    buffer's own memory). Compared with torch accumulating .grad over the same micro-batches."""
+    nodes, inputs = linear_mse_graph()
+    acc_inputs = inputs + [(f"acc_{p}", F32, s) for p, s in PARAMS.items()]
+    accumulate = nodes + [helper.make_node("InPlaceAccumulator", [f"acc_{p}", f"d{p}"], [f"acc_{p}_new"], domain=MS)
+                          for p in PARAMS]
+    acc_model = make_model(accumulate, acc_inputs, [("loss", F32, [])] + [(f"acc_{p}_new", F32, s)
+                                                                          for p, s in PARAMS.items()])
+    update = list(accumulate)
+    outputs, update_states = [("loss", F32, [])], {}
+    for p, shape in PARAMS.items():
+        update.append(helper.make_node("SGDOptimizer", ["lr", p, f"acc_{p}_new"], [f"{p}_new"], domain=MS))
+        update.append(helper.make_node("ZeroGradient", [f"acc_{p}_new", f"{p}_new"], [f"acc_{p}_zero"], domain=MS))
+        update_states.update({p: f"{p}_new", f"acc_{p}": f"acc_{p}_zero"})
+        outputs += [(f"{p}_new", F32, shape), (f"acc_{p}_zero", F32, shape)]
+    acc_sess = session(acc_model, {f"acc_{p}": f"acc_{p}_new" for p in PARAMS})
+    upd_sess = session(make_model(update, acc_inputs, outputs), update_states)
+    assert updated_in_place(acc_sess) == {"acc_W", "acc_b"}
+    assert updated_in_place(upd_sess) == {"W", "b", "acc_W", "acc_b"}
+    state, model = bind_params(upd_sess, rng)
+    acc = {f"acc_{p}": torch.zeros(s) for p, s in PARAMS.items()}
+    for name, tensor in {**state, **acc}.items():
+        upd_sess.bind_state(name, tensor)
+        acc_sess.bind_state(name, tensor)
+    ptrs = {name: t.data_ptr() for name, t in {**state, **acc}.items()}
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):  # two updates of three micro-batches each
+        opt.zero_grad()
+        for micro, (x, t) in enumerate(data(rng, 3)):
+            sess = upd_sess if micro == 2 else acc_sess
+            engine_loss = sess.run(["loss"], {"x": x, "t": t, "lr": np.float32(0.1)})[0]
+            loss = torch.nn.functional.mse_loss(model(x), t)
+            loss.backward()
+            torch.testing.assert_close(engine_loss, loss.detach(), rtol=1e-5, atol=1e-6)
+        opt.step()
+        torch.testing.assert_close(state["W"], model.weight.detach(), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(state["b"], model.bias.detach(), rtol=1e-5, atol=1e-6)
+        assert all(not t.any() for t in acc.values()), "the update graph resets the sums"
+    assert {name: t.data_ptr() for name, t in {**state, **acc}.items()} == ptrs
