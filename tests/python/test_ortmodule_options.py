@@ -251,6 +251,7 @@ def test_save_path_environment_overrides_and_default_is_the_working_directory(tm
     torch._dynamo.reset()
     ORTModule(Small(), DebugOptions(save_onnx=True, onnx_prefix="here"))(data()[0])
     assert any(name.startswith("here_") for name in _saved(cwd)), _saved(cwd)
+    assert_engine_ran(2)
 
 
 def test_save_path_environment_must_be_a_directory(tmp_path, monkeypatch):
@@ -277,6 +278,7 @@ def test_info_shows_the_partition_report_but_not_verbose_details(caplog, strict)
     assert any("partition report for forward_" in m for _, m in messages)
     assert any("partition report for backward_" in m for _, m in messages)
     assert not any(level < logging.INFO for level, _ in messages)
+    assert_engine_ran(2)
 
 
 def test_verbose_shows_passes_execution_plan_and_run_memory(caplog, monkeypatch, strict):
@@ -293,6 +295,7 @@ def test_verbose_shows_passes_execution_plan_and_run_memory(caplog, monkeypatch,
     assert "partition report for forward_" in text
     assert "pass " in text and "execution plan:" in text
     assert "forward_" in text and "run: {" in text and "peak_bytes" in text
+    assert_engine_ran(2)
 
 
 def test_warning_default_logs_nothing_on_success(caplog, strict):
@@ -301,6 +304,7 @@ def test_warning_default_logs_nothing_on_success(caplog, strict):
     logging.getLogger(LOGGER).setLevel(logging.WARNING)
     train_step(ORTModule(Small()))
     assert _messages(caplog) == []
+    assert_engine_ran(2)  # a success, not a silent eager run
 
 
 @pytest.mark.parametrize("debug_level, env_level, shown", [
@@ -313,6 +317,7 @@ def test_environment_log_level_overrides_debug_options(debug_level, env_level, s
     monkeypatch.setenv("ORTMODULE_LOG_LEVEL", env_level)
     train_step(ORTModule(Small(), DebugOptions(log_level=debug_level)))
     assert any("partition report" in m for _, m in _messages(caplog)) == shown
+    assert_engine_ran(2)
 
 
 def test_torch_compile_log_level_option_configures_the_logger(caplog, strict):
@@ -323,6 +328,7 @@ def test_torch_compile_log_level_option_configures_the_logger(caplog, strict):
     torch.compile(Small(), backend=ort_backend, options={"log_level": "INFO"})(data()[0])
     assert logging.getLogger(LOGGER).level == logging.INFO
     assert any("partition report" in m for _, m in _messages(caplog))
+    assert_engine_ran(1)
 
 
 _SCRIPT = textwrap.dedent("""
@@ -437,3 +443,27 @@ def test_engine_failure_under_fallback_disable_reaches_the_user_as_our_error(str
 
     with pytest.raises(UnsupportedDataError, match="complex"):
         ORTModule(Magnitude())(torch.randn(3, dtype=torch.complex64))
+
+
+def test_docs_list_as_effective_exactly_the_variables_that_are_parsed(monkeypatch):
+    """docs/ortmodule.md's first variable table holds exactly the variables options.py parses; every
+    variable of its no-effect table draws the no-effect warning when set."""
+    import re
+
+    from torch_ort_backend.options import SPEC
+    from torch_ort_backend.ortmodule import module as ortmodule_module
+
+    doc = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "ortmodule.md")).read()
+    effective_table, rest = doc.split("| variable | option | here |", 1)[1].split("| variables (no effect) | instead |", 1)
+    no_effect_table = rest.split("\n\n", 1)[0]
+    effective = set(re.findall(r"`(ORTMODULE_[A-Z_]+)`", effective_table))
+    no_effect = set(re.findall(r"`(ORTMODULE_[A-Z_]+)`", no_effect_table))
+    assert effective == {env for env, _ in SPEC.values() if env}
+    assert "ORTMODULE_MEMORY_OPT_LEVEL" in no_effect and not effective & no_effect
+    monkeypatch.setattr(ortmodule_module, "_WARNED_VARIABLES", set())
+    for name in no_effect:
+        monkeypatch.setenv(name, "1")
+    with pytest.warns(UserWarning) as caught:
+        ORTModule(Small())
+    warned = {name for name in no_effect if any(name in str(w.message) and "no effect" in str(w.message) for w in caught)}
+    assert warned == no_effect, no_effect - warned
