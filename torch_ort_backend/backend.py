@@ -32,9 +32,22 @@ def compile_stats() -> CompileStats:
     return STATS
 
 
+def _unaliased_outputs() -> frozenset:
+    """The forward-graph outputs AOTAutograd will hand the user as non-views (its _unsafe_view
+    outputs: user outputs that are views of an intermediate). AOTAutograd assumes nothing else aliases
+    them, but a tensor saved for the backward may (detach(tanh) beside tanh.view(-1)); the exporter
+    gives these outputs buffers of their own."""
+    context = torch._guards.TracingContext.try_get()
+    meta = getattr(context, "fw_metadata", None)
+    if meta is None:
+        return frozenset()
+    offset = meta.num_mutated_inp_runtime_indices
+    return frozenset(offset + i for i in meta.unsafe_view_out_indices)
+
+
 def _compiler(opts: BackendOptions, stage: str) -> Callable:
     def compile_graph(gm: torch.fx.GraphModule, example_inputs: Any) -> CompiledGraph:
-        return CompiledGraph(gm, stage, opts)
+        return CompiledGraph(gm, stage, opts, _unaliased_outputs() if stage == "forward" else frozenset())
 
     return compile_graph
 

@@ -114,13 +114,15 @@ def _save(opts: BackendOptions, model, name: str) -> str:
 class CompiledGraph:
     """The callable AOTAutograd runs (boxed calling convention: one list of arguments)."""
 
-    def __init__(self, gm: torch.fx.GraphModule, stage: str, opts: BackendOptions) -> None:
+    def __init__(self, gm: torch.fx.GraphModule, stage: str, opts: BackendOptions,
+                 unaliased_outputs: frozenset = frozenset()) -> None:
         # An instance attribute, so that the wrappers torch puts around the backward (functools.wraps
         # copies __dict__) keep the boxed calling convention.
         self._boxed_call = True
         self.gm = gm
         self.stage = stage
         self.opts = opts
+        self.unaliased_outputs = unaliased_outputs
         _GRAPH_IDS[stage] += 1
         self.serial = sum(_GRAPH_IDS.values())
         _LIVE.add(self)
@@ -148,7 +150,8 @@ class CompiledGraph:
         _load_engine()
         _check_inputs(self.gm)
         try:
-            exported = export_fx_graph(self.gm, self.opts.opset, set(self.opts.prefer_torch_kernels))
+            exported = export_fx_graph(self.gm, self.opts.opset, set(self.opts.prefer_torch_kernels),
+                                       replay_views=True, unaliased_outputs=self.unaliased_outputs)
         except FallbackError:
             raise
         except Exception as e:  # a converter bug or an FX construct we do not know is a model we cannot export
@@ -244,8 +247,9 @@ class CompiledGraph:
         STATS.runs += 1
         if self.session is not None and logger.isEnabledFor(logging.DEBUG):
             logger.debug("%s run: %s", self.name, self.session.last_run_stats())
-        outs = []
+        outs: list[Any] = []
         it = iter(results)
+        views = []
         for kind in ex.output_kinds:
             if kind == "tensor":
                 outs.append(torch.from_dlpack(next(it)))
@@ -255,6 +259,18 @@ class CompiledGraph:
                 outs.append(args[kind[1]])
             elif kind[0] == "same_as":
                 outs.append(outs[kind[1]])
+            elif kind[0] == "view":
+                views.append((len(outs), kind))
+                outs.append(None)
             else:
                 outs.append(kind[1])
+        if views:
+            hidden = [torch.from_dlpack(r) for r in it]
+            for i, (_, (where, k), ops, copy) in views:
+                # Replayed torch views share their base's version counter, as in eager, so an in-place
+                # edit of a returned tensor the backward needs raises instead of corrupting gradients.
+                t = args[k] if where == "input" else outs[k] if where == "output" else hidden[k]
+                for op, op_args, op_kwargs in ops:
+                    t = op(t, *op_args, **op_kwargs)
+                outs[i] = t.clone() if copy else t
         return outs

@@ -31,7 +31,9 @@ class ExportedGraph:
     input_names: list[str]
     input_kinds: list[str]  # "tensor" | "symint" | "symfloat" | "unused"
     # "tensor" | "symint" (engine outputs, in order) | ("const", value) | ("input", i): the i-th input
-    # itself | ("same_as", j): the same object as output j
+    # itself | ("same_as", j): the same object as output j | ("view", base, ops, copy): the view ops
+    # replayed on base, which is ("input", i), ("output", j) or ("hidden", h): the h-th engine output
+    # after those of the "tensor"/"symint" outputs; with copy, the result cloned
     output_kinds: list[Any]
     output_names: list[str]
     aten_fallback_ops: Counter = field(default_factory=Counter)
@@ -55,9 +57,12 @@ def _bind(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> SimpleNamespa
 
 
 class _Exporter:
-    def __init__(self, gm: torch.fx.GraphModule, opset: int, prefer_torch_kernels: frozenset = frozenset()) -> None:
+    def __init__(self, gm: torch.fx.GraphModule, opset: int, prefer_torch_kernels: frozenset = frozenset(),
+                 replay_views: bool = False, unaliased_outputs: frozenset = frozenset()) -> None:
         self.gm = gm
         self.prefer_torch_kernels = prefer_torch_kernels
+        self.replay_views = replay_views
+        self.unaliased_outputs = unaliased_outputs
         self.ctx = ExportContext(opset)
         self.env: dict[torch.fx.Node, Any] = {}
         self.ctx.env = self.env  # converters that fuse look at their producers' values
@@ -103,28 +108,55 @@ class _Exporter:
             elif node.op == "output":
                 outs = node.args[0]
                 outs = outs if isinstance(outs, (list, tuple)) else (outs,)
-                input_index = {id(self.env[n]): k for k, n in enumerate(placeholders)}
-                emitted: dict[int, int] = {}
-                for i, o in enumerate(outs):
-                    mapped = self.env[o] if isinstance(o, torch.fx.Node) else o
-                    if isinstance(mapped, Val) and id(mapped) in input_index:
-                        # An input handed back (AOTAutograd saving a parameter for the backward):
-                        # the caller returns its own tensor, the engine copies nothing.
-                        output_kinds.append(("input", input_index[id(mapped)]))
-                    elif isinstance(mapped, Val) and id(mapped) in emitted:
-                        output_kinds.append(("same_as", emitted[id(mapped)]))
-                    elif isinstance(mapped, Val):
-                        emitted[id(mapped)] = i
-                        name = ctx.add_output(mapped, f"output_{i}")
-                        output_names.append(name)
-                        output_kinds.append("symint" if mapped.is_symint else "tensor")
-                    else:
-                        output_kinds.append(("const", mapped))
+                self.outputs(outs, placeholders, output_kinds, output_names)
             else:
                 raise UnsupportedTorchModelError(f"FX node kind '{node.op}' ({node.name}) is not supported")
         model = ctx.model()
         return ExportedGraph(model, input_names, input_kinds, output_kinds, output_names, self.aten_ops,
                              self.native, sum(1 for n in self.gm.graph.nodes if n.op == "call_function"))
+
+    def outputs(self, outs: tuple, placeholders: list, output_kinds: list, output_names: list) -> None:
+        """Decides how each graph output reaches the caller: an engine output, an input handed back,
+        a constant, or a view replayed on another output or input (see _view_chain)."""
+        ctx = self.ctx
+        input_index = {id(self.env[n]): k for k, n in enumerate(placeholders)}
+        placeholder_index = {n: k for k, n in enumerate(placeholders)}
+        chains = [_view_chain(o) if isinstance(o, torch.fx.Node) and self.replay_views else (o, ()) for o in outs]
+        users: dict[torch.fx.Node, list[int]] = {}
+        for i, (root, _) in enumerate(chains):
+            if isinstance(root, torch.fx.Node):
+                users.setdefault(root, []).append(i)
+        emitted: dict[int, int] = {}
+        hidden: dict[torch.fx.Node, int] = {}
+        for i, o in enumerate(outs):
+            root, chain = chains[i]
+            mapped = self.env[o] if isinstance(o, torch.fx.Node) else o
+            if chain and root in placeholder_index:
+                output_kinds.append(("view", ("input", placeholder_index[root]), chain, False))
+            elif chain and len(users[root]) > 1:
+                base = next((j for j in users[root] if not chains[j][1]), None)
+                if base is None:
+                    hidden.setdefault(root, len(hidden))
+                # An output the caller turns into a non-view (unaliased_outputs) gets a buffer of its
+                # own: sharing one with the other views, but not their version counter, an in-place
+                # edit of it would change what the backward reads.
+                output_kinds.append(("view", ("output", base) if base is not None else ("hidden", hidden[root]), chain,
+                                     i in self.unaliased_outputs))
+            elif isinstance(mapped, Val) and id(mapped) in input_index:
+                # An input handed back (AOTAutograd saving a parameter for the backward):
+                # the caller returns its own tensor, the engine copies nothing.
+                output_kinds.append(("input", input_index[id(mapped)]))
+            elif isinstance(mapped, Val) and id(mapped) in emitted:
+                output_kinds.append(("same_as", emitted[id(mapped)]))
+            elif isinstance(mapped, Val):
+                emitted[id(mapped)] = i
+                output_names.append(ctx.add_output(mapped, f"output_{i}"))
+                output_kinds.append("symint" if mapped.is_symint else "tensor")
+            else:
+                output_kinds.append(("const", mapped))
+        # Bases of several views that are not outputs themselves: engine outputs after the others.
+        for root, h in sorted(hidden.items(), key=lambda item: item[1]):
+            output_names.append(ctx.add_output(self.env[root], f"view_base_{h}"))
 
     def convert(self, node: torch.fx.Node) -> Any:
         target = node.target
@@ -231,11 +263,41 @@ class _Exporter:
         return outs[0]
 
 
+def _view_chain(node: torch.fx.Node) -> tuple[Any, tuple]:
+    """The base a graph output is a view of, and the view ops from that base to it.
+
+    In eager PyTorch a view (detach, alias, view, t, transpose, slice...) shares its base's version
+    counter, so autograd notices when either is modified in place. Graph outputs that AOTAutograd
+    saves for the backward are often such views of a user output (detach(softmax)) or of an input;
+    returned as separate engine tensors they would share a buffer but not the counter, and an
+    in-place edit by the user would silently corrupt the gradient. The runtime therefore replays
+    these ops on the torch tensor of the base (docs/torch_compile.md, "Outputs that are views").
+    Only ops whose other arguments are constants are replayed."""
+    chain = []
+    while (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and node.target.is_view
+           and node.args and isinstance(node.args[0], torch.fx.Node)
+           and not _contains_node((node.args[1:], node.kwargs))):
+        chain.append((node.target, tuple(node.args[1:]), dict(node.kwargs)))
+        node = node.args[0]
+    return node, tuple(reversed(chain))
+
+
+def _contains_node(value: Any) -> bool:
+    found = []
+    torch.fx.node.map_aggregate(value, lambda x: found.append(x) if isinstance(x, torch.fx.Node) else None)
+    return bool(found)
+
+
 def export_fx_graph(gm: torch.fx.GraphModule, opset: int = DEFAULT_OPSET,
-                    prefer_torch_kernels: frozenset | set = frozenset()) -> ExportedGraph:
+                    prefer_torch_kernels: frozenset | set = frozenset(), replay_views: bool = False,
+                    unaliased_outputs: frozenset | set = frozenset()) -> ExportedGraph:
     """Converts an ATen-level FX graph (as AOTAutograd produces) to an ONNX model. Ops named in
     `prefer_torch_kernels` (ATen op names without overload, e.g. "convolution_backward") become ATen
-    nodes even where a converter exists."""
+    nodes even where a converter exists. With `replay_views`, outputs that are views of an input or
+    of a value other outputs view too are ("view", ...) kinds the caller builds with torch (see
+    _view_chain); without, every computed output is an engine output. `unaliased_outputs`: indices
+    of outputs the caller makes non-views of (AOTAutograd's _unsafe_view outputs); they never share a
+    buffer with another output."""
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise ValueError(f"opset must be in [{MIN_OPSET}, {MAX_OPSET}], got {opset}")
-    return _Exporter(gm, opset, frozenset(prefer_torch_kernels)).run()
+    return _Exporter(gm, opset, frozenset(prefer_torch_kernels), replay_views, frozenset(unaliased_outputs)).run()
