@@ -129,12 +129,28 @@ def _torch_export(wrapper: nn.Module, desc: ModelDesc, example: Sequence[torch.T
         traced.append(t)
     try:
         return torch.export.export(wrapper, tuple(traced), dynamic_shapes=(tuple(spec),), strict=False)
-    except Exception as named_failed:  # noqa: BLE001 - a model that specialises a named dimension
+    except torch._dynamo.exc.UserError as named_failed:  # the model fixes a size the description names
         logger.warning("ORTTrainer: the model fixes the size of a dimension that model_desc names as dynamic "
                        "(%s); exporting with sizes torch can keep dynamic, a new size of the others re-exports",
                        str(named_failed).splitlines()[0])
         auto = tuple(None if s is None else {a: torch.export.Dim.AUTO for a in s} for s in spec)
-        return torch.export.export(wrapper, tuple(traced), dynamic_shapes=(auto,), strict=False)
+        spec_used = (auto,)
+    except Exception as failed:  # noqa: BLE001 - e.g. a branch on a tensor's value
+        spec_used, named_failed = (tuple(spec),), failed
+    try:
+        return torch.export.export(wrapper, tuple(traced), dynamic_shapes=spec_used, strict=False)
+    except Exception:  # noqa: BLE001
+        pass
+    # As onnxruntime-training's tracer did: follow the example's values through data-dependent
+    # branches (torch's draft_export), and say which decisions were fixed that way.
+    ep = torch.export.draft_export(wrapper, tuple(traced), dynamic_shapes=spec_used, strict=False)
+    report = getattr(ep, "_report", None)
+    issues = [str(f).splitlines()[0] for f in getattr(report, "failures", [])][:3]
+    logger.warning("ORTTrainer: torch.export could not capture the model as written (%s); captured it following the "
+                   "example inputs through value-dependent decisions instead (%s): inputs that would take another "
+                   "branch give the example's branch", str(named_failed).splitlines()[0][:200],
+                   "; ".join(issues) or "see torch.export.draft_export")
+    return ep
 
 
 def model_name(wrapper_name: str) -> str:

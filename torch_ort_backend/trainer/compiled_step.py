@@ -1,0 +1,182 @@
+"""The compiled forms of ORTTrainer's steps: for each input signature that the exported graph cannot
+cover (dtypes, and sizes torch fixed), one export with its engine sessions, all bound to the same
+state tensors (trainer/trainer_state.py).
+
+Training uses one session per step kind: "update" (forward, loss, gradients, optimizer) and, with
+gradient accumulation, "accumulate" (forward, loss, gradients summed into the accumulators).
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import onnx
+import torch
+from onnx import numpy_helper
+
+from ..session import InferenceSession, SessionOptions
+from .model_desc import ModelDesc
+from .optimizer_graph import LEARNING_RATE, TrainingModel, build_training_model
+from .trainer_state import TrainerState
+from .training_graph import ExportedModel, ModelWithLoss, export_model
+
+logger = logging.getLogger("torch_ort_backend")
+
+
+@dataclass
+class TrainingSessions:
+    update: TrainingModel
+    accumulate: TrainingModel | None
+    update_session: InferenceSession
+    accumulate_session: InferenceSession | None
+
+
+class CompiledStep:
+    """One export (train or eval) of the model for the input signatures it covers."""
+
+    def __init__(self, exported: ExportedModel, example: list[torch.Tensor], desc: ModelDesc) -> None:
+        self.exported = exported
+        self.dtypes = [t.dtype for t in example]
+        self.static = []  # per input: {axis: size} of the axes the graph fixed
+        for d, t in zip(desc.inputs, example):
+            dyn = set(exported.dynamic_axes.get(d.name, []))
+            self.static.append({a: t.shape[a] for a in range(t.dim()) if a not in dyn})
+        self.training: TrainingSessions | None = None
+        self.eval_session: InferenceSession | None = None
+
+    def covers(self, inputs: list[torch.Tensor]) -> bool:
+        return all(t.dtype == dt and all(t.shape[a] == s for a, s in st.items())
+                   for t, dt, st in zip(inputs, self.dtypes, self.static))
+
+    def _feeds(self, names: list[str], inputs: list[torch.Tensor]) -> dict:
+        used = set(self.exported.inputs)
+        return {n: t for n, t in zip(names, inputs) if n in used}
+
+    def run_train(self, inputs: list[torch.Tensor], lr: float, accumulate: bool, fetches: list[str],
+                  input_names: list[str]) -> list[torch.Tensor]:
+        s = self.training
+        feeds = self._feeds(input_names, inputs)
+        if accumulate:
+            return s.accumulate_session.run(fetches, feeds)
+        feeds[LEARNING_RATE] = torch.tensor([lr], dtype=torch.float32)
+        return s.update_session.run(fetches, feeds)
+
+    def run_eval(self, inputs: list[torch.Tensor], fetches: list[str], input_names: list[str]) -> list[torch.Tensor]:
+        return self.eval_session.run(fetches, self._feeds(input_names, inputs))
+
+    def training_model_with_state(self, state: TrainerState) -> onnx.ModelProto:
+        """The update graph with every state input turned into an initializer of its current value."""
+        model = onnx.ModelProto()
+        model.CopyFrom(self.training.update.model)
+        bound = set(self.training.update.state_inputs)
+        keep = [i for i in model.graph.input if i.name not in bound]
+        for name in self.training.update.state_inputs:
+            model.graph.initializer.append(numpy_helper.from_array(state.tensor(name).detach().numpy(), name))
+        del model.graph.input[:]
+        model.graph.input.extend(keep)
+        return model
+
+
+class StepGraphs:
+    """Finds (or compiles) the CompiledStep for a call's inputs."""
+
+    def __init__(self, wrapper: ModelWithLoss, desc: ModelDesc, config, options, state: TrainerState) -> None:
+        self.wrapper = wrapper
+        self.desc = desc
+        self.config = config
+        self.options = options
+        self.state = state
+        self.train_steps: list[CompiledStep] = []
+        self.eval_steps: list[CompiledStep] = []
+
+    def first(self) -> CompiledStep | None:
+        return self.train_steps[0] if self.train_steps else None
+
+    def for_inputs(self, inputs: list[torch.Tensor], train: bool) -> CompiledStep:
+        steps = self.train_steps if train else self.eval_steps
+        for step in steps:
+            if step.covers(inputs):
+                return step
+        if steps:
+            logger.warning("ORTTrainer: inputs of a new signature (%s) that the exported graph does not cover: "
+                           "exporting again", [list(t.shape) for t in inputs])
+        step = self._compile(inputs, train)
+        steps.append(step)
+        return step
+
+    @contextmanager
+    def _export_mode(self, train: bool):
+        """The wrapper in train/eval mode with frozen weights not requiring grad; restored after."""
+        model = self.wrapper.model
+        was_training = model.training
+        changed = []
+        for name, p in model.named_parameters():
+            if name in self.state.frozen and p.requires_grad:
+                p.requires_grad_(False)
+                changed.append(p)
+        self.wrapper.train(train)
+        try:
+            yield
+        finally:
+            self.wrapper.train(was_training)
+            for p in changed:
+                p.requires_grad_(True)
+
+    def _compile(self, inputs: list[torch.Tensor], train: bool) -> CompiledStep:
+        opts = self.options
+        opset = opts._internal_use.onnx_opset_version
+        with self._export_mode(train):
+            exported = export_model(self.wrapper, self.desc, inputs, joint=train, opset=opset)
+        if exported.aten_fallback_ops:
+            logger.info("ORTTrainer: ops run through torch's kernels (ATen nodes): %s", exported.aten_fallback_ops)
+        self.state.add_constants(exported.constants)
+        step = CompiledStep(exported, inputs, self.desc)
+        paths = opts.debug.graph_save_paths
+        if train:
+            accumulation = opts.batch.gradient_accumulation_steps > 1
+            clip = bool(opts.utils.grad_norm_clip)
+            update = build_training_model(exported, self.config, accumulate_only=False, accumulation=accumulation,
+                                          grad_norm_clip=clip)
+            _save(paths.model_with_gradient_graph_path, exported.model)
+            _save(paths.model_with_training_graph_path, update.model)
+            accumulate = None
+            if accumulation:
+                accumulate = build_training_model(exported, self.config, accumulate_only=True, accumulation=True,
+                                                  grad_norm_clip=clip)
+            step.training = TrainingSessions(
+                update, accumulate, self._session(update, paths.model_with_training_graph_after_optimization_path),
+                self._session(accumulate) if accumulate is not None else None)
+        else:
+            eval_model = TrainingModel(exported.model, {}, exported.params + exported.buffers + list(exported.constants))
+            step.eval_session = self._session(eval_model)
+        return step
+
+    def _session(self, tm: TrainingModel, optimized_path: str = "") -> InferenceSession:
+        so = SessionOptions()
+        # Our exporter's graph, made in this process: its ATen nodes may call any operator the
+        # model's code called (a loaded ModelProto reaches here only through OnnxModule's table).
+        so.allow_unsafe_aten_ops = True
+        user = self.options.session_options
+        if user is not None:
+            so.intra_op_num_threads = user.intra_op_num_threads
+            so.graph_optimization_level = user.graph_optimization_level
+            so.enable_profiling = user.enable_profiling
+        if optimized_path:
+            so.optimized_model_filepath = optimized_path
+        so.state_updates = dict(tm.state_updates)
+        # Our exporter wrote this graph in this process (an ONNX model given to ORTTrainer was first
+        # turned into torch ops by trainer/onnx_model.py): its ATen nodes are torch's own decisions.
+        so.allow_unsafe_aten_ops = True
+        sess = InferenceSession(tm.model, so)
+        for name in tm.state_inputs:
+            sess.bind_state(name, self.state.tensor(name))
+        return sess
+
+
+def _save(path: str, model: onnx.ModelProto) -> None:
+    if path:
+        onnx.save(model, path)
+        logger.info("ORTTrainer: saved %s", path)
+

@@ -1,0 +1,180 @@
+"""The optimizer half of the training graph: gradient accumulation, the global gradient norm and one
+optimizer node per weight (com.microsoft SGDOptimizer / AdamOptimizer / LambOptimizer, the
+onnxruntime-training ops), appended to the joint forward + gradient graph.
+
+Everything that persists between steps is a graph input bound as engine state, and each value that
+a step changes is declared as a state update (state input -> the output holding its new value), so
+the engine writes it back into the bound tensor, in place where the kernel allows:
+
+| state input | update output | what |
+| --- | --- | --- |
+| `<w>` | `<w>_new` | weight (the model's own parameter tensor) |
+| `Moment_1_<w>`, `Moment_2_<w>` | `..._new` | Adam / Lamb moments |
+| `Update_Count_<w>` | `..._new` | Adam step count (int64 [1]) |
+| `Step` | `Step_new` | Lamb's shared step count (int64 [1]) |
+| `<w>_grad_accumulator` | `..._new` | the gradient sum over gradient_accumulation_steps calls |
+| `<buffer>` | `<buffer>_updated` | buffers the model updates (batch-norm running statistics) |
+
+Two graphs serve accumulation: the "accumulate" step adds the gradients to the accumulators and
+updates nothing else; the "update" step adds its own gradients to the accumulated ones, updates the
+weights and zeroes the accumulators.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import onnx
+from onnx import TensorProto, helper
+
+from .training_graph import ExportedModel
+
+MS_DOMAIN = "com.microsoft"
+LEARNING_RATE = "Learning_Rate"
+
+
+@dataclass
+class TrainingModel:
+    model: onnx.ModelProto
+    state_updates: dict[str, str] = field(default_factory=dict)  # state input -> update output
+    state_inputs: list[str] = field(default_factory=list)  # inputs bound as state (not fed per step)
+    optimizer_state: dict[str, dict[str, str]] = field(default_factory=dict)  # weight -> {Moment_1: input, ...}
+    shared_state: dict[str, str] = field(default_factory=dict)  # e.g. {"step": "Step"}
+    accumulators: dict[str, str] = field(default_factory=dict)  # weight -> accumulator input
+
+
+class _Builder:
+    def __init__(self, exported: ExportedModel) -> None:
+        self.model = copy.deepcopy(exported.model)
+        self.graph = self.model.graph
+        self.types = {v.name: v.type for v in list(self.graph.input) + list(self.graph.output)}
+        self.out = TrainingModel(self.model)
+
+    def add_input(self, name: str, like: str | None = None, elem: int | None = None, shape=None) -> str:
+        if like is not None:
+            vi = helper.make_value_info(name, copy.deepcopy(self.types[like]))
+        else:
+            vi = helper.make_tensor_value_info(name, elem, shape)
+        self.graph.input.append(vi)
+        self.types[name] = vi.type
+        return name
+
+    def add_state(self, name: str, like: str | None = None, elem: int | None = None, shape=None) -> str:
+        self.add_input(name, like, elem, shape)
+        self.out.state_inputs.append(name)
+        return name
+
+    def node(self, op: str, inputs: list[str], outputs: list[str], domain: str = MS_DOMAIN, **attrs) -> None:
+        self.graph.node.append(helper.make_node(op, inputs, outputs, name=f"{op}_{outputs[0]}", domain=domain,
+                                                **attrs))
+
+    def update(self, state: str, new_value: str) -> None:
+        """Declares `new_value` (a graph output typed like `state`) as the state's value after the step."""
+        self.graph.output.append(helper.make_value_info(new_value, copy.deepcopy(self.types[state])))
+        self.out.state_updates[state] = new_value
+
+    def drop_outputs(self, names: set[str]) -> None:
+        keep = [o for o in self.graph.output if o.name not in names]
+        del self.graph.output[:]
+        self.graph.output.extend(keep)
+
+    def finish(self) -> TrainingModel:
+        if not any(o.domain == MS_DOMAIN for o in self.model.opset_import):
+            self.model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
+        return self.out
+
+
+def build_training_model(exported: ExportedModel, config, *, accumulate_only: bool, accumulation: bool,
+                         grad_norm_clip: bool) -> TrainingModel:
+    """`config` is an optim.SGDConfig / AdamConfig / LambConfig; `accumulation` says whether the
+    gradients are summed over several steps (then `accumulate_only` picks the accumulate step)."""
+    b = _Builder(exported)
+    grads = dict(exported.gradients)  # weight -> gradient value
+    b.drop_outputs(set(grads.values()))  # consumed inside the graph: the engine hands none back
+    for name in list(exported.params) + list(exported.buffers) + list(exported.constants):
+        b.out.state_inputs.append(name)
+    for buffer, updated in exported.buffer_updates.items():
+        b.out.state_updates[buffer] = updated
+    if accumulation:
+        for w, g in list(grads.items()):
+            acc = b.add_state(f"{w}_grad_accumulator", like=w)
+            b.out.accumulators[w] = acc
+            if accumulate_only:
+                b.node("InPlaceAccumulator", [acc, g], [f"{acc}_new"])
+                b.update(acc, f"{acc}_new")
+            else:
+                b.node("Add", [acc, g], [f"{w}_grad_total"], domain="")
+                grads[w] = f"{w}_grad_total"
+        if accumulate_only:
+            return b.finish()
+    lr = b.add_input(LEARNING_RATE, elem=TensorProto.FLOAT, shape=[1])
+    norm = None
+    if grad_norm_clip and config.name in ("AdamOptimizer", "LambOptimizer") and grads:
+        norm = "global_gradient_norm"
+        b.node("ReduceAllL2", list(grads.values()), [norm])
+    signals: dict[str, str] = {}
+    if config.name == "SGDOptimizer":
+        for w, g in grads.items():
+            b.node("SGDOptimizer", [lr, w, g], [f"{w}_new"])
+            b.update(w, f"{w}_new")
+            signals[w] = f"{w}_new"
+    elif config.name == "AdamOptimizer":
+        for w, g in grads.items():
+            hp = config.hyper_parameters_for(w)
+            m1 = b.add_state(f"Moment_1_{w}", like=w)
+            m2 = b.add_state(f"Moment_2_{w}", like=w)
+            t = b.add_state(f"Update_Count_{w}", elem=TensorProto.INT64, shape=[1])
+            b.out.optimizer_state[w] = {"Moment_1": m1, "Moment_2": m2, "Update_Count": t}
+            outs = [f"{t}_new", f"{m1}_new", f"{m2}_new", f"{w}_new"]
+            b.node("AdamOptimizer", [lr, t, w, g, m1, m2, "", "", norm or ""], outs,
+                   alpha=float(hp["alpha"]), beta=float(hp["beta"]), epsilon=float(hp["epsilon"]),
+                   do_bias_correction=int(bool(hp["do_bias_correction"])), weight_decay_mode=int(hp["weight_decay_mode"]),
+                   max_norm_clip=1.0, **{"lambda": float(hp["lambda_coef"])})
+            for state, new in zip((t, m1, m2, w), outs):
+                b.update(state, new)
+            signals[w] = f"{w}_new"
+    elif config.name == "LambOptimizer":
+        _add_lamb(b, config, grads, lr, norm, signals)
+    else:
+        raise ValueError(f"unknown optimizer {config.name!r}; expected SGDOptimizer, AdamOptimizer or LambOptimizer")
+    if accumulation:
+        for w, acc in b.out.accumulators.items():
+            # ZeroGradient's second input orders the reset after the weight's update.
+            b.node("ZeroGradient", [acc, signals[w]], [f"{acc}_new"])
+            b.update(acc, f"{acc}_new")
+    return b.finish()
+
+
+def _add_lamb(b: _Builder, config, grads: dict[str, str], lr: str, norm: str | None, signals: dict) -> None:
+    """LambOptimizer nodes (variadic over weights, per-weight alpha/beta/lambda/epsilon lists), one per
+    distinct (ratio_min, ratio_max, do_bias_correction), which the op holds once; one shared step count."""
+    step = b.add_state("Step", elem=TensorProto.INT64, shape=[1])
+    b.out.shared_state["step"] = step
+    groups: dict[tuple, list[str]] = {}
+    for w in grads:
+        hp = config.hyper_parameters_for(w)
+        key = (float(hp["ratio_min"]), float(hp["ratio_max"]), bool(hp["do_bias_correction"]))
+        groups.setdefault(key, []).append(w)
+    for k, ((ratio_min, ratio_max, bias_correction), weights) in enumerate(groups.items()):
+        hps = [config.hyper_parameters_for(w) for w in weights]
+        inputs = ["", "", norm or "", lr, step]
+        outputs = ["Step_new" if k == 0 else ""]
+        for w in weights:
+            m1 = b.add_state(f"Moment_1_{w}", like=w)
+            m2 = b.add_state(f"Moment_2_{w}", like=w)
+            b.out.optimizer_state[w] = {"Moment_1": m1, "Moment_2": m2}
+            inputs += [w, grads[w], m1, m2, ""]
+            outputs += [f"{w}_new", "", f"{m1}_new", f"{m2}_new", ""]
+        b.node("LambOptimizer", inputs, outputs,
+               alpha=[float(h["alpha"]) for h in hps], beta=[float(h["beta"]) for h in hps],
+               epsilon=[float(h["epsilon"]) for h in hps], max_norm_clip=[1.0] * len(weights),
+               ratio_min=ratio_min, ratio_max=ratio_max, do_bias_correction=int(bias_correction),
+               **{"lambda": [float(h["lambda_coef"]) for h in hps]})
+        if k == 0:
+            b.update(step, "Step_new")
+        for w in weights:
+            m = b.out.optimizer_state[w]
+            for state in (w, m["Moment_1"], m["Moment_2"]):
+                b.update(state, f"{state}_new")
+            signals[w] = f"{w}_new"
