@@ -1,0 +1,1 @@
+"""Legacy module names of onnxruntime-training (``onnxruntime.capi``): ort_trainer."""
