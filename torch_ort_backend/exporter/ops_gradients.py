@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .context import MS_DOMAIN
+from .context import MS_DOMAIN, Val
 from .engine_ops import engine_has
+from .ops_nn import ignored_target
 from .registry import converter
 
 aten = torch.ops.aten
@@ -73,7 +74,11 @@ def layer_norm_backward(ctx, node, a):
             return None
         scale = ctx.const(np.ones(list(a.normalized_shape)), x.dtype)
     want_dx, want_dw, want_db = a.output_mask
-    dx, dw, db = ctx.op("LayerNormalizationGrad", a.grad_out, x, scale, a.mean, a.rstd, outputs=3, axis=axis,
+    # torch declares a 16-bit input's saved statistics 16-bit (the forward casts our float32 Mean and
+    # InvStdDev down to match); the gradient op reads them in float32, and widening loses nothing.
+    mean, rstd = (v if v.dtype in (torch.float32, torch.float64) else ctx.cast(v, torch.float32)
+                  for v in (a.mean, a.rstd))
+    dx, dw, db = ctx.op("LayerNormalizationGrad", a.grad_out, x, scale, mean, rstd, outputs=3, axis=axis,
                         domain=MS_DOMAIN, dtypes=[x.dtype, scale.dtype, scale.dtype])
     return (dx if want_dx else None, dw if (want_dw and a.weight is not None) else None,
             db if (want_db and a.bias is not None) else None)
@@ -82,10 +87,11 @@ def layer_norm_backward(ctx, node, a):
 @converter(aten.nll_loss_backward.default)
 def nll_loss_backward(ctx, node, a):
     x = a.self
-    if not _ms("NegativeLogLikelihoodLossGrad", x.dtype) or x.rank < 2:
+    if not _ms("NegativeLogLikelihoodLossGrad", x.dtype) or x.rank < 2 or isinstance(a.reduction, Val):
         return None
-    return ctx.op("NegativeLogLikelihoodLossGrad", a.grad_output, x, a.target, a.weight,
-                  reduction=_REDUCTION[a.reduction], ignore_index=int(a.ignore_index), domain=MS_DOMAIN)
+    target, ignore_index = ignored_target(ctx, a.target, a.ignore_index)
+    return ctx.op("NegativeLogLikelihoodLossGrad", a.grad_output, x, target, a.weight,
+                  reduction=_REDUCTION[a.reduction], ignore_index=ignore_index, domain=MS_DOMAIN)
 
 
 @converter(aten.embedding_dense_backward.default)

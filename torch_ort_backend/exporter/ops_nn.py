@@ -120,17 +120,33 @@ def embedding(ctx, node, a):
     return ctx.op("Gather", a.weight, a.indices, axis=0)
 
 
+# The ignore_index attribute used when the index itself is a graph value: no class index is negative,
+# and a target torch would reject as out of range is practically never this one.
+_SYMBOLIC_IGNORE_SENTINEL = -(2 ** 63)
+
+
+def ignored_target(ctx, target: Val, ignore_index) -> tuple[Val, int]:
+    """(target, ignore_index attribute) for the NegativeLogLikelihoodLoss ops. ONNX takes the index
+    as an attribute, but dynamo makes an int argument that keeps changing a SymInt (a graph value):
+    then the targets equal to it are mapped to a fixed sentinel and the sentinel is the attribute."""
+    if not isinstance(ignore_index, Val):
+        return target, int(ignore_index)
+    ignored = ctx.op("Equal", target, ctx.cast(ignore_index, target.dtype), dtype=torch.bool)
+    sentinel = ctx.scalar(_SYMBOLIC_IGNORE_SENTINEL, target.dtype)
+    return ctx.op("Where", ignored, sentinel, target, dtype=target.dtype), _SYMBOLIC_IGNORE_SENTINEL
+
+
 @converter(aten.nll_loss_forward.default)
 def nll_loss_forward(ctx, node, a):
-    x, target = a.self, a.target
-    if not engine_has("", "NegativeLogLikelihoodLoss", x.dtype) or x.rank < 2:
+    x = a.self
+    if not engine_has("", "NegativeLogLikelihoodLoss", x.dtype) or x.rank < 2 or isinstance(a.reduction, Val):
         return None
     reduction = _REDUCTION[a.reduction]
-    loss = ctx.op("NegativeLogLikelihoodLoss", x, target, a.weight, reduction=reduction,
-                  ignore_index=int(a.ignore_index))
+    target, ignore_index = ignored_target(ctx, a.target, a.ignore_index)
+    loss = ctx.op("NegativeLogLikelihoodLoss", x, target, a.weight, reduction=reduction, ignore_index=ignore_index)
     if reduction == "none":
         return loss, ctx.scalar(0.0, x.dtype)
-    valid = ctx.op("Not", ctx.op("Equal", target, ctx.scalar(a.ignore_index, target.dtype), dtype=torch.bool))
+    valid = ctx.op("Not", ctx.op("Equal", target, ctx.scalar(ignore_index, target.dtype), dtype=torch.bool))
     if a.weight is None:
         w = ctx.cast(valid, x.dtype)
     else:
