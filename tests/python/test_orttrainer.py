@@ -355,3 +355,40 @@ def test_a_value_dependent_branch_is_followed_with_a_warning(caplog):
                                        reference.step(ids, labels, 0.3, sgd_rule), rtol=1e-5, atol=1e-6)
     assert "value-dependent decisions" in caplog.text
     _assert_params_close(model, reference, rtol=1e-4)
+
+
+def test_debug_options_take_effect(tmp_path):
+    """graph_save_paths write each stage's model; check_model_export compares the exported graph with
+    the model before the first step and leaves the state as it was; extra_postprocess edits the
+    exported model (here: it scales the loss by 2, which the returned loss shows)."""
+    paths = {k: str(tmp_path / f"{k}.onnx") for k in ("model_after_graph_transforms_path",
+                                                         "model_with_gradient_graph_path",
+                                                         "model_with_training_graph_path",
+                                                         "model_with_training_graph_after_optimization_path")}
+    model = make_model()
+    reference = EagerReference(model, [n for n, _ in model.named_parameters()])
+    trainer = _trainer(model, debug={"check_model_export": True, "graph_save_paths": paths})
+    ids, labels = batches(1)[0]
+    torch.testing.assert_close(trainer.train_step(ids, labels)[0], reference.step(ids, labels, 0.3, sgd_rule),
+                               rtol=1e-5, atol=1e-6)
+    _assert_params_close(model, reference)  # the check did not change the weights
+    for path in paths.values():
+        onnx.checker.check_model(onnx.load(path))
+
+    def double_loss(m):
+        (loss_out,) = [o for o in m.graph.node if "loss" in o.output]
+        loss_out.output[0] = "loss_half"
+        two = onnx.numpy_helper.from_array(np.array(2.0, np.float32), "two")
+        m.graph.initializer.append(two)
+        m.graph.node.append(onnx.helper.make_node("Mul", ["loss_half", "two"], ["loss"]))
+
+    doubled = _trainer(make_model(), _internal_use={"extra_postprocess": double_loss})
+    torch.testing.assert_close(doubled.train_step(ids, labels)[0], 2 * lm_loss(make_model()(ids), labels),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_settings_that_cannot_apply_are_refused_with_the_reason():
+    with pytest.raises(NotImplementedError, match="contrib ops"):
+        _trainer(make_model(), _internal_use={"enable_onnx_contrib_ops": False})
+    with pytest.raises(NotImplementedError, match="execution providers"):
+        _trainer(make_model(), provider_options={"CPUExecutionProvider": {"x": 1}})

@@ -129,6 +129,19 @@ class StepGraphs:
         opset = opts._internal_use.onnx_opset_version
         with self._export_mode(train):
             exported = export_model(self.wrapper, self.desc, inputs, joint=train, opset=opset)
+            if train and opts.debug.graph_save_paths.model_after_graph_transforms_path:
+                forward = export_model(self.wrapper, self.desc, inputs, joint=False, opset=opset)
+                _save(opts.debug.graph_save_paths.model_after_graph_transforms_path, forward.model)
+        post = opts._internal_use.extra_postprocess
+        if post is not None:
+            # onnxruntime-training's hook: the user's function edits the exported model (in place or
+            # by returning a new one) before the optimizer is added.
+            replaced = post(exported.model)
+            if replaced is not None:
+                if not isinstance(replaced, onnx.ModelProto):
+                    raise TypeError(f"_internal_use.extra_postprocess must return an onnx.ModelProto or None, got "
+                                    f"{type(replaced).__name__}")
+                exported.model = replaced
         if exported.aten_fallback_ops:
             logger.info("ORTTrainer: ops run through torch's kernels (ATen nodes): %s", exported.aten_fallback_ops)
         self.state.add_constants(exported.constants)
@@ -148,10 +161,32 @@ class StepGraphs:
             step.training = TrainingSessions(
                 update, accumulate, self._session(update, paths.model_with_training_graph_after_optimization_path),
                 self._session(accumulate) if accumulate is not None else None)
+            if opts.debug.check_model_export:
+                self._check_export(step, inputs)
         else:
             eval_model = TrainingModel(exported.model, {}, exported.params + exported.buffers + list(exported.constants))
             step.eval_session = self._session(eval_model)
         return step
+
+    def _check_export(self, step: CompiledStep, inputs: list[torch.Tensor]) -> None:
+        """debug.check_model_export: the exported graph's outputs (one run of the accumulate-only
+        graph, or of a copy of the state for the update graph) against the model in torch, before the
+        first step changes anything."""
+        snapshot = {n: t.clone() for n, t in self.state.tensors.items()}
+        try:
+            with torch.no_grad(), self._export_mode(True):
+                expected = self.wrapper(*inputs)  # may update buffers (batch norm): restored below
+            got = step.run_train(inputs, 0.0, step.training.accumulate is not None, self.desc.output_names,
+                                 self.desc.input_names)
+        finally:
+            with torch.no_grad():
+                for n, t in snapshot.items():
+                    self.state.tensors[n].copy_(t)
+        for name, a, b in zip(self.desc.output_names, got, expected):
+            if not torch.allclose(a, b.to(a.dtype), rtol=1e-2, atol=1e-6):
+                raise RuntimeError(f"debug.check_model_export: output '{name}' of the exported model differs from "
+                                   f"the PyTorch model's (max abs diff {float((a - b).abs().max()):.3g}); a model with "
+                                   "random ops (dropout) differs by design: turn the check off for it")
 
     def _session(self, tm: TrainingModel, optimized_path: str = "") -> InferenceSession:
         so = SessionOptions()

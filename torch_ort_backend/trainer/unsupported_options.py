@@ -33,6 +33,12 @@ NOT_BUILT_YET: tuple[tuple[str, str], ...] = (
     ("graph_transformer.number_recompute_layers", _MEMORY_OPTIMIZER),
     ("utils.memory_efficient_gradient", _MEMORY_OPTIMIZER),
     ("device.mem_limit", "a per-device memory limit in the engine (no issue yet)"),
+    # Settings that cannot apply to this engine: the reason is the message.
+    ("_internal_use.enable_onnx_contrib_ops",
+     "contrib ops: the training graph is made of com.microsoft gradient and optimizer ops, which cannot be turned off"),
+    ("_internal_use.enable_internal_postprocess",
+     "an internal postprocess step, which this exporter does not have (it writes the final graph directly)"),
+    ("provider_options", "configurable execution providers; the CPU and CUDA providers take no options"),
 )
 
 
