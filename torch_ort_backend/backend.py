@@ -21,10 +21,14 @@ from .errors import FallbackError, UnsupportedTorchModelError
 from .fallback import FallbackManager, FallbackPolicy
 from .log_config import configure_logging, log_level_requested
 from .options import BackendOptions, resolve
+from .recompile_limit import install as install_recompile_limit_warning
+from .recompile_limit import note_compiled_function
 
 
 # torch.autograd.Function.apply in a region compiled by "ort" becomes a PythonOp (docs/python_op.md).
 install_capture()
+# A function dynamo stops compiling (its recompile limit) draws a FallbackWarning (recompile_limit.py).
+install_recompile_limit_warning()
 
 
 def compile_stats() -> CompileStats:
@@ -74,6 +78,7 @@ def ort_backend(gm: torch.fx.GraphModule, example_inputs: list, options: Mapping
     opts = resolve(options)
     if log_level_requested(options):
         configure_logging(opts.log_level)
+    note_compiled_function()
     policy = opts.fallback_policy
     if policy & FallbackPolicy.FALLBACK_FORCE_TORCH_FORWARD:
         return gm.forward

@@ -42,6 +42,7 @@ class CompileStats:
     session_cache_hits: int = 0  # an export identical to an earlier one reused its session
     runs: int = 0
     fallbacks: int = 0  # graphs (or runs) sent to eager by the policy
+    recompile_limit_fallbacks: int = 0  # functions TorchDynamo runs in eager past its recompile limit
     aten_fallback_ops: Counter = field(default_factory=Counter)
 
     def reset(self) -> None:
