@@ -308,7 +308,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("use_torch_intra_op_pool", &UseTorchIntraOpPool, py::arg("enable"),
         "Run the engine's intra-op work on torch's intra-op pool (default) or on its own threads.");
   m.attr("TORCH_PROVIDER") = kTorchProvider;
-  m.def("aten_op_refusal", &AtenOpRefusal, py::arg("qualified_name"), py::arg("overload") = "",
+  m.def("aten_op_refusal", &AtenOpRefusal, py::arg("name"), py::arg("overload") = "",
         "Why an ATen node of a session without allow_unsafe_aten_ops may not call this torch operator; '' when "
         "it may (docs/security.md).");
   m.def("aten_policy_entries", [] {

@@ -42,9 +42,10 @@ const std::vector<AtenPolicyEntry>& AtenPolicyEntries() {
   return *entries;
 }
 
-std::string AtenOpRefusal(const std::string& qualified_name, const std::string& overload) {
-  const size_t sep = qualified_name.find("::");
-  const std::string ns = sep == std::string::npos ? "aten" : qualified_name.substr(0, sep);
+std::string AtenOpRefusal(const std::string& name, const std::string& overload) {
+  const size_t sep = name.find("::");
+  const std::string ns = sep == std::string::npos ? "aten" : name.substr(0, sep);
+  const std::string qualified_name = sep == std::string::npos ? "aten::" + name : name;
   if (ns != "aten")
     return "it is in the '" + ns + "' namespace, not 'aten': an operator a library registered runs whatever code "
            "that library holds";

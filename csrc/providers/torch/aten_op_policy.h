@@ -8,7 +8,7 @@
 
 namespace tob {
 
-// Why `qualified_name` ("aten::add") with `overload` ("" or "Tensor") may not run in a session
+// Why operator `name` ("aten::add"; no namespace means aten) with `overload` ("" or "Tensor") may not run in a session
 // that keeps ATen nodes to the allow-list; "" when it may. The rule (aten_op_policy.cc):
 //   1. the aten namespace only (custom namespaces run whatever their library does);
 //   2. not on the refusal list (aten_op_policy.inc: I/O, uninitialised memory, kernels that trust
@@ -16,7 +16,7 @@ namespace tob {
 //   3. tagged by torch as a tensor computation (core, pointwise, reduction, view_copy,
 //      nondeterministic_seeded), or on the explicit allow list (aten_op_policy.inc).
 // Mutating schemas are refused by the ATen kernel itself, in every session.
-std::string AtenOpRefusal(const std::string& qualified_name, const std::string& overload);
+std::string AtenOpRefusal(const std::string& name, const std::string& overload);
 
 struct AtenPolicyEntry {
   std::string name;    // "aten::index_add": every overload
