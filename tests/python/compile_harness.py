@@ -86,6 +86,9 @@ def _reset_dynamo() -> None:
     # up recompiling after a few guard failures; each check must start from a clean slate.
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
+    from torch_ort_backend import compile_stats
+
+    compile_stats().reset()
 
 
 def _graphs_compiled() -> int:
@@ -98,6 +101,13 @@ def _assert_backend_ran(backend: Any) -> None:
         breaks = dict(torch._dynamo.utils.counters["graph_break"])
         raise AssertionError(f"torch.compile(backend={backend!r}) compiled no graph: the model ran in eager "
                              f"PyTorch, so nothing was checked (graph breaks: {breaks or 'none'})")
+    if backend in ("ort", "onnxrt"):
+        # The graph reached our backend; did the engine run it, rather than the fallback policy?
+        from torch_ort_backend import compile_stats
+
+        stats = compile_stats()
+        if stats.runs == 0 or stats.fallbacks:
+            raise AssertionError(f"the engine ran {stats.runs} graphs with {stats.fallbacks} fallbacks to eager: {stats}")
 
 
 def _compare_outputs(eager_out: Any, compiled_out: Any, what: str, rtol: float, atol: float) -> None:

@@ -56,3 +56,29 @@ def single_node(op_type, inputs, outputs, opset=17, domain="", **attrs) -> onnx.
     if domain:
         opsets.append(helper.make_opsetid(domain, 1))
     return helper.make_model(graph, opset_imports=opsets, ir_version=10)
+
+
+def foldable(rng, in_dim=4, out_dim=6) -> onnx.ModelProto:
+    """y = relu(x W^T + b)^2 written so that every basic pass has work: an Identity, a Transpose of
+    an initializer (constant folding), the same Relu twice (CSE) and an unread Exp (DCE)."""
+    w = numpy_helper.from_array(rng.standard_normal((out_dim, in_dim)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(out_dim).astype(np.float32), "b")
+    nodes = [
+        helper.make_node("Identity", ["x"], ["xi"], name="identity"),
+        helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0], name="transpose_w"),
+        helper.make_node("MatMul", ["xi", "wt"], ["h"], name="fc"),
+        helper.make_node("Add", ["h", "b"], ["hb"], name="bias"),
+        helper.make_node("Relu", ["hb"], ["r1"], name="relu1"),
+        helper.make_node("Relu", ["hb"], ["r2"], name="relu2"),
+        helper.make_node("Mul", ["r1", "r2"], ["y"], name="square"),
+        helper.make_node("Exp", ["h"], ["unused"], name="unread"),
+    ]
+    graph = helper.make_graph(nodes, "foldable", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", in_dim])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", out_dim])], [w, b])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def foldable_reference(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    """float64 evaluation of foldable()."""
+    w = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in model.graph.initializer}
+    return np.maximum(x.astype(np.float64) @ w["w"].T + w["b"], 0.0) ** 2

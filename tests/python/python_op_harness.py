@@ -59,10 +59,27 @@ def assert_close(actual, expected, what: str) -> None:
     torch.testing.assert_close(actual, expected, rtol=RTOL, atol=ATOL, msg=lambda m: f"{what}: {m}")
 
 
+def engine_counters() -> tuple[int, int]:
+    """(graphs the engine ran, graphs that fell back to eager) so far in this process."""
+    from torch_ort_backend import compile_stats
+
+    stats = compile_stats()
+    return stats.runs, stats.fallbacks
+
+
+def assert_engine_ran_since(before: tuple[int, int]) -> None:
+    """Since engine_counters() was `before`, the engine ran at least one graph and none fell back to
+    eager: a comparison with eager is then not one of eager with itself."""
+    runs, fallbacks = engine_counters()
+    assert runs > before[0], "the engine ran no graph (TorchDynamo may have run it all in eager)"
+    assert fallbacks == before[1], f"{fallbacks - before[1]} graph(s) fell back to eager"
+
+
 def check_against_eager(fn: Callable, compiled: Callable, inputs: list, params: list | None = None,
                         backward: bool = True) -> Any:
     """Runs fn eagerly and `compiled` on copies of the inputs; outputs and the gradients of every
-    input and parameter that requires grad must match. Returns the compiled outputs."""
+    input and parameter that requires grad must match, and the engine must have run the compiled
+    call. Returns the compiled outputs."""
     params = params or []
     eager_in, comp_in = clone_inputs(inputs), clone_inputs(inputs)
     for p in params:
@@ -74,7 +91,9 @@ def check_against_eager(fn: Callable, compiled: Callable, inputs: list, params: 
         grads_e = [p.grad.clone() for p in params]
         for p in params:
             p.grad = None
+    before = engine_counters()
     out_c = compiled(*comp_in)
+    assert_engine_ran_since(before)
     te, tc = _tensors(out_e), _tensors(out_c)
     assert len(te) == len(tc), f"{len(tc)} outputs, eager has {len(te)}"
     for i, (a, b) in enumerate(zip(tc, te)):

@@ -105,7 +105,7 @@ def test_force_torch_forward_never_exports():
     f = _compile(lambda x: x.sin() * 2, policy="FALLBACK_FORCE_TORCH_FORWARD")
     x = torch.randn(6)
     torch.testing.assert_close(f(x), x.sin() * 2)
-    assert compile_stats().exports == 0
+    assert compile_stats().exports == 0 and compile_stats().runs == 0
 
 
 def test_force_torch_backward_exports_only_the_forward():
@@ -119,6 +119,7 @@ def test_force_torch_backward_exports_only_the_forward():
     ref(x).sum().backward()
     torch.testing.assert_close(g, ref.weight.grad)
     assert compile_stats().exports == 1  # forward only
+    assert compile_stats().runs == 1  # the forward ran on the engine, the backward in torch
 
 
 class _FlakyOnce:
@@ -148,6 +149,7 @@ def test_without_retry_a_failed_graph_stays_eager(monkeypatch):
             x = torch.randn(4)
             torch.testing.assert_close(f(x), x.cos() + 1)
     assert flaky.calls == 1
+    assert compile_stats().runs == 0  # the injected failure came before the run was counted; then eager
 
 
 def test_retry_goes_back_to_the_engine(monkeypatch):

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from ortmodule_helpers import fresh_state
+from ortmodule_helpers import assert_engine_ran, fresh_state
 from torch_ort_backend.backend import compile_stats, ort_backend
 
 
@@ -79,6 +79,7 @@ def test_no_grad_compiles_an_inference_graph():
     from torch_ort_backend import compiled_graph
 
     assert compiled_graph._GRAPH_IDS["inference"] >= 1
+    assert_engine_ran(1)
 
 
 def test_dynamic_sequence_lengths_reuse_one_session():
@@ -96,6 +97,7 @@ def test_dynamic_sequence_lengths_reuse_one_session():
             x = torch.randn(2, t, 16)
             torch.testing.assert_close(compiled(x), layer(x), rtol=1e-4, atol=1e-5)
     assert (compile_stats().exports, compile_stats().sessions_created) == (exports, sessions)
+    assert_engine_ran(5)
 
 
 def test_mark_dynamic_exports_dim_params():
@@ -110,6 +112,7 @@ def test_mark_dynamic_exports_dim_params():
     tensor_inputs = [i for i in graphs[-1].exported.model.graph.input if len(i.type.tensor_type.shape.dim) == 2]
     dims = tensor_inputs[0].type.tensor_type.shape.dim
     assert dims[0].dim_value == 3 and dims[1].dim_param
+    assert_engine_ran(1)
 
 
 def test_outputs_share_engine_memory_and_inputs_are_not_copied():
@@ -123,6 +126,7 @@ def test_outputs_share_engine_memory_and_inputs_are_not_copied():
     y2 = f(x2)
     torch.testing.assert_close(y2, x2 + 1)
     torch.testing.assert_close(y, x + 1)  # the first result is still alive and intact
+    assert_engine_ran(2)
 
 
 def test_save_onnx_writes_exported_and_optimized_models(tmp_path):
@@ -130,6 +134,7 @@ def test_save_onnx_writes_exported_and_optimized_models(tmp_path):
     compiled = torch.compile(model, backend="ort",
                              options={"save_onnx": True, "onnx_prefix": "tiny", "save_path": str(tmp_path)})
     compiled(torch.randn(2, 4)).sum().backward()
+    assert_engine_ran(2)
     names = sorted(os.listdir(tmp_path))
     assert any(n.startswith("tiny_forward") and n.endswith("_exported.onnx") for n in names), names
     assert any(n.startswith("tiny_backward") and n.endswith("_optimized.onnx") for n in names), names

@@ -83,12 +83,18 @@ def test_batchify_and_get_batch_follow_the_tutorial():
     assert demo.window_starts(data, 2) == [0, 2]
 
 
-def test_demo_runs_end_to_end(capsys, tmp_path):
+def test_demo_runs_end_to_end(capsys, tmp_path, monkeypatch):
     """A few steps of the whole demo on a tiny model: it trains, compares the compiled losses with
-    eager's, prints the throughput table and a sample, and exits 0."""
+    eager's, prints the throughput table and a sample, and exits 0; the engine ran the compiled
+    graphs (fallback disabled, so the comparison is not of eager with itself)."""
+    from torch_ort_backend import compile_stats
+
+    monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", "FALLBACK_DISABLE")
+    compile_stats().reset()
     code = demo.main(["--steps", "6", "--eager-steps", "4", "--bptt", "16", "--batch-size", "4", "--d-model", "32",
                       "--d-hid", "32", "--nlayers", "1", "--eval-batches", "2", "--log-interval", "3",
                       "--sample-length", "20", "--corpus-dir", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0, out
     assert "tokens/s" in out and "with eager (same weights, same batches): ok" in out and "sample from" in out
+    assert compile_stats().runs >= 12 and compile_stats().fallbacks == 0, compile_stats()  # 6 steps, fw + bw

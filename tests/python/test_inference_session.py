@@ -11,7 +11,7 @@ import torch
 
 import torch_ort_backend as tob
 from conftest import nonzero
-from models import mlp, mlp_reference
+from models import foldable, foldable_reference, mlp, mlp_reference
 
 
 def test_numpy_in_numpy_out_matches_float64(rng):
@@ -105,17 +105,23 @@ def test_default_thread_count_follows_torch(rng):
     assert tob.InferenceSession(mlp(rng), opts)._session.num_threads() == 1
 
 
-def test_optimization_levels_agree(rng):
-    model = mlp(rng)
-    x = nonzero(rng, (4, 16))
-    results = []
+def test_optimization_levels_agree_with_float64(rng):
+    """Every level matches the float64 reference, on a model where the basic passes have work: the
+    levels did build different graphs (ORT_DISABLE_ALL applies nothing)."""
+    model = foldable(rng)
+    x = nonzero(rng, (4, 4))
+    want = foldable_reference(model, x)
+    applied = {}
     for level in tob.GraphOptimizationLevel:
         opts = tob.SessionOptions()
         opts.graph_optimization_level = level
-        results.append(tob.InferenceSession(model, opts).run(None, {"x": x}))
-    for r in results[1:]:
-        for a, b in zip(results[0], r):
-            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+        sess = tob.InferenceSession(model, opts)
+        (y,) = sess.run(None, {"x": x})
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6, err_msg=level.name)
+        applied[level] = " ".join(sess.applied_passes())
+    assert applied[tob.GraphOptimizationLevel.ORT_DISABLE_ALL] == ""
+    for pass_name in ("ConstantFolding", "IdentityElimination", "CommonSubexpressionElimination", "DeadCodeElimination"):
+        assert pass_name in applied[tob.GraphOptimizationLevel.ORT_ENABLE_ALL], applied
 
 
 def test_profiling_writes_chrome_trace(rng, tmp_path):
@@ -133,21 +139,26 @@ def test_profiling_writes_chrome_trace(rng, tmp_path):
 
 
 def test_optimized_model_is_saved_and_equivalent(rng, tmp_path):
-    model = mlp(rng)
+    """The saved optimised model is the smaller graph the passes made, and it and the source both
+    match the float64 reference."""
+    model = foldable(rng)
     opts = tob.SessionOptions()
     opts.optimized_model_filepath = str(tmp_path / "opt.onnx")
-    x = nonzero(rng, (3, 16))
-    expected = tob.InferenceSession(model, opts).run(None, {"x": x})
+    x = nonzero(rng, (3, 4))
+    want = foldable_reference(model, x)
+    (expected,) = tob.InferenceSession(model, opts).run(None, {"x": x})
     saved = onnx.load(opts.optimized_model_filepath)
     onnx.checker.check_model(saved)
     assert all(p.key == "provider" for n in saved.graph.node for p in n.metadata_props)
-    again = tob.InferenceSession(saved).run(None, {"x": x})
-    for a, b in zip(expected, again):
-        np.testing.assert_allclose(a, b, rtol=1e-6)
+    assert len(saved.graph.node) < len(model.graph.node), [n.op_type for n in saved.graph.node]
+    (again,) = tob.InferenceSession(saved).run(None, {"x": x})
+    np.testing.assert_allclose(expected, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(again, want, rtol=1e-5, atol=1e-6)
 
 
 def test_second_run_uses_the_memory_plan(rng):
-    sess = tob.InferenceSession(mlp(rng, hidden=256))
+    model = mlp(rng, hidden=256)
+    sess = tob.InferenceSession(model)
     x = nonzero(rng, (32, 16))
     first = sess.run(None, {"x": x})
     s1 = sess.last_run_stats()
@@ -157,9 +168,15 @@ def test_second_run_uses_the_memory_plan(rng):
     assert s1["peak_bytes"] > 0 and s2["arena_bytes"] >= s2["peak_bytes"]
     for a, b in zip(first, second):
         np.testing.assert_array_equal(a, b)
+    # ...and both are right, not only equal (float64 reference).
+    ref = mlp_reference(model, x)
+    np.testing.assert_allclose(second[1], ref["logits"], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(second[0], ref["probs"], rtol=1e-4, atol=1e-6)
     # A new shape records a new plan instead of misusing the old one.
-    sess.run(None, {"x": nonzero(rng, (5, 16))})
+    x5 = nonzero(rng, (5, 16))
+    (probs5, _) = sess.run(None, {"x": x5})
     assert not sess.last_run_stats()["planned"]
+    np.testing.assert_allclose(probs5, mlp_reference(model, x5)["probs"], rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.parametrize(

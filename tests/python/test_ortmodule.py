@@ -99,7 +99,8 @@ def test_state_dict_keys_are_identical_and_checkpoints_move_both_ways():
     result = fresh.load_state_dict(torch.load(buffer))
     assert not result.missing_keys and not result.unexpected_keys
     torch.testing.assert_close(fresh(x)["pred"], trained_eager(x)["pred"], rtol=RTOL, atol=ATOL)
-    assert_engine_ran()
+    assert_engine_ran(5)
+    assert not compile_stats().aten_fallback_ops, "Regressor's docstring says it exports natively"
 
 
 def test_checkpoint_of_a_parent_module_holding_an_ortmodule():
@@ -114,6 +115,7 @@ def test_checkpoint_of_a_parent_module_holding_an_ortmodule():
         torch.testing.assert_close(got, want, msg=lambda m, name=name: f"{name}: {m}")
     x = nonzero(4, 8, seed=3)
     torch.testing.assert_close(ort_parent(x)["pred"], plain_parent(x)["pred"], rtol=RTOL, atol=ATOL)
+    assert_engine_ran(1)
 
 
 def test_train_and_eval_reach_the_wrapped_module_and_its_children():
@@ -206,6 +208,9 @@ def test_pickling_and_copying_keep_the_module_working_and_independent(how):
             p -= p.grad
     torch.testing.assert_close(wrapped(x)["pred"], expected)
     assert not torch.allclose(clone(x)["pred"], expected)
+    # The first output against eager (the comparisons above are of the engine with itself).
+    torch.testing.assert_close(expected, make_regressor()(x)["pred"].detach(), rtol=RTOL, atol=ATOL)
+    assert_engine_ran(4)
 
 
 # --- calling conventions ---------------------------------------------------------------------------
@@ -325,6 +330,7 @@ def test_huggingface_model_output_in_and_out():
     got.loss.backward()
     want.loss.backward()
     torch.testing.assert_close(model.lin.weight.grad, eager.lin.weight.grad, rtol=RTOL, atol=ATOL)
+    assert_engine_ran(2)
 
 
 class Switches(nn.Module):

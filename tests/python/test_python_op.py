@@ -17,7 +17,9 @@ from torch import nn
 import python_op_functions as fns
 import python_op_functions_twin as twin
 from python_op_harness import (
+    assert_engine_ran_since,
     check_against_eager,
+    engine_counters,
     compile_ort,
     current_graphs,
     graph_count,
@@ -208,6 +210,7 @@ def test_eval_mode_and_no_grad():
 def test_no_forward_context_outlives_its_step():
     model = GeluMlp(fns.NumpyErfGelu)
     compiled = compile_ort(model)
+    counters = engine_counters()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     gc.collect()
     before = live_contexts()
@@ -225,6 +228,7 @@ def test_no_forward_context_outlives_its_step():
     del out
     gc.collect()
     assert live_contexts() == before
+    assert_engine_ran_since(counters)
 
 
 def test_retain_graph_runs_the_backward_twice():
@@ -232,11 +236,16 @@ def test_retain_graph_runs_the_backward_twice():
         return fns.CustomGelu.apply(x * 2)
 
     x = random_input((5,), requires_grad=True, seed=13)
+    x_eager = x.detach().clone().requires_grad_()
+    fn(x_eager).sum().backward()
     compiled = compile_ort(fn)
+    counters = engine_counters()
     y = compiled(x).sum()
     y.backward(retain_graph=True)
     first = x.grad.clone()
     y.backward()
+    assert_engine_ran_since(counters)
+    torch.testing.assert_close(first, x_eager.grad, rtol=1e-4, atol=1e-5)  # eager's gradient, then twice it
     torch.testing.assert_close(x.grad, first * 2)
 
 
@@ -244,7 +253,8 @@ def test_ortmodule_runs_functions_as_python_ops():
     from torch_ort_backend import ORTModule
 
     model = GeluMlp(fns.NumpyErfGelu)
-    torch._dynamo.reset()
+    compile_ort(model)  # a clean TorchDynamo state, and python_op_nodes() counts from here
+    counters = engine_counters()
     wrapped = ORTModule(model)
     eager_model = GeluMlp(fns.NumpyErfGelu)
     x = random_input((2, 8), seed=14)
@@ -253,4 +263,8 @@ def test_ortmodule_runs_functions_as_python_ops():
     eager_model(x).sum().backward()
     for p, q in zip(model.parameters(), eager_model.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+    assert_engine_ran_since(counters)
+    nodes = python_op_nodes()
+    assert nodes[("PythonOp", name(fns.NumpyErfGelu))] >= 1 and nodes[("PythonOpGrad", name(fns.NumpyErfGelu))] == 1, \
+        nodes
 

@@ -21,7 +21,7 @@ from onnx import TensorProto, helper
 
 import python_op_functions as fns
 import torch_ort_backend as tob
-from python_op_harness import compile_ort, random_input
+from python_op_harness import assert_engine_ran_since, compile_ort, engine_counters, random_input
 from torch_ort_backend._engine import C
 from torch_ort_backend.autograd_function import (qualified_name, register_function,
                                                   register_function_for_loaded_models)
@@ -165,7 +165,9 @@ def test_saved_models_carry_the_contract(tmp_path, monkeypatch):
         return values * 2, index
 
     compiled = compile_ort(fn, save_onnx=True, onnx_prefix="pyop", save_path=str(tmp_path))
+    counters = engine_counters()
     compiled(random_input((3, 5), requires_grad=True, seed=5))[0].sum().backward()
+    assert_engine_ran_since(counters)
     fw = onnx.load(str(next(tmp_path.glob("pyop_forward_*_exported.onnx"))))
     bw = onnx.load(str(next(tmp_path.glob("pyop_backward_*_exported.onnx"))))
     (node,) = [n for n in fw.graph.node if n.op_type == "PythonOp"]
@@ -202,7 +204,9 @@ def test_saved_model_in_a_fresh_process_runs_only_registered_functions(tmp_path,
     def fn(x):
         return fns.CustomGelu.apply(x * 2)
 
+    counters = engine_counters()
     compile_ort(fn, save_onnx=True, onnx_prefix="fresh", save_path=str(tmp_path))(random_input((4,), seed=6))
+    assert_engine_ran_since(counters)
     (path,) = tmp_path.glob("fresh_inference_*_exported.onnx")
     script = textwrap.dedent(f"""
         import sys
