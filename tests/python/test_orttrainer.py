@@ -392,3 +392,26 @@ def test_settings_that_cannot_apply_are_refused_with_the_reason():
         _trainer(make_model(), _internal_use={"enable_onnx_contrib_ops": False})
     with pytest.raises(NotImplementedError, match="execution providers"):
         _trainer(make_model(), provider_options={"CPUExecutionProvider": {"x": 1}})
+
+
+def test_tied_weights_train_as_one_parameter():
+    """GPT-2 style: the output projection is the embedding matrix. torch.export gives the tensor one
+    input per name; the trainer reads it once, under model.named_parameters()'s name."""
+    model = make_model()
+    model.head.weight = model.embed.weight
+    reference = EagerReference(model, [n for n, _ in model.named_parameters()])
+    assert "head.weight" not in reference.trainable
+    trainer = _trainer(model, optim.AdamConfig(lr=1e-2))
+    moments = _Moments()
+
+    def adamw(name, w, g, lr):
+        m, v, t = moments.advance(name, g, 0.9, 0.999)
+        return w - lr * (m / (1 - 0.9 ** t)) / ((v / (1 - 0.999 ** t)).sqrt() + 1e-8)
+
+    reference.clip = 1.0
+    for ids, labels in batches(4):
+        torch.testing.assert_close(trainer.train_step(ids, labels)[0], reference.step(ids, labels, 1e-2, adamw),
+                                   rtol=1e-5, atol=1e-6)
+    _assert_params_close(model, reference, rtol=1e-4)
+    assert model.head.weight is model.embed.weight
+    assert set(trainer.state_dict()["optimizer"]) == {n for n, _ in model.named_parameters()}

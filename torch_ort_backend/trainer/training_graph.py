@@ -103,12 +103,14 @@ def export_model(wrapper: ModelWithLoss, desc: ModelDesc, example: Sequence[torc
         # torch.export's own use of a deprecated pytree check, repeated for every export: not the user's.
         warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\)", category=FutureWarning)
         ep = _torch_export(wrapper, desc, example)
+        if joint:
+            _unused_parameters_need_no_gradient(ep)
         ep = _decompose_exported_program(ep, cia_to_decomp={}, python_decomp_table=decomposition_table(),
                                          joint_loss_index=desc.loss_index if joint else None,
                                          decompose_custom_triton_ops=False)
     gm, sig = ep.graph_module, ep.graph_signature
     exported = export_fx_graph(gm, opset, prefer_torch_kernels)
-    return _name_roles(exported, sig, ep, desc)
+    return _name_roles(exported, sig, ep, desc, _canonical_names(wrapper))
 
 
 def _torch_export(wrapper: nn.Module, desc: ModelDesc, example: Sequence[torch.Tensor]):
@@ -163,12 +165,36 @@ def _identifier(name: str) -> str:
     return ident if ident and not ident[0].isdigit() else f"d_{ident}"
 
 
-def _name_roles(exported, sig, ep, desc: ModelDesc) -> ExportedModel:
+def _unused_parameters_need_no_gradient(ep) -> None:
+    """A tied parameter (GPT-2's lm_head.weight is transformer.wte.weight) is one placeholder per name,
+    and torch.export routes every use to one of them; the joint graph would then ask for a gradient of
+    the unused one and fail. Unused parameters are marked as not requiring grad."""
+    from torch.export.graph_signature import InputKind
+
+    params = {s.arg.name for s in ep.graph_signature.input_specs if s.kind == InputKind.PARAMETER}
+    for node in ep.graph_module.graph.nodes:
+        if node.op == "placeholder" and node.name in params and not node.users:
+            node.meta["val"] = node.meta["val"].detach()
+
+
+def _canonical_names(wrapper: nn.Module) -> dict[str, str]:
+    """Every name of a parameter or buffer -> the name model.named_parameters() / named_buffers()
+    give it (the first of a tied tensor's names), without the wrapper's `model.` prefix."""
+    canonical: dict[str, str] = {}
+    for named in (wrapper.named_parameters, wrapper.named_buffers):
+        first: dict[int, str] = {}
+        for name, t in named(remove_duplicate=False):
+            canonical[model_name(name)] = model_name(first.setdefault(id(t), name))
+    return canonical
+
+
+def _name_roles(exported, sig, ep, desc: ModelDesc, canonical: dict[str, str]) -> ExportedModel:
     from torch.export.graph_signature import InputKind, OutputKind
 
     model = exported.model
     rename: dict[str, str] = {}
     params, buffers, user_inputs, dynamic_axes = [], [], [], {}
+    duplicates: list[tuple[str, str]] = []  # (onnx input, canonical name) of a tied tensor's other names
     constants: dict[str, torch.Tensor] = {}
     used_inputs = {i.name for i in model.graph.input}
     user_iter = iter(desc.inputs)
@@ -176,12 +202,13 @@ def _name_roles(exported, sig, ep, desc: ModelDesc) -> ExportedModel:
         if spec.kind == InputKind.USER_INPUT:
             name = next(user_iter).name
             user_inputs.append(name)
-        elif spec.kind == InputKind.PARAMETER:
-            name = model_name(spec.target)
-            params.append(name)
-        elif spec.kind == InputKind.BUFFER:
-            name = model_name(spec.target)
-            buffers.append(name)
+        elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
+            name = canonical.get(model_name(spec.target), model_name(spec.target))
+            role = params if spec.kind == InputKind.PARAMETER else buffers
+            if name in role:  # a tied tensor's second name: one graph input reads it
+                duplicates.append((onnx_name, name))
+                continue
+            role.append(name)
         elif spec.kind in (InputKind.CONSTANT_TENSOR,):
             name = f"const.{spec.target}"
             constants[name] = ep.constants[spec.target]
@@ -204,21 +231,24 @@ def _name_roles(exported, sig, ep, desc: ModelDesc) -> ExportedModel:
             name = next(desc_out).name
             outputs.append(name)
         elif spec.kind == OutputKind.GRADIENT_TO_PARAMETER:
-            name = f"{model_name(spec.target)}_grad"
-            gradients[model_name(spec.target)] = name
+            target = canonical.get(model_name(spec.target), model_name(spec.target))
+            name = f"{target}_grad"
+            gradients[target] = name
         elif spec.kind == OutputKind.BUFFER_MUTATION:
-            name = f"{model_name(spec.target)}_updated"
-            buffer_updates[model_name(spec.target)] = name
+            target = canonical.get(model_name(spec.target), model_name(spec.target))
+            name = f"{target}_updated"
+            buffer_updates[target] = name
         else:
             raise UnsupportedTorchModelError(f"ORTTrainer: graph output kind {spec.kind} is not supported")
         if kind in ("tensor", "symint"):
             rename[next(names_iter)] = name
         elif spec.kind == OutputKind.GRADIENT_TO_PARAMETER and kind == ("const", None):
-            del gradients[model_name(spec.target)]  # the loss does not depend on this parameter: nothing to update
+            del gradients[canonical.get(model_name(spec.target), model_name(spec.target))]  # the loss does not depend on this parameter: nothing to update
         else:
             raise UnsupportedTorchModelError(
                 f"ORTTrainer: output '{name}' is not computed by the graph ({kind}); every output must be a tensor "
                 "that the model computes")
+    _merge_tied_inputs(model.graph, duplicates, rename)
     _rename_values(model.graph, rename)
     for inp in model.graph.input:
         axes = [a for a, d in enumerate(inp.type.tensor_type.shape.dim) if d.HasField("dim_param")]
@@ -226,6 +256,19 @@ def _name_roles(exported, sig, ep, desc: ModelDesc) -> ExportedModel:
             dynamic_axes[inp.name] = axes
     return ExportedModel(model, params, buffers, constants, user_inputs, outputs, gradients, buffer_updates,
                          dynamic_axes, dict(exported.aten_fallback_ops))
+
+
+def _merge_tied_inputs(graph: onnx.GraphProto, duplicates: list[tuple[str, str]], rename: dict[str, str]) -> None:
+    """Readers of a tied tensor's other names read the one input of its canonical name."""
+    if not duplicates:
+        return
+    kept = {new: old for old, new in rename.items()}
+    alias = {dup: kept[name] for dup, name in duplicates}
+    for node in graph.node:
+        node.input[:] = [alias.get(n, n) for n in node.input]
+    survivors = [i for i in graph.input if i.name not in alias]
+    del graph.input[:]
+    graph.input.extend(survivors)
 
 
 def _rename_values(graph: onnx.GraphProto, mapping: dict[str, str]) -> None:
