@@ -39,7 +39,7 @@ class TestAtenKernel final : public OpKernel {
       if (x.rank() != 2 || x.dim(0) < 1) return ctx.Fail("rows_view needs a 2-D input");
       *ctx.output(0) = Tensor(x.dtype(), {x.dim(0) - 1, x.dim(1)}, x.buffer(),
                               x.byte_offset() + static_cast<size_t>(x.dim(1)) * DTypeSize(x.dtype()));
-    } else if (op_ == "test::twice") {
+    } else if (op_ == "test::twice" || op_ == "test::unsafe_twice") {
       TOB_ASSIGN_OR_RETURN(Tensor y, Tensor::Allocate(DType::kFloat32, x.shape(), CpuAllocator::Default()));
       for (int64_t i = 0; i < x.numel(); ++i) y.data<float>()[i] = 2 * x.data<float>()[i];
       *ctx.output(0) = std::move(y);
@@ -63,6 +63,16 @@ class TestAtenProvider final : public ExecutionProvider {
   Device device() const override { return Device{}; }
   std::shared_ptr<Allocator> allocator() const override { return CpuAllocator::Default(); }
   Status CopyTensor(const Tensor& src, Tensor& dst) const override { return CpuExecutionProvider().CopyTensor(src, dst); }
+  // As the torch provider does for operators off its allow-list: "test::unsafe_twice" needs the
+  // session's permission.
+  StatusOr<std::unique_ptr<OpKernel>> CreateKernel(const KernelDef& def, const Node& node,
+                                                   const KernelPermissions& permissions) const override {
+    std::string op;
+    TOB_RETURN_IF_ERROR(node.GetAttr("operator", &op));
+    if (op == "test::unsafe_twice" && !permissions.unsafe_aten_ops)
+      return PermissionDenied(node.Describe(), ": ", op, " needs allow_unsafe_aten_ops");
+    return def.factory(node);
+  }
 };
 
 void RegisterTestProvider() {
@@ -263,6 +273,29 @@ TEST(ProviderRegistry, FallbackProvidersComeAfterCpuAndUnknownNamesListTheAvaila
   auto s = Build(std::move(g));
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(s->partition_report().nodes[0].provider, kCpuProvider);
+}
+
+TEST(AtenNode, SessionPermissionsReachTheProvidersKernelCreation) {
+  auto make = [] {
+    auto g = NewGraph();
+    EXPECT_TRUE(g->AddInput("x", ValueType(DType::kFloat32, Dims{2})).ok());
+    EXPECT_TRUE(g->AddNode("ATen", kMs, {"x"}, {"y"}, AtenOp("test::unsafe_twice"), "gated").ok());
+    EXPECT_TRUE(g->AddOutput("y", ValueType(DType::kFloat32, Dims{2})).ok());
+    return g;
+  };
+  SessionOptions opts;
+  opts.intra_op_threads = 1;
+  auto refused = Session::Create(make(), opts);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kPermissionDenied) << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("'gated'"), std::string::npos) << refused.status().ToString();
+
+  opts.allow_unsafe_aten_ops = true;
+  auto allowed = Session::Create(make(), opts);
+  ASSERT_TRUE(allowed.ok()) << allowed.status().ToString();
+  std::vector<Tensor> out;
+  ASSERT_TRUE(allowed.value()->Run({"x"}, {Tensor::FromVector<float>({1.5f, -2}, {2})}, {}, &out).ok());
+  EXPECT_EQ(Values(out[0]), std::vector<float>({3, -4}));
 }
 
 }  // namespace
