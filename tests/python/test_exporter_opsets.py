@@ -10,12 +10,13 @@ import pytest
 import torch
 
 from ortmodule_helpers import fresh_state
-from test_exporter_ops import CASES, MUST_BE_NATIVE, _r
+from test_exporter_ops import CASES, EXPECTED_FALLBACKS, _r
 from torch_ort_backend import compiled_graph
 from torch_ort_backend.backend import compile_stats, ort_backend
 
-# Ops that do not exist below an opset run as ATen nodes there (exporter/opset_compat.py).
-NOT_NATIVE_BELOW = {14: {"pad_trilu_cumsum"}}  # Trilu is opset 14
+# Ops that do not exist below an opset run as ATen nodes there (exporter/opset_compat.py): case ->
+# (the opset the ONNX op appeared at, the ATen ops that fall back below it).
+FALLS_BACK_BELOW = {"pad_trilu_cumsum": (14, {"aten.triu.default", "aten.tril.default"})}  # Trilu is opset 14
 
 
 @pytest.fixture(autouse=True)
@@ -49,10 +50,11 @@ def test_op_at_opset_matches_eager(name, opset):
     for g in graphs:
         assert _opset_of(g.exported.model) == opset
         onnx.checker.check_model(g.exported.model)
-    excused = set().union(*(names for below, names in NOT_NATIVE_BELOW.items() if opset < below))
-    if name in MUST_BE_NATIVE - excused:
-        assert not compile_stats().aten_fallback_ops, dict(compile_stats().aten_fallback_ops)
-
+    expected = set(EXPECTED_FALLBACKS.get(name, (set(), ""))[0])
+    below, ops = FALLS_BACK_BELOW.get(name, (0, set()))
+    if opset < below:
+        expected |= ops
+    assert set(compile_stats().aten_fallback_ops) == expected, dict(compile_stats().aten_fallback_ops)
 
 def test_softmax_on_a_middle_axis_at_opset_12_transposes():
     """Opset 12's Softmax flattens to 2-D at `axis`; on a middle axis that is a different function,
