@@ -6,8 +6,14 @@ Transparency comes from sharing, not copying: the ORTModule holds the wrapped mo
 them (parameters(), named_buffers(), state_dict keys, a parent module's recursion, optimizers)
 sees exactly the wrapped module's names, and a checkpoint moves between an ORTModule and the plain
 module without renaming. What nn.Module keeps on the top module itself (train/eval, device and
-dtype moves, state-dict hooks) is delegated to the wrapped module; other attributes and methods
-are forwarded to it.
+dtype moves, state-dict hooks) is delegated to the wrapped module; other attributes are forwarded
+to it.
+
+As onnxruntime-training documented (its PRs 6777 and 8798, and the API reference): `forward`
+carries the wrapped forward's signature (inspect.signature, which HuggingFace reads to pick batch
+keys), `.module` is the wrapped module, and the wrapped module's own methods are bound to the
+ORTModule, so that `self(...)` inside them runs through the engine; a method of the wrapped module
+that the ORTModule cannot honour draws one warning naming it.
 
 Each call: the inputs are checked (input_checks), then the wrapped module runs under
 torch.compile with the backend bound to this ORTModule's options. TorchDynamo guards every value
@@ -22,6 +28,7 @@ import functools
 import logging
 import os
 import threading
+import types
 import warnings
 from typing import Any, Callable, Iterator, Mapping
 
@@ -128,12 +135,14 @@ class ORTModule(nn.Module):
         own["_modules"] = module._modules
         own["_non_persistent_buffers_set"] = module._non_persistent_buffers_set
         own["training"] = module.training
+        own["_bound_names"] = ()
         try:
             check_module(module)
         except UnsupportedTorchModelError as e:
             if not self._fallback.should_fall_back(e):
                 raise
             own["_eager"] = True
+        self._bind_user_methods(warn=not own["_eager"])
         logger.info("ORTModule(%s): opset %d, fallback policy %s, log level %s%s", type(module).__name__,
                     resolved.opset, resolved.fallback_policy.name or int(resolved.fallback_policy),
                     resolved.log_level,
@@ -142,6 +151,11 @@ class ORTModule(nn.Module):
 
     # ---- the call ----
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """Runs the wrapped module's forward through the "ort" backend. Each instance's `forward`
+        has the wrapped forward's signature (inspect.signature), as in onnxruntime-training."""
+        return self._run(args, kwargs)
+
+    def _run(self, args: tuple, kwargs: dict) -> Any:
         module = self._original_module
         # Inside an outer compiled region (an ORTModule within an ORTModule or torch.compile) the
         # outer graph takes this module in whole.
@@ -178,7 +192,33 @@ class ORTModule(nn.Module):
             self.__dict__["_compiled"] = compiled
         return compiled
 
+    # ---- the wrapped module's methods ----
+    def _bind_user_methods(self, warn: bool) -> None:
+        """Binds `forward` (with the wrapped forward's signature) and the wrapped module's own methods
+        to this ORTModule (see _user_methods); with `warn`, one UserWarning lists what cannot be
+        honoured."""
+        own = self.__dict__
+        original = own["_original_module"]
+
+        @functools.wraps(original.forward)
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            return ORTModule._run(self, args, kwargs)
+
+        own["forward"] = forward
+        methods, collisions = _user_methods(original)
+        for name, function in methods.items():
+            own[name] = types.MethodType(function, self)
+        own["_bound_names"] = ("forward", *methods)
+        if warn and collisions:
+            warnings.warn(f"ORTModule({type(original).__name__}): {'; '.join(collisions)}", UserWarning, stacklevel=3)
+
     # ---- what ORTModule adds ----
+    @property
+    def module(self) -> nn.Module:
+        """The wrapped torch.nn.Module (onnxruntime-training's `ORTModule.module`; HuggingFace
+        Trainer unwraps models through it). Calling it runs eager PyTorch."""
+        return self._original_module
+
     @property
     def original_module(self) -> nn.Module:
         """The wrapped module (its forward runs in eager PyTorch when called directly)."""
@@ -199,6 +239,45 @@ class ORTModule(nn.Module):
             raise ValueError(f"training mode is expected to be boolean, got {mode!r}")
         self.__dict__["training"] = mode
         self._original_module.train(mode)
+        return self
+
+    def eval(self) -> "ORTModule":
+        self._original_module.eval()
+        self.__dict__["training"] = self._original_module.training
+        return self
+
+    # Device and dtype moves call the wrapped module's own (possibly overridden) method and return
+    # the ORTModule, so `model = model.to(device)` keeps the wrapper.
+    def to(self, *args: Any, **kwargs: Any) -> "ORTModule":
+        self._original_module.to(*args, **kwargs)
+        return self
+
+    def cuda(self, device: Any = None) -> "ORTModule":
+        self._original_module.cuda(device)
+        return self
+
+    def cpu(self) -> "ORTModule":
+        self._original_module.cpu()
+        return self
+
+    def type(self, dst_type: Any) -> "ORTModule":
+        self._original_module.type(dst_type)
+        return self
+
+    def float(self) -> "ORTModule":
+        self._original_module.float()
+        return self
+
+    def double(self) -> "ORTModule":
+        self._original_module.double()
+        return self
+
+    def half(self) -> "ORTModule":
+        self._original_module.half()
+        return self
+
+    def bfloat16(self) -> "ORTModule":
+        self._original_module.bfloat16()
         return self
 
     def _apply(self, fn: Callable, recurse: bool = True) -> "ORTModule":
@@ -269,12 +348,64 @@ class ORTModule(nn.Module):
         inner = repr(self._original_module).replace("\n", "\n  ")
         return f"ORTModule(\n  {inner}\n)"
 
-    # ---- pickling: the compiled callable is rebuilt on the first call ----
+    # ---- pickling: the compiled callable and the bound methods are rebuilt ----
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_compiled"] = None
+        for name in state.pop("_bound_names", ()):
+            state.pop(name, None)
         return state
 
     def __setstate__(self, state: dict) -> None:
         super().__setstate__(state)
         self.__dict__["_compiled"] = None
+        self._bind_user_methods(warn=False)
+
+
+# What ORTModule does with the wrapped module's own definition of an nn.Module method: these call the
+# wrapped module's version (delegation above, or repr for extra_repr); `forward` is the one it runs.
+_HONOURED = frozenset({"forward", "train", "eval", "_apply", "apply", "to", "cuda", "cpu", "type", "float", "double",
+                       "half", "bfloat16", "state_dict", "load_state_dict", "_save_to_state_dict",
+                       "_load_from_state_dict", "named_modules", "extra_repr"})
+_NN_MODULE_NAMES = frozenset(dir(nn.Module))
+# Names ORTModule itself defines (beyond nn.Module's) or keeps in its instance dict.
+_ORTMODULE_NAMES = frozenset(set(vars(ORTModule)) - _NN_MODULE_NAMES) | {
+    "_original_module", "_debug_options", "_backend_options", "_fallback", "_retry", "_eager", "_compiled",
+    "_bound_names"}
+
+
+def _user_methods(module: nn.Module) -> tuple[dict[str, types.FunctionType], list[str]]:
+    """The wrapped module's own methods to bind to the ORTModule, and what cannot be honoured.
+
+    A method defined by the module's class (or a base or mixin other than nn.Module) and not by
+    nn.Module is bound to the ORTModule, so `self(...)` and `self.forward(...)` inside it run through
+    the engine and its attributes resolve through the ORTModule, as onnxruntime-training did. Not
+    bound: methods that call zero-argument super() (super() needs an instance of their own class, so
+    they stay with the wrapped module), dunders, and `forward` itself. Reported: the module's
+    overrides of nn.Module methods the ORTModule does not delegate (its own nn.Module method runs),
+    and attributes whose names the ORTModule itself uses (those return the ORTModule's)."""
+    methods: dict[str, types.FunctionType] = {}
+    seen: set[str] = set()
+    collisions: list[str] = []
+    for cls in type(module).__mro__:
+        if cls in (nn.Module, object):
+            continue
+        for name, value in vars(cls).items():
+            if name in seen or (name.startswith("__") and name.endswith("__")):
+                continue
+            seen.add(name)
+            if name in _ORTMODULE_NAMES:
+                collisions.append(f"its attribute '{name}' is hidden by ORTModule's own '{name}' "
+                                  f"(reach it through .module.{name})")
+            elif name in _NN_MODULE_NAMES:
+                if name not in _HONOURED and callable(value):
+                    collisions.append(f"its override of nn.Module.{name}() is not called through the ORTModule "
+                                      f"(call .module.{name}() for it)")
+            elif isinstance(value, types.FunctionType) and "__class__" not in value.__code__.co_freevars:
+                methods[name] = value
+    attributes = [*vars(module), *module._modules, *module._parameters, *module._buffers]
+    for name in dict.fromkeys(attributes):
+        if name in _ORTMODULE_NAMES and name not in seen:
+            collisions.append(f"its attribute '{name}' is hidden by ORTModule's own '{name}' "
+                              f"(reach it through .module.{name})")
+    return methods, collisions
