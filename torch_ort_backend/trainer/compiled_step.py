@@ -16,6 +16,7 @@ import onnx
 import torch
 from onnx import numpy_helper
 
+from ..options import BackendOptions
 from ..session import InferenceSession, SessionOptions
 from .model_desc import ModelDesc
 from .optimizer_graph import LEARNING_RATE, TrainingModel, build_training_model
@@ -23,6 +24,8 @@ from .trainer_state import TrainerState
 from .training_graph import ExportedModel, ModelWithLoss, export_model
 
 logger = logging.getLogger("torch_ort_backend")
+# The ops whose torch kernel beats the engine's, as the "ort" backend's default (options.py).
+_PREFER_TORCH_KERNELS = frozenset(BackendOptions().prefer_torch_kernels)
 
 
 @dataclass
@@ -128,7 +131,8 @@ class StepGraphs:
         opts = self.options
         opset = opts._internal_use.onnx_opset_version
         with self._export_mode(train):
-            exported = export_model(self.wrapper, self.desc, inputs, joint=train, opset=opset)
+            exported = export_model(self.wrapper, self.desc, inputs, joint=train, opset=opset,
+                                    prefer_torch_kernels=_PREFER_TORCH_KERNELS)
             if train and opts.debug.graph_save_paths.model_after_graph_transforms_path:
                 forward = export_model(self.wrapper, self.desc, inputs, joint=False, opset=opset)
                 _save(opts.debug.graph_save_paths.model_after_graph_transforms_path, forward.model)
@@ -201,9 +205,6 @@ class StepGraphs:
         if optimized_path:
             so.optimized_model_filepath = optimized_path
         so.state_updates = dict(tm.state_updates)
-        # Our exporter wrote this graph in this process (an ONNX model given to ORTTrainer was first
-        # turned into torch ops by trainer/onnx_model.py): its ATen nodes are torch's own decisions.
-        so.allow_unsafe_aten_ops = True
         sess = InferenceSession(tm.model, so)
         for name in tm.state_inputs:
             sess.bind_state(name, self.state.tensor(name))
