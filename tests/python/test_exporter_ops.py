@@ -136,3 +136,30 @@ def test_prefer_torch_kernels_sends_an_op_to_its_torch_kernel():
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5)
     assert compile_stats().aten_fallback_ops == {"aten.convolution_backward.default": 1}
     assert compile_stats().runs >= 2 and compile_stats().fallbacks == 0
+
+
+def test_layer_norm_backward_in_bfloat16():
+    """torch declares a bf16 layer norm's saved mean and rstd bf16; the gradient op reads float32
+    statistics, so the converter widens them (a bf16 model under DeepSpeed, test_distributed_deepspeed.py).
+    Compared with a float64 computation from the same bf16 inputs: ours within bf16 rounding of it,
+    as eager is."""
+    x, w, b = (_r(4, 8, 16).bfloat16(), _r(16).bfloat16(), _r(16).bfloat16())
+    dy = _r(4, 8, 16).bfloat16()
+
+    def grads(fn, dtype):
+        leaves = [t.to(dtype).requires_grad_() for t in (x, w, b)]
+        fn(*leaves).backward(dy.to(dtype))
+        return [t.grad.double() for t in leaves]
+
+    def layer_norm(x, w, b):
+        return F.layer_norm(x, (16,), w, b, 1e-5)
+
+    reference = grads(layer_norm, torch.float64)
+    ours = grads(torch.compile(layer_norm, backend=ort_backend), torch.bfloat16)
+    eager = grads(layer_norm, torch.bfloat16)
+    for name, got, want, theirs in zip(("x", "weight", "bias"), ours, reference, eager):
+        error = float((got - want).norm() / want.norm())
+        eager_error = float((theirs - want).norm() / want.norm())
+        assert error <= max(2 * eager_error, 8e-3), f"grad of {name}: relative error {error:.2e}, eager's {eager_error:.2e}"
+    stats = compile_stats()
+    assert stats.runs >= 2 and stats.fallbacks == 0, stats
