@@ -53,7 +53,9 @@ def values(dtype: torch.dtype, small: bool = False) -> list:
 
 
 def tensor(vals: list, dtype: torch.dtype) -> torch.Tensor:
-    return torch.tensor(vals, dtype=torch.float64).to(dtype) if dtype.is_floating_point else torch.tensor(vals, dtype=dtype)
+    if dtype.is_floating_point:
+        return torch.tensor(vals, dtype=torch.float64).to(dtype)
+    return torch.tensor(vals, dtype=dtype)
 
 
 def unary(dtype: torch.dtype) -> tuple:
