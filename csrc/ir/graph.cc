@@ -1,7 +1,7 @@
 #include "ir/graph.h"
 
 #include <algorithm>
-#include <deque>
+#include <queue>
 #include <unordered_set>
 
 namespace tob {
@@ -118,6 +118,7 @@ StatusOr<Node*> Graph::AddNode(const std::string& op_type, const std::string& do
   node->op_type_ = op_type;
   node->domain_ = NormalizeDomain(domain);
   node->id_ = next_node_id_++;
+  node->order_key_ = node->id_;
   node->name_ = name.empty() ? StrCat(op_type, "_", node->id_) : name;
   node->attributes_ = std::move(attributes);
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -179,24 +180,30 @@ int Graph::Opset(const std::string& domain) const {
 }
 
 StatusOr<std::vector<Node*>> Graph::TopologicalOrder() const {
+  // Kahn's algorithm with a min-heap on (order_key, id) instead of a FIFO: a FIFO runs every node
+  // whose inputs are ready as early as possible, which in a backward graph would recompute all
+  // activations at its start and hold them to the end.
+  auto later = [](const Node* a, const Node* b) {
+    return a->order_key_ != b->order_key_ ? a->order_key_ > b->order_key_ : a->id_ > b->id_;
+  };
+  std::priority_queue<Node*, std::vector<Node*>, decltype(later)> ready(later);
   std::unordered_map<const Node*, int> pending;
-  std::deque<Node*> ready;
   for (const auto& n : nodes_) {
     int count = 0;
     for (Value* in : n->inputs_)
       if (in && in->producer_) ++count;
     pending[n.get()] = count;
-    if (count == 0) ready.push_back(n.get());
+    if (count == 0) ready.push(n.get());
   }
   std::vector<Node*> order;
   order.reserve(nodes_.size());
   while (!ready.empty()) {
-    Node* n = ready.front();
-    ready.pop_front();
+    Node* n = ready.top();
+    ready.pop();
     order.push_back(n);
     for (Value* out : n->outputs_)
       for (const Use& use : out->uses_)
-        if (--pending[use.node] == 0) ready.push_back(use.node);
+        if (--pending[use.node] == 0) ready.push(use.node);
   }
   if (order.size() != nodes_.size()) {
     for (const auto& n : nodes_)

@@ -62,6 +62,9 @@ class Node {
   const std::string& op_type() const { return op_type_; }
   const std::string& domain() const { return domain_; }  // "" is ai.onnx
   int64_t id() const { return id_; }
+  // Where the node runs among the nodes that are ready at once (TopologicalOrder): its position
+  // in the model as built, or the position of the node a pass made it replace (Graph::PlaceLike).
+  int64_t order_key() const { return order_key_; }
   // inputs()[i] is nullptr for an omitted optional input.
   const std::vector<Value*>& inputs() const { return inputs_; }
   const std::vector<Value*>& outputs() const { return outputs_; }
@@ -95,6 +98,7 @@ class Node {
   friend class Graph;
   std::string name_, op_type_, domain_;
   int64_t id_ = 0;
+  int64_t order_key_ = 0;
   std::vector<Value*> inputs_;
   std::vector<Value*> outputs_;
   AttributeMap attributes_;
@@ -134,13 +138,19 @@ class Graph {
   // Opset of a domain; -1 when the model does not import it.
   int Opset(const std::string& domain) const;
   const std::map<std::string, int>& opsets() const { return opsets_; }
-  // Kahn order; kInvalidModel naming a node on the cycle when there is one.
+  // A topological order that keeps the model's own node order wherever the edges allow (of the
+  // nodes ready at once, the lowest order_key runs first). The exporter writes nodes in the order
+  // AOTAutograd scheduled them, which frees activations early and runs the backward's recomputed
+  // nodes just before their first use (docs/memory_optimizer.md); random ops keep eager's order.
+  // kInvalidModel naming a node on the cycle when there is one.
   StatusOr<std::vector<Node*>> TopologicalOrder() const;
 
   // ---- editing (passes) ----
   // Every use of `from` (node inputs and graph outputs) becomes a use of `to`. Graph outputs
   // keep their external names.
   Status ReplaceAllUses(Value* from, Value* to);
+  // A node a pass added in place of `like` runs where `like` would have (same order_key).
+  void PlaceLike(Node* node, const Node* like) { node->order_key_ = like->order_key_; }
   // Removes a node whose outputs have no uses and are not graph outputs.
   Status RemoveNode(Node* node);
   // Replaces node input i (keeps use lists consistent).

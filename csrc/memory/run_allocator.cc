@@ -27,6 +27,7 @@ void* RunAllocator::Alloc(size_t bytes) {
   if (plan_ == nullptr) trace_.push_back(BufferLifetime{bytes, now, -1});
   live_bytes_ += bytes;
   peak_bytes_ = std::max(peak_bytes_, live_bytes_);
+  window_peak_bytes_ = std::max(window_peak_bytes_, live_bytes_);
   return p;
 }
 

@@ -39,6 +39,11 @@ class RunAllocator final : public Allocator {
   AllocationTrace TakeTrace();
   size_t live_bytes() const { return live_bytes_; }
   size_t peak_bytes() const { return peak_bytes_; }
+  // The most bytes live since the last StartWindow() (one step of a run).
+  void StartWindow() { window_peak_bytes_ = live_bytes_; }
+  size_t window_peak_bytes() const { return window_peak_bytes_; }
+  // Whether `p` is an allocation this allocator made and has not freed.
+  bool Serves(const void* p) const { return live_.count(const_cast<void*>(p)) != 0; }
   // Allocations in planned mode that did not match the plan (served by `base`).
   int64_t plan_misses() const { return plan_misses_; }
 
@@ -55,6 +60,7 @@ class RunAllocator final : public Allocator {
   std::vector<BufferLifetime> trace_;
   size_t live_bytes_ = 0;
   size_t peak_bytes_ = 0;
+  size_t window_peak_bytes_ = 0;
   int64_t plan_misses_ = 0;
 };
 

@@ -95,6 +95,7 @@ class ConvBatchNormFolding final : public GraphPass {
                                        {graph.UniqueName(bn_out->name() + "_conv_bn")}, conv->attributes(),
                                        graph.UniqueName(base + "_bn")));
     fused->output(0)->set_type(bn_out->type());
+    graph.PlaceLike(fused, conv);
     TOB_RETURN_IF_ERROR(graph.ReplaceAllUses(bn_out, fused->output(0)));
     TOB_RETURN_IF_ERROR(graph.RemoveNode(bn));
     return graph.RemoveNode(conv);

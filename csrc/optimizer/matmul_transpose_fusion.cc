@@ -116,6 +116,7 @@ class MatMulTransposeFusion final : public GraphPass {
     TOB_ASSIGN_OR_RETURN(Node * gemm, graph.AddNode("Gemm", "", inputs, {graph.UniqueName(old->name() + "_gemm")},
                                                     std::move(attrs), graph.UniqueName(n->name() + "_gemm")));
     gemm->output(0)->set_type(old->type());
+    graph.PlaceLike(gemm, n);
     return graph.ReplaceAllUses(old, gemm->output(0));
   }
 

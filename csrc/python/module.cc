@@ -156,6 +156,7 @@ struct PyTensor {
 py::dict StatsDict(const RunStats& s) {
   py::dict d;
   d["peak_bytes"] = s.peak_bytes;
+  d["peak_live_bytes"] = s.peak_live_bytes;
   d["arena_bytes"] = s.arena_bytes;
   d["planned"] = s.planned;
   d["plan_misses"] = s.plan_misses;

@@ -253,7 +253,8 @@ Status Session::BindFeeds(const std::vector<std::string>& names, std::vector<Ten
   return Status::OK();
 }
 
-Status Session::RunStep(Step& step, std::vector<Tensor>& slots, const std::shared_ptr<Allocator>& run_alloc) {
+Status Session::RunStep(Step& step, std::vector<Tensor>& slots, const std::shared_ptr<Allocator>& run_alloc,
+                        RunMemory& memory) {
   const Node& node = *step.node;
   const size_t n_in = step.inputs.size();
   std::vector<const Tensor*> in_ptrs(n_in, nullptr);
@@ -340,7 +341,14 @@ Status Session::RunStep(Step& step, std::vector<Tensor>& slots, const std::share
     profiler_->Record(ProfileEvent{node.name(), "Node", node.op_type(), node.provider(), shapes, t0,
                                    profiler_->NowUs() - t0});
   }
-  for (int s : step.free_after) slots[s] = Tensor();
+  for (int s : step.outputs)
+    if (slots[s].defined()) memory.outside.Hold(slots[s], in_ptrs, *memory.allocator);
+  memory.peak_live_bytes =
+      std::max(memory.peak_live_bytes, memory.allocator->window_peak_bytes() + memory.outside.live());
+  for (int s : step.free_after) {
+    memory.outside.Release(slots[s]);
+    slots[s] = Tensor();
+  }
   return Status::OK();
 }
 
@@ -445,8 +453,13 @@ Status Session::Run(const std::vector<std::string>& feed_names, std::vector<Tens
     run_alloc = std::make_shared<RunAllocator>(host);
   }
 
+  RunMemory memory;
+  memory.allocator = run_alloc.get();
+  for (const Tensor& t : slots)  // inputs, bound states and constants so far
+    if (t.defined()) memory.outside.Exclude(t);
   for (size_t i = 0; i < steps_.size(); ++i) {
-    Status st = RunStep(steps_[i], slots, run_alloc);
+    run_alloc->StartWindow();
+    Status st = RunStep(steps_[i], slots, run_alloc, memory);
     if (!st.ok()) return planned_updates_.empty() ? st : StateFailure(std::move(st), i);
   }
 
@@ -461,6 +474,7 @@ Status Session::Run(const std::vector<std::string>& feed_names, std::vector<Tens
 
   if (stats) {
     stats->peak_bytes = run_alloc->peak_bytes();
+    stats->peak_live_bytes = memory.peak_live_bytes;
     stats->planned = run_alloc->planned();
     stats->arena_bytes = pattern ? pattern->plan.arena_bytes : 0;
     stats->plan_misses = run_alloc->plan_misses();

@@ -15,6 +15,8 @@
 #include "framework/thread_pool.h"
 #include "ir/graph.h"
 #include "memory/buffer_plan.h"
+#include "memory/live_bytes.h"
+#include "memory/run_allocator.h"
 #include "optimizer/pass.h"
 #include "partition/execution_provider.h"
 #include "runtime/profiler.h"
@@ -41,6 +43,9 @@ struct SessionOptions {
 
 struct RunStats {
   size_t peak_bytes = 0;   // most bytes of intermediates and scratch live at once
+  // Most bytes the run held at once: intermediates, scratch, tensors kernels allocated themselves
+  // and the graph outputs made so far (graph inputs, states and constants are the caller's).
+  size_t peak_live_bytes = 0;
   size_t arena_bytes = 0;  // size of the planned arena (0 for an unplanned run)
   bool planned = false;    // this run used a memory plan recorded by an earlier run
   int64_t plan_misses = 0;
@@ -115,7 +120,14 @@ class Session {
   Status PlanStateUpdates();
   Status WriteBackStates(std::vector<Tensor>& slots, std::vector<Tensor>* fetches);
   Status StateFailure(Status failed, size_t failed_step) const;
-  Status RunStep(Step& step, std::vector<Tensor>& slots, const std::shared_ptr<Allocator>& run_alloc);
+  // What one run's memory accounting carries from step to step (RunStats::peak_live_bytes).
+  struct RunMemory {
+    RunAllocator* allocator = nullptr;
+    LiveBytes outside;  // bytes held outside the run allocator
+    size_t peak_live_bytes = 0;
+  };
+  Status RunStep(Step& step, std::vector<Tensor>& slots, const std::shared_ptr<Allocator>& run_alloc,
+                 RunMemory& memory);
   Status AdoptKernelOutputs(const Step& step, const std::vector<ValueType>& declared,
                             const std::vector<const Tensor*>& inputs, std::vector<Tensor>& slots);
 

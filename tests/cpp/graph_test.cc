@@ -33,6 +33,28 @@ TEST(Graph, BuilderKeepsDefUseLinks) {
   EXPECT_EQ(order.value()[0], add.value());
 }
 
+TEST(Graph, TopologicalOrderKeepsTheModelsOrderWhereEdgesAllow) {
+  // c = Neg(x) is ready first but was built last: it runs last, after the chain a -> b. A node a
+  // pass put in place of another (PlaceLike) runs where that node would have.
+  Graph g;
+  g.SetOpset("", 17);
+  ASSERT_TRUE(g.AddInput("x", ValueType(DType::kFloat32, Dims{2})).ok());
+  auto a = g.AddNode("Relu", "", {"x"}, {"a"}, {}, "a");
+  auto b = g.AddNode("Relu", "", {"a"}, {"b"}, {}, "b");
+  auto c = g.AddNode("Neg", "", {"x"}, {"c"}, {}, "c");
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  auto order = g.TopologicalOrder();
+  ASSERT_TRUE(order.ok());
+  EXPECT_EQ(order.value(), (std::vector<Node*>{a.value(), b.value(), c.value()}));
+
+  auto d = g.AddNode("Neg", "", {"x"}, {"d"}, {}, "d");
+  ASSERT_TRUE(d.ok());
+  g.PlaceLike(d.value(), a.value());
+  order = g.TopologicalOrder();
+  ASSERT_TRUE(order.ok());
+  EXPECT_EQ(order.value(), (std::vector<Node*>{a.value(), d.value(), b.value(), c.value()}));
+}
+
 TEST(Graph, DanglingInputIsAnInvalidModel) {
   Graph g;
   auto n = g.AddNode("Relu", "", {"missing"}, {"y"}, {}, "r");

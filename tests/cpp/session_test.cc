@@ -138,6 +138,19 @@ TEST(Session, SecondRunWithSameShapesUsesThePlan) {
   EXPECT_FALSE(other.planned) << "a new shape signature must record a new plan";
 }
 
+TEST(Session, PeakLiveBytesCountsIntermediatesAndTheOutputsMadeSoFar) {
+  // Steps run in the model's order (a1, view, a2, a3): 'a' (6 floats, intermediate) is freed after
+  // a2, so at most two 6-float tensors are live at once: a + y during a2, y + z during a3. A FIFO
+  // order (a1, a3, view, a2) would hold a, z and y together.
+  auto s = MakeSession();
+  std::vector<Tensor> out;
+  RunStats first, second;
+  ASSERT_TRUE(s->Run({"x"}, {Tensor::FromVector<float>({1, 2, 3, 4, 5, 6}, {2, 3})}, {}, &out, &first).ok());
+  ASSERT_TRUE(s->Run({"x"}, {Tensor::FromVector<float>({6, 5, 4, 3, 2, 1}, {2, 3})}, {}, &out, &second).ok());
+  EXPECT_EQ(first.peak_live_bytes, 2 * 6 * sizeof(float));
+  EXPECT_EQ(second.peak_live_bytes, first.peak_live_bytes) << "the planned run holds the same tensors";
+}
+
 TEST(Session, FeedErrorsNameTheInput) {
   auto s = MakeSession();
   std::vector<Tensor> out;

@@ -1,0 +1,37 @@
+// The bytes a run's tensors hold outside its run allocator: graph outputs, the values they alias
+// and tensors a kernel allocated itself (ATen nodes). Added to the run allocator's own count
+// (intermediates and scratch), it is the memory the run holds at a time: RunStats::peak_live_bytes.
+#pragma once
+
+#include <cstddef>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "framework/tensor.h"
+#include "memory/run_allocator.h"
+
+namespace tob {
+
+class LiveBytes {
+ public:
+  // Memory of graph inputs, bound states and constants: the caller's, never counted.
+  void Exclude(const Tensor& t);
+  // A step put `t` in a slot. Counted once per buffer, however many slots hold it; not counted
+  // when the run allocator serves it, or when it views memory of the step's inputs.
+  void Hold(const Tensor& t, const std::vector<const Tensor*>& step_inputs, const RunAllocator& run_alloc);
+  // A slot holding `t` was released.
+  void Release(const Tensor& t);
+  size_t live() const { return live_; }
+
+ private:
+  struct Counted {
+    size_t bytes = 0;
+    int holders = 0;
+  };
+  std::unordered_map<const Buffer*, Counted> counted_;
+  std::unordered_set<const Buffer*> excluded_;
+  size_t live_ = 0;
+};
+
+}  // namespace tob
