@@ -16,7 +16,7 @@ from torch._functorch.partitioners import default_partition, min_cut_remateriali
 from .autograd_function import install_capture
 from .autograd_function.graph_rewrite import prepare_graph
 from .compiled_graph import STATS, CompiledGraph, CompileStats
-from .decompositions import decomposition_table
+from .decompositions import attention_kernels, decomposition_table
 from .errors import FallbackError, UnsupportedTorchModelError
 from .fallback import FallbackManager, FallbackPolicy
 from .log_config import configure_logging, log_level_requested
@@ -99,7 +99,8 @@ def ort_backend(gm: torch.fx.GraphModule, example_inputs: list, options: Mapping
             return gm.forward
         raise
     try:
-        return aot(gm, example_inputs)
+        with attention_kernels(opts.aten_sdpa_fallback):
+            return aot(gm, example_inputs)
     except FallbackError:
         raise
     except Exception as e:

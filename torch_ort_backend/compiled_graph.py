@@ -27,6 +27,7 @@ from .exporter import ExportedGraph, export_fx_graph
 from .exporter.context import TORCH_TO_ONNX
 from .fallback import FallbackManager
 from .options import BackendOptions
+from .runtime_inspector import inspector_for
 
 logger = logging.getLogger("torch_ort_backend")
 
@@ -132,6 +133,7 @@ class CompiledGraph:
         self.eager = False
         self.session = None
         self.exported: ExportedGraph | None = None
+        self.inspector = None
         STATS.graphs += 1
         try:
             # AOTAutograd may call compilers with its fake-tensor mode active; the export reads real
@@ -168,6 +170,7 @@ class CompiledGraph:
         # needs no session.
         self.session = self._session_for(model) if exported.output_names else None
         self._input_names = exported.input_names
+        self.inspector = inspector_for(self.gm, self.name, self.stage, self.opts)  # runtime_inspector.py
         self._report()
 
     def _session_for(self, model):
@@ -241,11 +244,15 @@ class CompiledGraph:
                 feeds.append(np.asarray(int(a), dtype=np.int64))
             else:
                 feeds.append(np.asarray(float(a), dtype=np.float64))
+        if self.inspector is not None:
+            self.inspector.before_run(args)
         try:
             results = self.session._session.run(self._input_names, feeds, []) if self.session else []
         except Exception as e:
             raise UnsupportedOnnxModelError(f"running {self.name} failed: {e}") from e
         STATS.runs += 1
+        if self.inspector is not None:
+            self.inspector.after_run(self.session)
         if self.session is not None and logger.isEnabledFor(logging.DEBUG):
             logger.debug("%s run: %s", self.name, self.session.last_run_stats())
         outs: list[Any] = []

@@ -63,3 +63,18 @@ DECOMPOSED_OPS = [
 @functools.cache
 def decomposition_table() -> dict:
     return get_decompositions(DECOMPOSED_OPS)
+
+
+def attention_kernels(keep_sdpa: bool):
+    """The context AOTAutograd traces in. ORTMODULE_ATEN_SDPA_FALLBACK=0 (aten_sdpa_fallback=False)
+    selects torch's math attention, a composite of matmul, softmax and matmul, so both the forward and
+    the backward graph hold ops the engine runs natively, as onnxruntime-training exported attention
+    without the fallback. Choosing it before autograd matters: a decomposition of the fused op would
+    decompose only the forward and leave the fused backward kernel in the backward graph."""
+    import contextlib
+
+    if keep_sdpa:
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel(SDPBackend.MATH)

@@ -38,6 +38,27 @@ class BackendOptions:
     disable_custom_autograd_support: bool = False
     skipped_autograd_functions: frozenset = frozenset()  # qualified names traced through instead
     allow_autograd_checkpoint: bool = False
+    # the memory optimizer (docs/memory_optimizer.md): 0 only the configured plans, 1 + transformer
+    # layers but the last, 2 + every layer and op cluster; plans as PlanConfig tuples
+    memory_opt_level: int = 0
+    memory_opt_config: tuple = ()
+    # scaled-dot-product attention as one ATen node run by torch's fused kernel (False: decomposed)
+    aten_sdpa_fallback: bool = True
+    deepcopy_before_model_export: bool = True  # holds either way: dynamo never runs the module for export
+    cache_dir: str = ""  # exported graphs cached on disk (model_cache.py); "" off
+    print_input_density: bool = False  # runtime_inspector.py
+    print_memory_stats: bool = False
+    # onnxruntime-training switches that are refused when they ask for what this engine cannot do
+    # (REFUSED below says why); the fields hold the accepted value.
+    enable_compute_optimizer: bool = False
+    enable_sparse_optimizer: bool = False
+    enable_label_sparse_optimizer: bool = False
+    enable_embedding_sparse_optimizer: bool = False
+    use_efficient_attention: bool = False
+    enable_mem_efficient_grad_mgmt: bool = False
+    enable_tuning: bool = False
+    max_tuning_duration_ms: int = 0
+    tuning_results_path: str = ""
 
 
 # option name -> (environment variable or None, parser)
@@ -132,6 +153,46 @@ def _opt_level(name: str, v: Any) -> int:
     return i
 
 
+def _refused(parse, accepted: Any, reason: str):
+    """An onnxruntime-training switch this engine cannot honour: the value that asks for nothing
+    (``accepted``) parses; any other is a ValueError saying why it does not apply here."""
+
+    def check(name: str, v: Any) -> Any:
+        value = parse(name, v)
+        if value != accepted:
+            raise ValueError(f"{name}={v!r} cannot be honoured: {reason} (docs/ortmodule.md)")
+        return value
+
+    return check
+
+
+_NOT_YET_COMPUTE_OPTIMIZER = (
+    "the padding-aware compute optimizer (label and embedding sparsity) is not implemented yet "
+    "(issue 19); every token and label is computed, as with the variable set to 0")
+REFUSED = {
+    "enable_compute_optimizer": _NOT_YET_COMPUTE_OPTIMIZER,
+    "enable_sparse_optimizer": _NOT_YET_COMPUTE_OPTIMIZER,
+    "enable_label_sparse_optimizer": _NOT_YET_COMPUTE_OPTIMIZER,
+    "enable_embedding_sparse_optimizer": _NOT_YET_COMPUTE_OPTIMIZER,
+    "use_efficient_attention": (
+        "the engine has no attention-pattern fusion, and torch's efficient-attention kernel is CUDA-only; "
+        "a model that calls F.scaled_dot_product_attention already runs it as one ATen node by torch's "
+        "fused CPU kernel (ORTMODULE_ATEN_SDPA_FALLBACK, on by default)"),
+    "enable_mem_efficient_grad_mgmt": (
+        "AOTAutograd's backward graph returns all parameter gradients to autograd together when it ends; "
+        "there is no per-parameter hook inside the engine's run to hand one over earlier"),
+    "enable_tuning": "the CPU engine has one kernel per operator and shape class, so there is nothing to tune",
+    "max_tuning_duration_ms": "it bounds online op tuning, which this engine does not do (ORTMODULE_ENABLE_TUNING)",
+    "tuning_results_path": "there are no op tuning results to save or load (ORTMODULE_ENABLE_TUNING)",
+}
+
+
+def _memory_plans(name: str, v: Any) -> tuple:
+    from .memory_optimizer.plans import parse_config
+
+    return parse_config(name, v)
+
+
 SPEC: dict[str, tuple[str | None, Any]] = {
     "opset": ("ORTMODULE_ONNX_OPSET_VERSION", _int_in(MIN_OPSET, MAX_OPSET)),
     "fallback_policy": ("ORTMODULE_FALLBACK_POLICY", _policy),
@@ -147,7 +208,26 @@ SPEC: dict[str, tuple[str | None, Any]] = {
     "disable_custom_autograd_support": ("ORTMODULE_DISABLE_CUSTOM_AUTOGRAD_SUPPORT", _bool),
     "skipped_autograd_functions": ("ORTMODULE_SKIPPED_AUTOGRAD_FUNCTIONS", _names),
     "allow_autograd_checkpoint": ("ORTMODULE_ALLOW_AUTOGRAD_CHECKPOINT", _bool),
+    "memory_opt_level": ("ORTMODULE_MEMORY_OPT_LEVEL", _int_in(0, 2)),
+    "memory_opt_config": ("ORTMODULE_MEMORY_OPT_CONFIG", _memory_plans),
+    "aten_sdpa_fallback": ("ORTMODULE_ATEN_SDPA_FALLBACK", _bool),
+    "deepcopy_before_model_export": ("ORTMODULE_DEEPCOPY_BEFORE_MODEL_EXPORT", _bool),
+    "cache_dir": ("ORTMODULE_CACHE_DIR", _directory),
+    "print_input_density": ("ORTMODULE_PRINT_INPUT_DENSITY", _bool),
+    "print_memory_stats": ("ORTMODULE_PRINT_MEMORY_STATS", _bool),
+    "enable_compute_optimizer": ("ORTMODULE_ENABLE_COMPUTE_OPTIMIZER", _bool),
+    "enable_sparse_optimizer": ("ORTMODULE_ENABLE_SPARSE_OPTIMIZER", _bool),
+    "enable_label_sparse_optimizer": ("ORTMODULE_ENABLE_LABEL_SPARSE_OPTIMIZER", _bool),
+    "enable_embedding_sparse_optimizer": ("ORTMODULE_ENABLE_EMBEDDING_SPARSE_OPTIMIZER", _bool),
+    "use_efficient_attention": ("ORTMODULE_USE_EFFICIENT_ATTENTION", _bool),
+    "enable_mem_efficient_grad_mgmt": ("ORTMODULE_ENABLE_MEM_EFFICIENT_GRAD_MGMT", _bool),
+    "enable_tuning": ("ORTMODULE_ENABLE_TUNING", _bool),
+    "max_tuning_duration_ms": ("ORTMODULE_MAX_TUNING_DURATION_MS", _int_in(0, 2**31 - 1)),
+    "tuning_results_path": ("ORTMODULE_TUNING_RESULTS_PATH", _str),
 }
+for _key, _reason in REFUSED.items():
+    _env, _parse = SPEC[_key]
+    SPEC[_key] = (_env, _refused(_parse, BackendOptions.__dataclass_fields__[_key].default, _reason))
 
 
 def resolve(options: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> BackendOptions:
