@@ -26,6 +26,7 @@ from .errors import (
 from .exporter import ExportedGraph, export_fx_graph
 from .exporter.context import TORCH_TO_ONNX
 from .fallback import FallbackManager
+from .model_cache import cache_for, graph_key
 from .options import BackendOptions
 from .runtime_inspector import inspector_for
 
@@ -152,14 +153,13 @@ class CompiledGraph:
     def _compile(self) -> None:
         _load_engine()
         _check_inputs(self.gm)
-        try:
-            exported = export_fx_graph(self.gm, self.opts.opset, set(self.opts.prefer_torch_kernels),
-                                       replay_views=True, unaliased_outputs=self.unaliased_outputs)
-        except FallbackError:
-            raise
-        except Exception as e:  # a converter bug or an FX construct we do not know is a model we cannot export
-            raise UnsupportedTorchModelError(f"exporting {self.name} failed: {type(e).__name__}: {e}") from e
-        STATS.exports += 1
+        cache = cache_for(self.opts)  # ORTMODULE_CACHE_DIR (model_cache.py)
+        key = graph_key(self.gm, self.stage, self.opts, self.unaliased_outputs) if cache else None
+        exported = cache.load(self.gm, key) if key else None
+        if exported is None:
+            exported = self._export()
+            if key:
+                cache.store(key, exported)
         STATS.aten_fallback_ops.update(exported.aten_fallback_ops)
         self.exported = exported
         model = exported.model
@@ -172,6 +172,17 @@ class CompiledGraph:
         self._input_names = exported.input_names
         self.inspector = inspector_for(self.gm, self.name, self.stage, self.opts)  # runtime_inspector.py
         self._report()
+
+    def _export(self) -> ExportedGraph:
+        try:
+            exported = export_fx_graph(self.gm, self.opts.opset, set(self.opts.prefer_torch_kernels),
+                                       replay_views=True, unaliased_outputs=self.unaliased_outputs)
+        except FallbackError:
+            raise
+        except Exception as e:  # a converter bug or an FX construct we do not know is a model we cannot export
+            raise UnsupportedTorchModelError(f"exporting {self.name} failed: {type(e).__name__}: {e}") from e
+        STATS.exports += 1
+        return exported
 
     def _session_for(self, model):
         from .session import InferenceSession

@@ -1,0 +1,287 @@
+"""The on-disk cache of exported graphs (ORTMODULE_CACHE_DIR / the ``cache_dir`` option).
+
+A new process that compiles the same model reaches the same ATen graphs (TorchDynamo and AOTAutograd
+still trace; Inductor's own caches are not involved); with a warm cache each graph's ONNX export is
+read from disk instead of being redone. The entry is one file, ``<cache_dir>/tob-<key>.onnx``:
+
+- the key is a SHA-256 over the cache format, the versions of torch, onnx and torch_ort_backend, the
+  options that shape the export, the stage, and the graph itself (its generated code, which names
+  every op and constant argument, the metadata of every input, and the bytes of every tensor
+  constant). A graph that calls anything but torch operators and operator-module arithmetic (a
+  PythonOp's Function, a Python callable) names process-local objects, so it is never cached;
+- the ExportedGraph's bookkeeping (input/output kinds) travels as JSON in the model's
+  ``metadata_props``, never as pickle: nothing in the file is executed or imported;
+- writes go to a temporary file in the same directory, then ``os.replace``: a reader sees the old
+  entry, the new one or none, never half of one, so processes can share the directory.
+
+Reading an entry goes through the checks every model file gets (``onnx_loader.parse_model``: the
+onnx checker), then through ours: the recorded key must equal the key computed here, a SHA-256 of
+the graph recorded inside must match (truncation, bit rot), and every ATen node must call an operator
+that this process's own graph calls. Only then is it run as our own export (with
+``allow_unsafe_aten_ops``); anything else is a warning and a fresh export. The directory and the file
+must belong to this user and not be writable by others. docs/security.md ("The on-disk cache")
+says what a local attacker could still do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import os
+import stat
+import tempfile
+import warnings
+from collections import Counter
+from typing import Any, Iterable
+
+import torch
+
+logger = logging.getLogger("torch_ort_backend")
+
+FORMAT = 1
+_KEY_PROP = "torch_ort_backend.cache_key"
+_META_PROP = "torch_ort_backend.exported_graph"
+_GRAPH_SHA_PROP = "torch_ort_backend.graph_sha256"
+# Options that change what the exporter produces; the rest (logging, saving, printing, fallback,
+# threads, the engine's optimisation level) act after the export and stay out of the key.
+_EXPORT_OPTIONS = ("opset", "prefer_torch_kernels", "disable_custom_autograd_support",
+                   "skipped_autograd_functions", "allow_autograd_checkpoint", "aten_sdpa_fallback")
+_SYM_FUNCTIONS = {torch.sym_int, torch.sym_float, torch.sym_max, torch.sym_min, torch.sym_not, torch.sym_ite}
+
+STATS: Counter = Counter()  # hits, misses, stored, rejected, uncacheable
+
+
+class CacheWarning(UserWarning):
+    """A cache entry was ignored (corrupt, foreign, or failing a check) or could not be written."""
+
+
+def _cacheable_target(target: Any) -> bool:
+    if isinstance(target, torch._ops.OpOverload):
+        return True
+    return target in _SYM_FUNCTIONS or getattr(target, "__module__", None) in ("_operator", "math")
+
+
+def _operator_names(gm: torch.fx.GraphModule) -> set[tuple[str, str]]:
+    """(operator, overload) of every torch operator the graph calls, as ATen nodes name them."""
+    names = set()
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+            schema = node.target._schema
+            names.add((schema.name.removeprefix("aten::"), schema.overload_name))
+    return names
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"T({value.dtype},{tuple(value.shape)},{value.stride()},{value.requires_grad},{value.layout})"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_describe(v) for v in value) + "]"
+    return repr(value)
+
+
+def graph_key(gm: torch.fx.GraphModule, stage: str, opts: Any, unaliased_outputs: Iterable[int]) -> str | None:
+    """The entry's key, or None when the graph names process-local objects and cannot be cached."""
+    import onnx
+
+    from . import __version__
+
+    h = hashlib.sha256()
+
+    def feed(*parts: Any) -> None:
+        for p in parts:
+            data = p if isinstance(p, bytes) else str(p).encode()
+            h.update(len(data).to_bytes(8, "little"))
+            h.update(data)
+
+    feed(FORMAT, torch.__version__, onnx.__version__, __version__, stage, sorted(unaliased_outputs))
+    feed(*(f"{name}={getattr(opts, name)!r}" for name in _EXPORT_OPTIONS))
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and not _cacheable_target(node.target):
+            return None
+        if node.op == "call_module":
+            return None
+        if node.op == "placeholder":
+            feed(node.name, _describe(node.meta.get("val")))
+    feed(gm.code)
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            value = gm
+            for part in node.target.split("."):
+                value = getattr(value, part)
+            if not isinstance(value, torch.Tensor):
+                return None
+            data = value.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes()
+            feed(node.target, _describe(value), data)
+    return h.hexdigest()
+
+
+# ---- ExportedGraph <-> JSON (no pickle: nothing in a cache file is executed) ----
+
+def _encode(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return {"float": repr(value)} if not math.isfinite(value) else value
+    if isinstance(value, (list, tuple)):
+        return {"tuple" if isinstance(value, tuple) else "list": [_encode(v) for v in value]}
+    if isinstance(value, dict):
+        return {"dict": [[_encode(k), _encode(v)] for k, v in value.items()]}
+    if isinstance(value, torch._ops.OpOverload):
+        return {"op": [value._schema.name, value._overloadname]}
+    if isinstance(value, torch.dtype):
+        return {"dtype": str(value).removeprefix("torch.")}
+    if isinstance(value, torch.memory_format):
+        return {"memory_format": str(value).removeprefix("torch.")}
+    if isinstance(value, torch.device):
+        return {"device": str(value)}
+    raise TypeError(f"{type(value).__name__} cannot be cached")
+
+
+def _decode(value: Any) -> Any:
+    if not isinstance(value, dict):
+        return value
+    (tag, body), = value.items()
+    if tag == "float":
+        return float(body)
+    if tag == "list":
+        return [_decode(v) for v in body]
+    if tag == "tuple":
+        return tuple(_decode(v) for v in body)
+    if tag == "dict":
+        return {_decode(k): _decode(v) for k, v in body}
+    if tag == "op":
+        namespace, name = body[0].split("::", 1)
+        # Attribute lookups on torch.ops only: an operator that is not registered is an error, and
+        # no module is imported.
+        packet = getattr(getattr(torch.ops, namespace), name)
+        return getattr(packet, body[1] or "default")
+    if tag == "dtype":
+        dtype = getattr(torch, body)
+        if not isinstance(dtype, torch.dtype):
+            raise ValueError(f"{body} is not a dtype")
+        return dtype
+    if tag == "memory_format":
+        fmt = getattr(torch, body)
+        if not isinstance(fmt, torch.memory_format):
+            raise ValueError(f"{body} is not a memory format")
+        return fmt
+    if tag == "device":
+        return torch.device(body)
+    raise ValueError(f"unknown tag {tag!r}")
+
+
+def _aten_nodes(graph) -> Iterable[tuple[str, str]]:
+    import onnx
+
+    for node in graph.node:
+        if node.op_type == "ATen":
+            attrs = {a.name: a for a in node.attribute}
+            yield (attrs["operator"].s.decode("utf-8", "replace") if "operator" in attrs else "",
+                   attrs["overload_name"].s.decode("utf-8", "replace") if "overload_name" in attrs else "")
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield from _aten_nodes(a.g)
+            for g in a.graphs:
+                yield from _aten_nodes(g)
+
+
+def _graph_sha(model) -> str:
+    return hashlib.sha256(model.graph.SerializeToString(deterministic=True)).hexdigest()
+
+
+class ModelCache:
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self.directory, f"tob-{key}.onnx")
+
+    def _owned_by_us(self, path: str) -> str:
+        """'' when `path` belongs to this user and nobody else may write it; otherwise why not."""
+        st = os.stat(path)
+        if hasattr(os, "getuid") and st.st_uid != os.getuid():
+            return f"{path} belongs to another user (uid {st.st_uid})"
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return f"{path} is writable by other users (mode {stat.filemode(st.st_mode)})"
+        return ""
+
+    def _warn(self, message: str) -> None:
+        STATS["rejected"] += 1
+        warnings.warn(f"ORTMODULE_CACHE_DIR: {message}; exporting again", CacheWarning, stacklevel=4)
+
+    def load(self, gm: torch.fx.GraphModule, key: str):
+        """The cached ExportedGraph for `key`, or None (a miss, or an entry ignored with a warning)."""
+        from .exporter import ExportedGraph
+        from .onnx_loader import parse_model
+
+        path = self._path(key)
+        if not os.path.exists(path):
+            STATS["misses"] += 1
+            return None
+        why = self._owned_by_us(self.directory) or self._owned_by_us(path)
+        if why:
+            self._warn(f"ignoring {path}: {why}")
+            return None
+        try:
+            model = parse_model(path)
+            props = {p.key: p.value for p in model.metadata_props}
+            if props.get(_KEY_PROP) != key:
+                raise ValueError(f"it was written for another graph (key {props.get(_KEY_PROP)!r})")
+            if props.get(_GRAPH_SHA_PROP) != _graph_sha(model):
+                raise ValueError("its graph does not match the checksum recorded with it")
+            allowed = _operator_names(gm)
+            foreign = sorted({op for op in _aten_nodes(model.graph) if op not in allowed})
+            if foreign:
+                raise ValueError(f"it calls torch operators this graph does not: {foreign[:5]}")
+            meta = _decode(json.loads(props[_META_PROP]))
+            fields = {f.name for f in dataclasses.fields(ExportedGraph)} - {"model"}
+            if set(meta) != fields:
+                raise ValueError(f"its metadata has fields {sorted(meta)}, expected {sorted(fields)}")
+            meta["aten_fallback_ops"] = Counter(meta["aten_fallback_ops"])
+        except Exception as e:  # corrupt, foreign or tampered: never fatal, never trusted
+            self._warn(f"ignoring {path}: {type(e).__name__}: {e}")
+            return None
+        del model.metadata_props[:]
+        STATS["hits"] += 1
+        logger.info("loaded the exported graph from %s", path)
+        return ExportedGraph(model=model, **meta)
+
+    def store(self, key: str, exported: Any) -> None:
+        try:
+            meta = {f.name: getattr(exported, f.name) for f in dataclasses.fields(exported) if f.name != "model"}
+            meta["aten_fallback_ops"] = dict(meta["aten_fallback_ops"])
+            encoded = json.dumps(_encode(meta))
+        except TypeError as e:
+            STATS["uncacheable"] += 1
+            logger.info("not caching a graph: %s", e)
+            return
+        model = type(exported.model)()
+        model.CopyFrom(exported.model)
+        del model.metadata_props[:]
+        for k, v in ((_KEY_PROP, key), (_GRAPH_SHA_PROP, _graph_sha(model)), (_META_PROP, encoded)):
+            entry = model.metadata_props.add()
+            entry.key, entry.value = k, v
+        try:
+            os.makedirs(self.directory, mode=0o700, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".tob-", suffix=".tmp", dir=self.directory)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(model.SerializeToString(deterministic=True))
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, self._path(key))  # atomic: readers see a whole entry or none
+            except BaseException:
+                os.unlink(tmp)
+                raise
+        except OSError as e:
+            warnings.warn(f"ORTMODULE_CACHE_DIR: could not write {self._path(key)}: {e}", CacheWarning, stacklevel=4)
+            return
+        STATS["stored"] += 1
+
+
+def cache_for(opts: Any) -> ModelCache | None:
+    return ModelCache(opts.cache_dir) if getattr(opts, "cache_dir", "") else None
+
