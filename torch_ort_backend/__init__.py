@@ -56,6 +56,15 @@ def compile_stats():
     return stats()
 
 
+def memory_stats() -> dict:
+    """The engine's peak memory at the last forward and backward run of each compiled graph:
+    forward_peak_bytes, backward_peak_bytes (with the stashed activations it reads),
+    step_peak_bytes and per-graph figures (docs/memory_optimizer.md, "Peak memory")."""
+    from .memory_optimizer.step_memory import memory_stats as stats
+
+    return stats()
+
+
 def enable_custom_autograd_support(to_enable: bool = True) -> None:
     """onnxruntime-training's switch: with True (the default) a torch.autograd.Function in a region
     compiled by "ort" runs as a PythonOp / PythonOpGrad pair; with False, Functions in regions
@@ -109,6 +118,7 @@ __all__ = [
     "UnsupportedOnnxModelError",
     "UnsupportedTorchModelError",
     "compile_stats",
+    "memory_stats",
     "enable_custom_autograd_support",
     "register_autograd_function",
     "EngineError",

@@ -11,7 +11,6 @@ from typing import Any, Callable, Mapping
 
 import torch
 from torch._dynamo.backends.common import aot_autograd
-from torch._functorch.partitioners import default_partition, min_cut_rematerialization_partition
 
 from .autograd_function import install_capture
 from .autograd_function.graph_rewrite import prepare_graph
@@ -20,6 +19,7 @@ from .decompositions import attention_kernels, decomposition_table
 from .errors import FallbackError, UnsupportedTorchModelError
 from .fallback import FallbackManager, FallbackPolicy
 from .log_config import configure_logging, log_level_requested
+from .memory_optimizer import partition_with_plans
 from .options import BackendOptions, resolve
 from .recompile_limit import install as install_recompile_limit_warning
 from .recompile_limit import note_compiled_function
@@ -56,13 +56,18 @@ def _compiler(opts: BackendOptions, stage: str) -> Callable:
     return compile_graph
 
 
-def _partition(joint_module: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any):
-    """torch's min-cut partitioner, told never to save a view: a saved t(x) or transpose(x) would be
-    a graph output, so the forward graph would copy it into a new buffer every step; recomputed in
-    the backward graph it is a Transpose that the optimizer folds into the consuming Gemm's trans
-    flag (MatMulTransposeFusion), for free. The forward then saves x itself."""
-    with torch._functorch.config.patch(recompute_views=True):
-        return min_cut_rematerialization_partition(joint_module, joint_inputs, **kwargs)
+def _partitioner(opts: BackendOptions) -> Callable:
+    """torch's min-cut partitioner with the memory optimizer's recompute plans
+    (memory_optimizer/partition.py, docs/memory_optimizer.md), told never to save a view: a saved
+    t(x) or transpose(x) would be a graph output, so the forward graph would copy it into a new
+    buffer every step; recomputed in the backward graph it is a Transpose that the optimizer folds
+    into the consuming Gemm's trans flag (MatMulTransposeFusion), for free. The forward then saves
+    x itself."""
+    def partition(joint_module: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any):
+        return partition_with_plans(joint_module, joint_inputs, level=opts.memory_opt_level,
+                                    plans=opts.memory_opt_config, **kwargs)
+
+    return partition
 
 
 def _eager_backward(gm: torch.fx.GraphModule, example_inputs: Any):
@@ -88,7 +93,7 @@ def ort_backend(gm: torch.fx.GraphModule, example_inputs: list, options: Mapping
         bw_compiler=bw,
         inference_compiler=_compiler(opts, "inference"),
         decompositions=decomposition_table(),
-        partition_fn=_partition,
+        partition_fn=_partitioner(opts),
         keep_inference_input_mutations=False,
     )
     try:

@@ -26,6 +26,7 @@ from .errors import (
 from .exporter import ExportedGraph, export_fx_graph
 from .exporter.context import TORCH_TO_ONNX
 from .fallback import FallbackManager
+from .memory_optimizer.step_memory import GraphMemory
 from .model_cache import cache_for, graph_key
 from .options import BackendOptions
 from .runtime_inspector import inspector_for
@@ -134,6 +135,7 @@ class CompiledGraph:
         self.eager = False
         self.session = None
         self.exported: ExportedGraph | None = None
+        self.memory = GraphMemory.for_graph(gm, stage)  # memory_stats() (memory_optimizer/step_memory.py)
         self.inspector = None
         STATS.graphs += 1
         try:
@@ -262,6 +264,8 @@ class CompiledGraph:
         except Exception as e:
             raise UnsupportedOnnxModelError(f"running {self.name} failed: {e}") from e
         STATS.runs += 1
+        if self.session is not None:
+            self.memory.record(self.session, args)
         if self.inspector is not None:
             self.inspector.after_run(self.session)
         if self.session is not None and logger.isEnabledFor(logging.DEBUG):
