@@ -1,4 +1,4 @@
-# The CUDA execution provider: kernels/*.cu (device code, nvcc) and csrc/providers/cuda/*.cc (host
+# The CUDA execution provider: kernels/<family>/*.cu (device code, nvcc) and csrc/providers/cuda/**/*.cc (host
 # side, the host C++ compiler) in one static library, tob_cuda, linked into tob_engine with
 # TOB_WITH_CUDA defined. Built when TOB_ENABLE_CUDA is ON and nvcc is found; skipped otherwise.
 #
@@ -137,8 +137,8 @@ else()
 endif()
 
 # ---- tob_cuda ----
-file(GLOB TOB_CUDA_KERNEL_SOURCES CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/kernels/*.cu")
-file(GLOB TOB_CUDA_HOST_SOURCES CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/csrc/providers/cuda/*.cc")
+file(GLOB_RECURSE TOB_CUDA_KERNEL_SOURCES CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/kernels/*.cu")
+file(GLOB_RECURSE TOB_CUDA_HOST_SOURCES CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/csrc/providers/cuda/*.cc")
 add_library(tob_cuda STATIC ${TOB_CUDA_KERNEL_SOURCES} ${TOB_CUDA_HOST_SOURCES})
 target_compile_definitions(tob_cuda PUBLIC TOB_WITH_CUDA)
 # No --use_fast_math: the kernels must round like the CPU ones (core/half.h's subnormal path needs

@@ -24,14 +24,6 @@ enum class ElementType : int32_t {
 };
 
 template <typename T>
-inline constexpr bool kIs16BitFloat = std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>;
-
-// The type arithmetic runs in for storage type T: float for 16-bit floats, T otherwise (the
-// convention of providers/cpu/elementwise/elementwise_math.h).
-template <typename T>
-using ComputeType = std::conditional_t<kIs16BitFloat<T>, float, T>;
-
-template <typename T>
 constexpr ElementType ElementTypeOf() {
   if constexpr (std::is_same_v<T, float>) return ElementType::kFloat32;
   else if constexpr (std::is_same_v<T, double>) return ElementType::kFloat64;

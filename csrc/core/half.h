@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #if defined(__CUDACC__)
 #define TOB_HOST_DEVICE __host__ __device__
@@ -90,5 +91,13 @@ struct BFloat16 {
   TOB_HOST_DEVICE static BFloat16 FromBits(uint16_t b) { BFloat16 h; h.bits = b; return h; }
   TOB_HOST_DEVICE operator float() const { return BFloat16BitsToFloat(bits); }  // NOLINT
 };
+
+template <typename T>
+inline constexpr bool kIs16BitFloat = std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>;
+
+// The type arithmetic runs in for storage type T: float32 for the 16-bit floats, T otherwise
+// (every CPU kernel and every CUDA kernel computes 16-bit types this way).
+template <typename T>
+using ComputeType = std::conditional_t<kIs16BitFloat<T>, float, T>;
 
 }  // namespace tob

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "core/status.h"
-#include "framework/allocator.h"
-#include "framework/tensor.h"
+#include "core/allocator.h"
+#include "core/tensor.h"
 #include "framework/thread_pool.h"
 #include "ir/graph.h"
 

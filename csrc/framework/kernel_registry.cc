@@ -59,6 +59,7 @@ KernelRegistry& KernelRegistry::Global() {
 void KernelRegistry::Register(KernelDef def) {
   def.domain = Graph::NormalizeDomain(def.domain);
   TOB_ENFORCE(def.factory != nullptr, "kernel registered without a factory: ", def.Describe());
+  if (def.family.empty()) def.family = family_;
   defs_.push_back(std::move(def));
 }
 

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/domain.h"
 #include "core/dtype.h"
 #include "core/status.h"
 #include "framework/kernel.h"
@@ -34,6 +35,9 @@ struct TypeConstraint {
 
 struct KernelDef {
   std::string domain;  // "" = ai.onnx
+  // The op family of the file that registered it ("elementwise", "nn", ...: the folder under
+  // providers/<ep>/, and the family of the op's schema); set by KernelRegistry::BeginFamily.
+  std::string family;
   std::string op_type;
   int since_version = 1;
   int end_version = kMaxOpset;  // inclusive
@@ -109,6 +113,9 @@ class KernelRegistry {
   static KernelRegistry& Global();
 
   void Register(KernelDef def);
+  // The family stamped on the defs registered from now on (the provider's kernel list calls it
+  // before each file's registration function).
+  void BeginFamily(std::string family) { family_ = std::move(family); }
   // The def that runs `node` on `provider` at `opset` with these input dtypes, or nullptr with
   // the reason in *why_not (op unknown to this provider, opset out of range, dtype not accepted).
   const KernelDef* Find(const std::string& provider, const std::string& domain,
@@ -118,9 +125,11 @@ class KernelRegistry {
 
  private:
   std::vector<KernelDef> defs_;
+  std::string family_;
 };
 
-// One per provider family; each calls its kernel families' Register*Kernels functions.
+// One per provider: each calls the functions of its kernel list (providers/cpu/
+// cpu_kernel_families.inc, providers/cuda/cuda_kernel_families.inc).
 void RegisterCpuKernels(KernelRegistry& registry);
 #ifdef TOB_WITH_CUDA
 void RegisterCudaKernels(KernelRegistry& registry);

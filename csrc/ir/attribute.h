@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "framework/tensor.h"
+#include "core/tensor.h"
 
 namespace tob {
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "framework/tensor.h"
+#include "core/tensor.h"
 #include "ir/attribute.h"
 #include "ir/value_type.h"
 

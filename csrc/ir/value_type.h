@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "framework/tensor.h"
+#include "core/tensor.h"
 
 namespace tob {
 

@@ -8,7 +8,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "framework/tensor.h"
+#include "core/tensor.h"
 #include "memory/run_allocator.h"
 
 namespace tob {

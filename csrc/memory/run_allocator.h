@@ -10,7 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "framework/allocator.h"
+#include "core/allocator.h"
 #include "memory/buffer_plan.h"
 
 namespace tob {

@@ -36,12 +36,14 @@ Status InferAten(InferenceContext& ctx) {
 
 void RegisterAtenSchemas(OpSchemaRegistry& registry) {
   OpSchema s;
-  s.domain = "com.microsoft";
+  s.domain = kMicrosoftDomain;
   s.op_type = "ATen";
   s.min_inputs = 0;
   s.min_outputs = 0;
   s.max_outputs = INT_MAX;
   s.infer = InferAten;
+  // An ATen node runs any torch operator (aten::bernoulli, aten::rand...): assume the worst.
+  s.nondeterministic = AlwaysNondeterministic;
   registry.Register(std::move(s));
 }
 

@@ -18,6 +18,4 @@ StatusOr<std::optional<Dims>> BroadcastAll(const InferenceContext& ctx, int firs
 // same_type, every input must share input 0's type.
 Status InferBroadcast(InferenceContext& ctx, std::optional<DType> dtype, bool same_type);
 
-void RegisterElementwiseCastSchemas(OpSchemaRegistry& registry);
-
 }  // namespace tob

@@ -195,11 +195,9 @@ void RegisterElementwiseSchemas(OpSchemaRegistry& registry) {
   Add(registry, "", "Clip", 1, 3, InferClip);
   for (const char* op : {"Min", "Max", "Mean", "Sum"}) Add(registry, "", op, 1, INT_MAX, InferVariadic);
 
-  RegisterElementwiseCastSchemas(registry);
-
-  Add(registry, "com.microsoft", "Gelu", 1, 1, InferUnary);
-  Add(registry, "com.microsoft", "FastGelu", 1, 2, InferUnidirectional);
-  Add(registry, "com.microsoft", "BiasGelu", 2, 2, InferUnidirectional);
+  Add(registry, kMicrosoftDomain, "Gelu", 1, 1, InferUnary);
+  Add(registry, kMicrosoftDomain, "FastGelu", 1, 2, InferUnidirectional);
+  Add(registry, kMicrosoftDomain, "BiasGelu", 2, 2, InferUnidirectional);
 }
 
 }  // namespace tob

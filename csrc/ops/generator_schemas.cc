@@ -213,6 +213,20 @@ Status InferDropout(InferenceContext& ctx) {
   return Status::OK();
 }
 
+// Dropout draws a random mask when training: its training_mode input (opset 12+) is present and
+// not a constant false. Opsets 7-11 have no training mode (the identity), 1-6 an is_test attribute.
+bool DropoutIsTraining(const Node& node, int opset) {
+  if (opset < 7) {
+    int64_t is_test = 0;
+    return !node.GetAttr("is_test", &is_test, int64_t{0}).ok() || is_test == 0;
+  }
+  if (opset < 12) return false;
+  const Value* mode = node.input(2);
+  if (mode == nullptr) return false;
+  const Tensor* t = mode->initializer();
+  return t == nullptr || t->numel() != 1 || t->ElementAsInt64(0) != 0;
+}
+
 Status CheckRandomDType(const InferenceContext& ctx, DType dtype) {
   if (!IsFloatingPoint(dtype))
     return ctx.Fail("random values must be a floating-point type, got ", DTypeName(dtype));
@@ -252,11 +266,19 @@ void RegisterGeneratorSchemas(OpSchemaRegistry& registry) {
   registry.Register(OpSchema{"", "EyeLike", 1, 1, 1, 1, InferEyeLike});
   registry.Register(OpSchema{"", "OneHot", 3, 3, 1, 1, InferOneHot});
   registry.Register(OpSchema{"", "Trilu", 1, 2, 1, 1, InferTrilu});
-  registry.Register(OpSchema{"", "Dropout", 1, 3, 1, 2, InferDropout});
-  registry.Register(OpSchema{"", "RandomNormal", 0, 0, 1, 1, InferRandom});
-  registry.Register(OpSchema{"", "RandomUniform", 0, 0, 1, 1, InferRandom});
-  registry.Register(OpSchema{"", "RandomNormalLike", 1, 1, 1, 1, InferRandomLike});
-  registry.Register(OpSchema{"", "RandomUniformLike", 1, 1, 1, 1, InferRandomLike});
+  OpSchema dropout{"", "Dropout", 1, 3, 1, 2, InferDropout};
+  dropout.nondeterministic = DropoutIsTraining;
+  registry.Register(std::move(dropout));
+  for (const char* op : {"RandomNormal", "RandomUniform"}) {
+    OpSchema random{"", op, 0, 0, 1, 1, InferRandom};
+    random.nondeterministic = AlwaysNondeterministic;
+    registry.Register(std::move(random));
+  }
+  for (const char* op : {"RandomNormalLike", "RandomUniformLike"}) {
+    OpSchema random{"", op, 1, 1, 1, 1, InferRandomLike};
+    random.nondeterministic = AlwaysNondeterministic;
+    registry.Register(std::move(random));
+  }
 }
 
 }  // namespace tob

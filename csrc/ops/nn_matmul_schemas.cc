@@ -1,6 +1,6 @@
 // MatMul and Gemm.
 #include "ops/gemm_attributes.h"
-#include "ops/nn_schemas.h"
+#include "ops/op_schema.h"
 
 namespace tob {
 

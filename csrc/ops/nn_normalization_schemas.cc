@@ -2,7 +2,7 @@
 // com.microsoft::SkipLayerNormalization, Softmax, LogSoftmax.
 #include <algorithm>
 
-#include "ops/nn_schemas.h"
+#include "ops/op_schema.h"
 
 namespace tob {
 
@@ -131,8 +131,8 @@ void RegisterNnNormalizationSchemas(OpSchemaRegistry& registry) {
   registry.Register(OpSchema{"", "LayerNormalization", 2, 3, 1, 3, InferLayerNorm});
   // onnxruntime's contrib LayerNormalization (same attributes and outputs): what the exporter emits
   // for opsets below 17, where ai.onnx has none.
-  registry.Register(OpSchema{"com.microsoft", "LayerNormalization", 2, 3, 1, 3, InferLayerNorm});
-  registry.Register(OpSchema{"com.microsoft", "SkipLayerNormalization", 3, 5, 1, 4, InferSkipLayerNorm});
+  registry.Register(OpSchema{kMicrosoftDomain, "LayerNormalization", 2, 3, 1, 3, InferLayerNorm});
+  registry.Register(OpSchema{kMicrosoftDomain, "SkipLayerNormalization", 3, 5, 1, 4, InferSkipLayerNorm});
   registry.Register(OpSchema{"", "Softmax", 1, 1, 1, 1, InferSoftmax});
   registry.Register(OpSchema{"", "LogSoftmax", 1, 1, 1, 1, InferSoftmax});
 }

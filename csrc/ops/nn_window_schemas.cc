@@ -1,6 +1,6 @@
 // Sliding-window ops: Conv, ConvTranspose, MaxPool, AveragePool and the global pools.
 #include "ops/nn_window_attributes.h"
-#include "ops/nn_schemas.h"
+#include "ops/op_schema.h"
 
 namespace tob {
 

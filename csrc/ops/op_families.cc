@@ -1,15 +1,19 @@
+// Declares and calls every function of the schema list (op_families.inc).
 #include "ops/op_schema.h"
 
 namespace tob {
 
-#define TOB_OP_FAMILY(name) void Register##name##Schemas(OpSchemaRegistry& registry);
+#define TOB_SCHEMAS(family, function) void function(OpSchemaRegistry& registry);
 #include "ops/op_families.inc"
-#undef TOB_OP_FAMILY
+#undef TOB_SCHEMAS
 
 void RegisterAllOpSchemas(OpSchemaRegistry& registry) {
-#define TOB_OP_FAMILY(name) Register##name##Schemas(registry);
+#define TOB_SCHEMAS(family, function) \
+  registry.BeginFamily(#family);      \
+  function(registry);
 #include "ops/op_families.inc"
-#undef TOB_OP_FAMILY
+#undef TOB_SCHEMAS
+  registry.BeginFamily("");
 }
 
 }  // namespace tob

@@ -16,6 +16,7 @@ OpSchemaRegistry& OpSchemaRegistry::Global() {
 void OpSchemaRegistry::Register(OpSchema schema) {
   auto key = std::make_pair(Graph::NormalizeDomain(schema.domain), schema.op_type);
   TOB_ENFORCE(schemas_.count(key) == 0, "schema registered twice: ", schema.op_type);
+  if (schema.family.empty()) schema.family = family_;
   schemas_[key] = std::move(schema);
 }
 

@@ -1,6 +1,6 @@
-// One entry per operator: its arity and its one shape function. The optimizer (static types,
-// symbolic dims), the memory planner and the executor (concrete shapes, every run) all call the
-// same function through InferenceContext.
+// One entry per operator: its arity, its one shape function and the traits passes must respect.
+// The optimizer (static types, symbolic dims), the memory planner and the executor (concrete
+// shapes, every run) all call the same function through InferenceContext.
 #pragma once
 
 #include <climits>
@@ -10,8 +10,9 @@
 #include <utility>
 #include <vector>
 
+#include "core/domain.h"
 #include "core/status.h"
-#include "framework/tensor.h"
+#include "core/tensor.h"
 #include "ir/graph.h"
 #include "ir/value_type.h"
 
@@ -53,6 +54,11 @@ class InferenceContext {
 };
 
 using ShapeFunction = std::function<Status(InferenceContext&)>;
+// Whether evaluating `node` (at `opset` of its domain) twice may give two different results.
+using NondeterminismPredicate = std::function<bool(const Node& node, int opset)>;
+
+// For ops whose every evaluation draws new random numbers.
+inline bool AlwaysNondeterministic(const Node&, int) { return true; }
 
 struct OpSchema {
   std::string domain;  // "" = ai.onnx
@@ -62,12 +68,24 @@ struct OpSchema {
   int min_outputs = 1;
   int max_outputs = 1;
   ShapeFunction infer;
+  // ---- traits (optimizer/node_traits.h reads them) ----
+  // Random generators, Dropout when training, ATen (any torch op): never folded, never merged.
+  // Null: every evaluation gives the same result.
+  NondeterminismPredicate nondeterministic;
+  // Talks to the outside world (Python callbacks, the training yield point): never folded,
+  // merged or removed, even when nothing reads its outputs.
+  bool side_effects = false;
+  // The op family of the file that registered it (ops/op_families.inc).
+  std::string family;
 };
 
 class OpSchemaRegistry {
  public:
   static OpSchemaRegistry& Global();
   void Register(OpSchema schema);
+  // The family stamped on the schemas registered from now on (op_families.cc calls it before
+  // each file's registration function).
+  void BeginFamily(std::string family) { family_ = std::move(family); }
   const OpSchema* Find(const std::string& domain, const std::string& op_type) const;
   std::vector<const OpSchema*> All() const;
 
@@ -76,6 +94,7 @@ class OpSchemaRegistry {
 
  private:
   std::map<std::pair<std::string, std::string>, OpSchema> schemas_;
+  std::string family_;
 };
 
 // Registers every built-in schema (called once; the list lives in ops/op_families.inc).

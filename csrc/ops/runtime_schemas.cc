@@ -7,7 +7,7 @@ namespace tob {
 void RegisterRuntimeSchemas(OpSchemaRegistry& registry) {
   for (const char* op : {"MemcpyFromHost", "MemcpyToHost"}) {
     OpSchema s;
-    s.domain = "com.microsoft";
+    s.domain = kMicrosoftDomain;
     s.op_type = op;
     s.min_inputs = s.max_inputs = 1;
     s.min_outputs = s.max_outputs = 1;

@@ -1,6 +1,6 @@
 // Shape functions of the indexing ops: Gather, GatherElements, GatherND, Scatter(Elements),
 // ScatterND.
-#include "ops/tensor_schemas.h"
+#include "ops/tensor_schema_utils.h"
 
 namespace tob {
 
@@ -156,7 +156,7 @@ Status InferScatterND(InferenceContext& ctx) {
 
 }  // namespace
 
-void RegisterIndexSchemas(OpSchemaRegistry& registry) {
+void RegisterTensorIndexSchemas(OpSchemaRegistry& registry) {
   registry.Register(OpSchema{"", "Gather", 2, 2, 1, 1, InferGather});
   registry.Register(OpSchema{"", "GatherElements", 2, 2, 1, 1, InferGatherElements});
   registry.Register(OpSchema{"", "GatherND", 2, 2, 1, 1, InferGatherND});

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "ops/tensor_params.h"
-#include "ops/tensor_schemas.h"
+#include "ops/tensor_schema_utils.h"
 
 namespace tob {
 
@@ -241,7 +241,7 @@ Status InferSpaceToDepth(InferenceContext& ctx) {
 
 }  // namespace
 
-void RegisterLayoutSchemas(OpSchemaRegistry& registry) {
+void RegisterTensorLayoutSchemas(OpSchemaRegistry& registry) {
   registry.Register(OpSchema{"", "Transpose", 1, 1, 1, 1, InferTranspose});
   registry.Register(OpSchema{"", "Expand", 2, 2, 1, 1, InferExpand});
   registry.Register(OpSchema{"", "Tile", 2, 2, 1, 1, InferTile});

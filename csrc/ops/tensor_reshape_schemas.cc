@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <map>
 
-#include "ops/tensor_schemas.h"
+#include "ops/tensor_schema_utils.h"
 
 namespace tob {
 
@@ -222,7 +222,7 @@ Status InferShape(InferenceContext& ctx) {
 
 }  // namespace
 
-void RegisterReshapeFamilySchemas(OpSchemaRegistry& registry) {
+void RegisterTensorReshapeSchemas(OpSchemaRegistry& registry) {
   registry.Register(OpSchema{"", "Reshape", 2, 2, 1, 1, InferReshape});
   registry.Register(OpSchema{"", "Flatten", 1, 1, 1, 1, InferFlatten});
   registry.Register(OpSchema{"", "Squeeze", 1, 2, 1, 1, InferSqueeze});

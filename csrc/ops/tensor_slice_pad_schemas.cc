@@ -3,7 +3,7 @@
 #include <climits>
 
 #include "ops/tensor_params.h"
-#include "ops/tensor_schemas.h"
+#include "ops/tensor_schema_utils.h"
 
 namespace tob {
 
@@ -147,7 +147,7 @@ Status InferPad(InferenceContext& ctx) {
 
 }  // namespace
 
-void RegisterSlicePadSchemas(OpSchemaRegistry& registry) {
+void RegisterTensorSlicePadSchemas(OpSchemaRegistry& registry) {
   registry.Register(OpSchema{"", "Slice", 1, 5, 1, 1, InferSlice});
   registry.Register(OpSchema{"", "Pad", 1, 4, 1, 1, InferPad});
 }

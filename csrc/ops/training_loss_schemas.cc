@@ -1,6 +1,6 @@
 // Losses: the standard NegativeLogLikelihoodLoss (ai.onnx 12+) and its gradient
 // com.microsoft::NegativeLogLikelihoodLossGrad.
-#include "ops/training_schemas.h"
+#include "ops/training_schema_utils.h"
 
 namespace tob {
 
@@ -98,7 +98,7 @@ Status InferNllLossGrad(InferenceContext& ctx) {
 
 void RegisterTrainingLossSchemas(OpSchemaRegistry& registry) {
   registry.Register(OpSchema{"", "NegativeLogLikelihoodLoss", 2, 3, 1, 1, InferNllLoss});
-  registry.Register(OpSchema{kMsDomain, "NegativeLogLikelihoodLossGrad", 3, 4, 1, 1, InferNllLossGrad});
+  registry.Register(OpSchema{kMicrosoftDomain, "NegativeLogLikelihoodLossGrad", 3, 4, 1, 1, InferNllLossGrad});
 }
 
 }  // namespace tob

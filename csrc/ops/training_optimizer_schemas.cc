@@ -2,7 +2,7 @@
 // inputs, outputs and attributes onnxruntime-training gave them: SGDOptimizer, AdamOptimizer,
 // LambOptimizer (variadic weight groups), InPlaceAccumulator, ZeroGradient, ReduceAllL2.
 // Semantics: docs/architecture.md, "Training ops"; arithmetic: training/optimizer_math.h.
-#include "ops/training_schemas.h"
+#include "ops/training_schema_utils.h"
 
 namespace tob {
 
@@ -176,13 +176,13 @@ Status InferReduceAllL2(InferenceContext& ctx) {
 }  // namespace
 
 void RegisterTrainingOptimizerSchemas(OpSchemaRegistry& registry) {
-  registry.Register(OpSchema{kMsDomain, "SGDOptimizer", 3, 3, 1, 2, InferSgd});
-  registry.Register(OpSchema{kMsDomain, "AdamOptimizer", 6, 10, 3, 6, InferAdam});
+  registry.Register(OpSchema{kMicrosoftDomain, "SGDOptimizer", 3, 3, 1, 2, InferSgd});
+  registry.Register(OpSchema{kMicrosoftDomain, "AdamOptimizer", 6, 10, 3, 6, InferAdam});
   // Its leading inputs are optional: InferLamb checks the counts (9 inputs and 5 outputs at least).
-  registry.Register(OpSchema{kMsDomain, "LambOptimizer", 0, INT_MAX, 0, INT_MAX, InferLamb});
-  registry.Register(OpSchema{kMsDomain, "InPlaceAccumulator", 2, 3, 1, 1, InferAccumulator});
-  registry.Register(OpSchema{kMsDomain, "ZeroGradient", 2, 2, 1, 1, InferZeroGradient});
-  registry.Register(OpSchema{kMsDomain, "ReduceAllL2", 1, INT_MAX, 1, 1, InferReduceAllL2});
+  registry.Register(OpSchema{kMicrosoftDomain, "LambOptimizer", 0, INT_MAX, 0, INT_MAX, InferLamb});
+  registry.Register(OpSchema{kMicrosoftDomain, "InPlaceAccumulator", 2, 3, 1, 1, InferAccumulator});
+  registry.Register(OpSchema{kMicrosoftDomain, "ZeroGradient", 2, 2, 1, 1, InferZeroGradient});
+  registry.Register(OpSchema{kMicrosoftDomain, "ReduceAllL2", 1, INT_MAX, 1, 1, InferReduceAllL2});
 }
 
 }  // namespace tob

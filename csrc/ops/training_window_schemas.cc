@@ -1,6 +1,6 @@
 // Gradients of the sliding-window ops: com.microsoft::ConvGrad and MaxPoolGrad.
 #include "ops/nn_window_attributes.h"
-#include "ops/training_schemas.h"
+#include "ops/training_schema_utils.h"
 
 namespace tob {
 
@@ -87,8 +87,8 @@ Status InferMaxPoolGrad(InferenceContext& ctx) {
 }  // namespace
 
 void RegisterTrainingWindowSchemas(OpSchemaRegistry& registry) {
-  registry.Register(OpSchema{kMsDomain, "ConvGrad", 3, 3, 1, 3, InferConvGrad});
-  registry.Register(OpSchema{kMsDomain, "MaxPoolGrad", 3, 3, 1, 1, InferMaxPoolGrad});
+  registry.Register(OpSchema{kMicrosoftDomain, "ConvGrad", 3, 3, 1, 3, InferConvGrad});
+  registry.Register(OpSchema{kMicrosoftDomain, "MaxPoolGrad", 3, 3, 1, 1, InferMaxPoolGrad});
 }
 
 }  // namespace tob

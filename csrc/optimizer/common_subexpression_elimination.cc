@@ -47,7 +47,7 @@ class CommonSubexpressionElimination final : public GraphPass {
     std::unordered_map<size_t, std::vector<Node*>> seen;
     int merged = 0;
     for (Node* node : order) {
-      if (IsNonDeterministic(graph, *node) || HasSideEffects(*node) || HasSubgraph(*node)) continue;
+      if (IsNonDeterministic(graph, *node, *ctx.schemas) || HasSideEffects(*node, *ctx.schemas) || HasSubgraph(*node)) continue;
       std::vector<Node*>& bucket = seen[NodeHash(*node)];
       Node* original = nullptr;
       for (Node* candidate : bucket)

@@ -70,8 +70,8 @@ bool AllInputsConstant(const Node& node) {
 // Runs the node through its schema and kernel; nullopt when it cannot or should not be folded
 // here (no kernel, shape not concrete, kernel error): the executor will run it and report.
 std::optional<std::vector<Tensor>> Evaluate(const Graph& graph, const PassContext& ctx, const Node& node) {
-  if (node.outputs().empty() || !AllInputsConstant(node) || HasSideEffects(node) || HasSubgraph(node) ||
-      IsNonDeterministic(graph, node))
+  if (node.outputs().empty() || !AllInputsConstant(node) || HasSideEffects(node, *ctx.schemas) || HasSubgraph(node) ||
+      IsNonDeterministic(graph, node, *ctx.schemas))
     return std::nullopt;
   const int opset = NodeOpset(graph, node);
   std::vector<const ValueType*> types;

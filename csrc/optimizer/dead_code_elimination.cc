@@ -23,7 +23,7 @@ class DeadCodeElimination final : public GraphPass {
     int removed = 0;
     for (auto it = order.rbegin(); it != order.rend(); ++it) {
       Node* node = *it;
-      if (HasSideEffects(*node)) continue;
+      if (HasSideEffects(*node, *ctx.schemas)) continue;
       bool live = std::any_of(node->outputs().begin(), node->outputs().end(),
                               [&](const Value* v) { return !v->uses().empty() || kept.Contains(v); });
       if (live) continue;

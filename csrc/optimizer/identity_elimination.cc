@@ -16,7 +16,7 @@ bool SameStaticShape(const ValueType& a, const ValueType& b) {
 }
 
 // The node's output 0 is its input 0, unchanged.
-bool IsNoOp(const Graph& graph, const Node& node) {
+bool IsNoOp(const Graph& graph, const Node& node, const OpSchemaRegistry& schemas) {
   if (!node.domain().empty() || node.input(0) == nullptr || node.outputs().empty()) return false;
   const std::string& op = node.op_type();
   const ValueType& in = node.input(0)->type();
@@ -32,7 +32,7 @@ bool IsNoOp(const Graph& graph, const Node& node) {
   }
   if (op == "Dropout") {
     const Value* mask = node.output(1);
-    return !IsNonDeterministic(graph, node) && (mask == nullptr || (mask->uses().empty() && !mask->is_graph_output()));
+    return !IsNonDeterministic(graph, node, schemas) && (mask == nullptr || (mask->uses().empty() && !mask->is_graph_output()));
   }
   return false;
 }
@@ -48,7 +48,7 @@ class IdentityElimination final : public GraphPass {
     TOB_ASSIGN_OR_RETURN(std::vector<Node*> order, graph.TopologicalOrder());
     int removed = 0;
     for (Node* node : order) {
-      if (!IsNoOp(graph, *node)) continue;
+      if (!IsNoOp(graph, *node, *ctx.schemas)) continue;
       Value* in = node->input(0);
       Value* out = node->output(0);
       if (kept.ContainsName(out->name())) continue;

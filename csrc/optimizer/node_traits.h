@@ -1,11 +1,13 @@
-// What passes need to know about an op beyond its schema: whether evaluating it twice gives the
-// same result, whether it must run even when nothing reads its outputs.
+// What passes need to know about a node: whether evaluating it twice gives the same result,
+// whether it must run even when nothing reads its outputs (both declared with the op's schema,
+// OpSchema::nondeterministic and OpSchema::side_effects), whether it has subgraphs.
 #pragma once
 
 #include <string>
 #include <unordered_set>
 
 #include "ir/graph.h"
+#include "ops/op_schema.h"
 #include "optimizer/pass.h"
 
 namespace tob {
@@ -14,12 +16,13 @@ namespace tob {
 // are at version 1 (as onnxruntime assumes); ai.onnx not imported stays -1.
 int NodeOpset(const Graph& graph, const Node& node);
 
-// Random generators, and Dropout in training mode: never folded, never merged.
-bool IsNonDeterministic(const Graph& graph, const Node& node);
+// Random generators, Dropout in training mode, ATen nodes: never folded, never merged. An op
+// without a schema has no traits (nothing can run it: shape inference needs the schema).
+bool IsNonDeterministic(const Graph& graph, const Node& node, const OpSchemaRegistry& schemas);
 
 // Ops that talk to the outside world (Python callbacks, the training yield point): never folded,
 // merged or removed, even when nothing reads their outputs.
-bool HasSideEffects(const Node& node);
+bool HasSideEffects(const Node& node, const OpSchemaRegistry& schemas);
 
 // Nodes with a graph attribute (If, Loop, Scan): their bodies are not evaluated by passes.
 bool HasSubgraph(const Node& node);

@@ -1,7 +1,7 @@
 #include <algorithm>
 #include <map>
 
-#include "partition/execution_provider.h"
+#include "partition/partitioner.h"
 
 namespace tob {
 

@@ -3,19 +3,19 @@
 // the device provider for host -> device, MemcpyToHost run by it for device -> host; device to
 // device goes through the host). Graph inputs, graph outputs and initializers live on the host;
 // a MemcpyFromHost fed by an initializer is a constant upload the session may do once.
+#include "partition/partitioner.h"
+
 #include <map>
 #include <unordered_map>
 
 #include "optimizer/node_traits.h"
-#include "partition/execution_provider.h"
 
 namespace tob {
 
 namespace {
 
-constexpr const char* kMsDomain = "com.microsoft";
 
-bool IsCopy(const Node& node, const char* op) { return node.domain() == kMsDomain && node.op_type() == op; }
+bool IsCopy(const Node& node, const char* op) { return node.domain() == kMicrosoftDomain && node.op_type() == op; }
 
 std::string OpLabel(const Node& node) {
   return node.domain().empty() ? node.op_type() : node.domain() + "::" + node.op_type();
@@ -62,7 +62,7 @@ class CopyInserter {
   StatusOr<Value*> AddCopy(const char* op, Value* v, const ExecutionProvider* runner, Device from, Device to) {
     std::string tag = to.type == DeviceType::kCPU ? "host" : StrCat("cuda", to.index);
     std::string out_name = graph_.UniqueName(StrCat(v->name(), "_", tag));
-    TOB_ASSIGN_OR_RETURN(Node * node, graph_.AddNode(op, kMsDomain, {v->name()}, {out_name}, {},
+    TOB_ASSIGN_OR_RETURN(Node * node, graph_.AddNode(op, kMicrosoftDomain, {v->name()}, {out_name}, {},
                                                      graph_.UniqueName(StrCat(op, "_", v->name()))));
     node->set_provider(runner->name());
     node->output(0)->set_type(v->type());
@@ -141,8 +141,8 @@ Status PartitionGraph(Graph& graph, const std::vector<const ExecutionProvider*>&
     TOB_ASSIGN_OR_RETURN(Value * on_host, copies.On(out, nullptr));
     if (on_host != out) TOB_RETURN_IF_ERROR(RedirectGraphOutput(graph, out, on_host));
   }
-  if (static_cast<int>(graph.num_nodes()) > nodes_before && graph.Opset(kMsDomain) < 0)
-    graph.SetOpset(kMsDomain, 1);
+  if (static_cast<int>(graph.num_nodes()) > nodes_before && graph.Opset(kMicrosoftDomain) < 0)
+    graph.SetOpset(kMicrosoftDomain, 1);
   return Status::OK();
 }
 

@@ -1,5 +1,6 @@
 #include "partition/provider_registry.h"
 
+#include "providers/cpu/cpu_execution_provider.h"
 #ifdef TOB_WITH_CUDA
 #include "providers/cuda/cuda_provider.h"
 #endif

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "partition/execution_provider.h"
+#include "framework/execution_provider.h"
 
 namespace tob {
 

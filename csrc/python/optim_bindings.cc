@@ -18,7 +18,7 @@
 #include "training/multi_tensor_ops.h"
 
 #ifdef TOB_WITH_CUDA
-#include "kernels/fused_adam.h"
+#include "kernels/training/fused_adam.h"
 #endif
 
 namespace py = pybind11;

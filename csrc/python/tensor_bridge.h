@@ -6,7 +6,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
-#include "framework/tensor.h"
+#include "core/tensor.h"
 
 namespace tob::python {
 

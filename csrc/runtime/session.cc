@@ -8,6 +8,7 @@
 #include "memory/run_allocator.h"
 #include "ops/op_schema.h"
 #include "partition/provider_registry.h"
+#include "providers/cpu/cpu_execution_provider.h"
 
 namespace tob {
 

@@ -18,7 +18,7 @@
 #include "memory/live_bytes.h"
 #include "memory/run_allocator.h"
 #include "optimizer/pass.h"
-#include "partition/execution_provider.h"
+#include "partition/partitioner.h"
 #include "runtime/profiler.h"
 #include "runtime/state_plan.h"
 

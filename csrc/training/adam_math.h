@@ -1,5 +1,5 @@
 // The per-element arithmetic of FusedAdam, shared by the CPU loops (csrc/training/
-// multi_tensor_adam.cc) and the CUDA kernel (kernels/fused_adam.cu) so both round the same way.
+// multi_tensor_adam.cc) and the CUDA kernel (kernels/training/fused_adam.cu) so both round the same way.
 // Header-only, no engine or standard-library dependencies beyond <cmath>: nvcc compiles it too.
 #pragma once
 

@@ -1,5 +1,5 @@
 // FusedAdam's update over all parameters of a param group in one call (the CPU side of
-// torch_ort_backend.optim.FusedAdam; kernels/fused_adam.cu is the CUDA side). Parameters and
+// torch_ort_backend.optim.FusedAdam; kernels/training/fused_adam.cu is the CUDA side). Parameters and
 // gradients share one storage type (float32, float16 or bfloat16); the moments are float32; the
 // arithmetic is float32 (training/adam_math.h).
 #pragma once

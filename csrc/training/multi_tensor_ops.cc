@@ -10,7 +10,7 @@
 #endif
 
 #include "core/half.h"
-#include "training/float_convert.h"
+#include "core/float_convert.h"
 #include "training/multi_tensor_apply.h"
 
 namespace tob::training {

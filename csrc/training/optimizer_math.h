@@ -1,7 +1,7 @@
 // The arithmetic of the in-graph optimizer ops (com.microsoft SGDOptimizer, AdamOptimizer,
 // LambOptimizer, InPlaceAccumulator; semantics of onnxruntime-training, docs/architecture.md
 // "Training ops"), shared by the CPU kernels (providers/cpu/training/optimizer_*.cc) and the
-// CUDA kernels (kernels/optimizer_ops.cu): per-call scalars are computed once on the host, the
+// CUDA kernels (kernels/training/optimizer_ops.cu): per-call scalars are computed once on the host, the
 // per-element updates are TOB_HOST_DEVICE functions. AdamOptimizer's per-element update is
 // FusedAdam's AdamUpdate (adam_math.h): both of its weight-decay modes are FusedAdam modes.
 #pragma once

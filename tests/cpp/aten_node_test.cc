@@ -10,12 +10,12 @@
 #include "framework/kernel_registry.h"
 #include "ops/op_schema.h"
 #include "partition/provider_registry.h"
+#include "providers/cpu/cpu_execution_provider.h"
 #include "runtime/session.h"
 
 namespace tob {
 namespace {
 
-constexpr const char* kMs = "com.microsoft";
 constexpr const char* kTestProvider = "TestAtenProvider";
 
 std::atomic<int> g_aten_calls{0};
@@ -83,7 +83,7 @@ void RegisterTestProvider() {
         []() -> StatusOr<std::unique_ptr<ExecutionProvider>> { return std::unique_ptr<ExecutionProvider>(new TestAtenProvider()); },
         /*fallback=*/true);
     KernelDef def = Def("ATen");
-    def.Domain(kMs).Provider(kTestProvider).KernelAllocatesOutputs().Kernel<TestAtenKernel>();
+    def.Domain(kMicrosoftDomain).Provider(kTestProvider).KernelAllocatesOutputs().Kernel<TestAtenKernel>();
     KernelRegistry::Global().Register(std::move(def));
   });
 }
@@ -94,7 +94,7 @@ std::unique_ptr<Graph> NewGraph() {
   RegisterTestProvider();
   auto g = std::make_unique<Graph>();
   g->SetOpset("", 17);
-  g->SetOpset(kMs, 1);
+  g->SetOpset(kMicrosoftDomain, 1);
   return g;
 }
 
@@ -112,7 +112,7 @@ TEST(AtenNode, OutputsOfUnknownShapeFeedNativeOps) {
   auto g = NewGraph();
   ASSERT_TRUE(g->AddInput("x", ValueType(DType::kFloat32, Dims{Dim::Symbol("n"), 2})).ok());
   ASSERT_TRUE(g->AddNode("Neg", "", {"x"}, {"neg"}, {}, "neg").ok());
-  ASSERT_TRUE(g->AddNode("ATen", kMs, {"neg"}, {"v"}, AtenOp("test::rows_view"), "view").ok());
+  ASSERT_TRUE(g->AddNode("ATen", kMicrosoftDomain, {"neg"}, {"v"}, AtenOp("test::rows_view"), "view").ok());
   ASSERT_TRUE(g->AddNode("Relu", "", {"v"}, {"y"}, {}, "relu").ok());
   ASSERT_TRUE(g->AddOutput("y").ok());
   auto s = Build(std::move(g));
@@ -132,8 +132,8 @@ TEST(AtenNode, GraphOutputViewingAnIntermediateIsCopiedOutOfTheArena) {
   auto g = NewGraph();
   ASSERT_TRUE(g->AddInput("x", ValueType(DType::kFloat32, Dims{3, 2})).ok());
   ASSERT_TRUE(g->AddNode("Neg", "", {"x"}, {"neg"}, {}, "neg").ok());
-  ASSERT_TRUE(g->AddNode("ATen", kMs, {"neg"}, {"from_intermediate"}, AtenOp("test::rows_view"), "v1").ok());
-  ASSERT_TRUE(g->AddNode("ATen", kMs, {"x"}, {"from_input"}, AtenOp("test::rows_view"), "v2").ok());
+  ASSERT_TRUE(g->AddNode("ATen", kMicrosoftDomain, {"neg"}, {"from_intermediate"}, AtenOp("test::rows_view"), "v1").ok());
+  ASSERT_TRUE(g->AddNode("ATen", kMicrosoftDomain, {"x"}, {"from_input"}, AtenOp("test::rows_view"), "v2").ok());
   ASSERT_TRUE(g->AddOutput("from_intermediate").ok());
   ASSERT_TRUE(g->AddOutput("from_input").ok());
   auto s = Build(std::move(g));
@@ -154,8 +154,8 @@ TEST(AtenNode, GraphOutputViewingAnIntermediateIsCopiedOutOfTheArena) {
 TEST(AtenNode, ProducedOutputsAreCheckedAgainstDeclaredTypes) {
   auto g = NewGraph();
   ASSERT_TRUE(g->AddInput("x", ValueType(DType::kFloat32, Dims{Dim::Symbol("n"), 2})).ok());
-  ASSERT_TRUE(g->AddNode("ATen", kMs, {"x"}, {"i"}, AtenOp("test::as_int64"), "cast").ok());
-  ASSERT_TRUE(g->AddNode("ATen", kMs, {"x"}, {"t"}, AtenOp("test::twice"), "twice").ok());
+  ASSERT_TRUE(g->AddNode("ATen", kMicrosoftDomain, {"x"}, {"i"}, AtenOp("test::as_int64"), "cast").ok());
+  ASSERT_TRUE(g->AddNode("ATen", kMicrosoftDomain, {"x"}, {"t"}, AtenOp("test::twice"), "twice").ok());
   g->FindValue("i")->set_type(ValueType(DType::kFloat32, Dims{Dim::Symbol("n"), 2}));  // wrong dtype
   g->FindValue("t")->set_type(ValueType(DType::kFloat32, Dims{Dim::Symbol("n"), 3}));  // wrong dim
   ASSERT_TRUE(g->AddOutput("i").ok());
@@ -172,7 +172,7 @@ TEST(AtenNode, ProducedOutputsAreCheckedAgainstDeclaredTypes) {
 TEST(AtenNode, ShapeMismatchWithDeclarationIsAnError) {
   auto g = NewGraph();
   ASSERT_TRUE(g->AddInput("x", ValueType(DType::kFloat32, Dims{1, 2})).ok());
-  ASSERT_TRUE(g->AddNode("ATen", kMs, {"x"}, {"t"}, AtenOp("test::twice"), "twice").ok());
+  ASSERT_TRUE(g->AddNode("ATen", kMicrosoftDomain, {"x"}, {"t"}, AtenOp("test::twice"), "twice").ok());
   g->FindValue("t")->set_type(ValueType(DType::kFloat32, Dims{Dim::Symbol("n"), 3}));
   ASSERT_TRUE(g->AddOutput("t").ok());
   auto s = Build(std::move(g));
@@ -187,8 +187,8 @@ TEST(AtenNode, ShapeMismatchWithDeclarationIsAnError) {
 TEST(AtenNode, UndefinedOutputIsAnErrorOnlyWhenRead) {
   auto g = NewGraph();
   ASSERT_TRUE(g->AddInput("x", ValueType(DType::kFloat32, Dims{2})).ok());
-  ASSERT_TRUE(g->AddNode("ATen", kMs, {"x"}, {""}, AtenOp("test::nothing"), "unread").ok());
-  ASSERT_TRUE(g->AddNode("ATen", kMs, {"x"}, {"n"}, AtenOp("test::nothing"), "read").ok());
+  ASSERT_TRUE(g->AddNode("ATen", kMicrosoftDomain, {"x"}, {""}, AtenOp("test::nothing"), "unread").ok());
+  ASSERT_TRUE(g->AddNode("ATen", kMicrosoftDomain, {"x"}, {"n"}, AtenOp("test::nothing"), "read").ok());
   ASSERT_TRUE(g->AddNode("Relu", "", {"n"}, {"y"}, {}, "relu").ok());
   ASSERT_TRUE(g->AddOutput("y").ok());
   ASSERT_TRUE(g->AddOutput("x").ok());
@@ -205,8 +205,8 @@ TEST(AtenNode, UndefinedOutputIsAnErrorOnlyWhenRead) {
 TEST(AtenNode, NeverFoldedNorMergedEvenWithConstantInputs) {
   auto g = NewGraph();
   ASSERT_TRUE(g->AddInitializer("c", Tensor::FromVector<float>({1, 2}, {2})).ok());
-  ASSERT_TRUE(g->AddNode("ATen", kMs, {"c"}, {"a"}, AtenOp("test::twice"), "first").ok());
-  ASSERT_TRUE(g->AddNode("ATen", kMs, {"c"}, {"b"}, AtenOp("test::twice"), "second").ok());
+  ASSERT_TRUE(g->AddNode("ATen", kMicrosoftDomain, {"c"}, {"a"}, AtenOp("test::twice"), "first").ok());
+  ASSERT_TRUE(g->AddNode("ATen", kMicrosoftDomain, {"c"}, {"b"}, AtenOp("test::twice"), "second").ok());
   ASSERT_TRUE(g->AddNode("Add", "", {"a", "b"}, {"y"}, {}, "add").ok());
   ASSERT_TRUE(g->AddOutput("y").ok());
   auto s = Build(std::move(g));
@@ -224,7 +224,7 @@ TEST(AtenNode, NeverFoldedNorMergedEvenWithConstantInputs) {
 TEST(AtenNode, SchemaRequiresOperatorAndConsistentListLengths) {
   auto g = NewGraph();
   ASSERT_TRUE(g->AddInput("x", ValueType(DType::kFloat32, Dims{2})).ok());
-  ASSERT_TRUE(g->AddNode("ATen", kMs, {"x"}, {"y"}, {}, "anonymous").ok());
+  ASSERT_TRUE(g->AddNode("ATen", kMicrosoftDomain, {"x"}, {"y"}, {}, "anonymous").ok());
   ASSERT_TRUE(g->AddOutput("y").ok());
   auto s = Session::Create(std::move(g), SessionOptions{});
   ASSERT_FALSE(s.ok());
@@ -236,7 +236,7 @@ TEST(AtenNode, SchemaRequiresOperatorAndConsistentListLengths) {
   ASSERT_TRUE(g->AddInput("x", ValueType(DType::kFloat32, Dims{2})).ok());
   AttributeMap attrs = AtenOp("cat");
   attrs["tensor_list_lengths"] = Attribute::Ints({3});
-  ASSERT_TRUE(g->AddNode("ATen", kMs, {"x", "x"}, {"y"}, attrs, "cat").ok());
+  ASSERT_TRUE(g->AddNode("ATen", kMicrosoftDomain, {"x", "x"}, {"y"}, attrs, "cat").ok());
   ASSERT_TRUE(g->AddOutput("y").ok());
   s = Session::Create(std::move(g), SessionOptions{});
   ASSERT_FALSE(s.ok());
@@ -247,7 +247,7 @@ TEST(AtenNode, SchemaRequiresOperatorAndConsistentListLengths) {
 TEST(AtenNode, DeclaredTypesSurviveShapeInference) {
   auto g = NewGraph();
   ASSERT_TRUE(g->AddInput("x", ValueType(DType::kFloat32, Dims{Dim::Symbol("n"), 2})).ok());
-  ASSERT_TRUE(g->AddNode("ATen", kMs, {"x"}, {"t"}, AtenOp("test::twice"), "twice").ok());
+  ASSERT_TRUE(g->AddNode("ATen", kMicrosoftDomain, {"x"}, {"t"}, AtenOp("test::twice"), "twice").ok());
   ASSERT_TRUE(g->AddNode("Relu", "", {"t"}, {"y"}, {}, "relu").ok());
   g->FindValue("t")->set_type(ValueType(DType::kFloat32, Dims{Dim::Symbol("n"), 2}));
   ASSERT_TRUE(g->AddOutput("y").ok());
@@ -279,7 +279,7 @@ TEST(AtenNode, SessionPermissionsReachTheProvidersKernelCreation) {
   auto make = [] {
     auto g = NewGraph();
     EXPECT_TRUE(g->AddInput("x", ValueType(DType::kFloat32, Dims{2})).ok());
-    EXPECT_TRUE(g->AddNode("ATen", kMs, {"x"}, {"y"}, AtenOp("test::unsafe_twice"), "gated").ok());
+    EXPECT_TRUE(g->AddNode("ATen", kMicrosoftDomain, {"x"}, {"y"}, AtenOp("test::unsafe_twice"), "gated").ok());
     EXPECT_TRUE(g->AddOutput("y", ValueType(DType::kFloat32, Dims{2})).ok());
     return g;
   };

@@ -1,4 +1,4 @@
-// The per-element arithmetic of the CUDA kernels (kernels/elementwise_ops.h: ApplyUnary,
+// The per-element arithmetic of the CUDA kernels (kernels/elementwise/elementwise_ops.h: ApplyUnary,
 // ApplyBinary, CastElement over the elementwise_math.h functors), run on the host and compared
 // with float64 references. These are the very functions the .cu kernels call per element, so this
 // suite checks the GPU's math on machines without a GPU.
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/elementwise_ops.h"
+#include "kernels/elementwise/elementwise_ops.h"
 
 namespace tob::cuda {
 namespace {

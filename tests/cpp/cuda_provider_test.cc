@@ -89,9 +89,9 @@ TEST(CudaProvider, RegistersItsKernels) {
   EXPECT_NE(r.Find(kCudaProvider, "", "MatMul", 13, {DT::kBFloat16, DT::kBFloat16}), nullptr);
   EXPECT_NE(r.Find(kCudaProvider, "", "Gemm", 11, {DT::kFloat32, DT::kFloat32}), nullptr);
   EXPECT_NE(r.Find(kCudaProvider, "", "Gelu", 20, {DT::kFloat32}), nullptr);
-  EXPECT_NE(r.Find(kCudaProvider, "com.microsoft", "Gelu", 1, {DT::kFloat16}), nullptr);
+  EXPECT_NE(r.Find(kCudaProvider, kMicrosoftDomain, "Gelu", 1, {DT::kFloat16}), nullptr);
   EXPECT_NE(r.Find(kCudaProvider, "", "Cast", 19, {DT::kBool}), nullptr);
-  EXPECT_NE(r.Find(kCudaProvider, "com.microsoft", "MemcpyToHost", 1, {DT::kInt64}), nullptr);
+  EXPECT_NE(r.Find(kCudaProvider, kMicrosoftDomain, "MemcpyToHost", 1, {DT::kInt64}), nullptr);
   // What the kernels do not run is not registered.
   EXPECT_EQ(r.Find(kCudaProvider, "", "Add", 14, {DT::kInt8, DT::kInt8}), nullptr);
   EXPECT_EQ(r.Find(kCudaProvider, "", "Relu", 12, {DT::kBFloat16}), nullptr);  // bfloat16 from opset 13
@@ -256,7 +256,7 @@ void CheckActivations() {
   OpTester("Tanh", 13).Input("x", x).Output("y", {3, 257}, apply([](double a) { return std::tanh(a); }), tol, tol).Run();
   auto gelu = apply([](double a) { return 0.5 * a * (1 + std::erf(a / std::sqrt(2.0))); });
   OpTester("Gelu", 20).Input("x", x).Output("y", {3, 257}, gelu, tol, tol).Run();
-  OpTester("Gelu", 1, "com.microsoft").Input("x", x).Output("y", {3, 257}, gelu, tol, tol).Run();
+  OpTester("Gelu", 1, kMicrosoftDomain).Input("x", x).Output("y", {3, 257}, gelu, tol, tol).Run();
   OpTester("Gelu", 20)
       .Attr("approximate", Attribute::String("tanh"))
       .Input("x", x)

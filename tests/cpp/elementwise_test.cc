@@ -12,7 +12,7 @@
 #include "op_tester.h"
 #include "providers/cpu/elementwise/broadcast.h"
 #include "providers/cpu/elementwise/elementwise_loops.h"
-#include "providers/cpu/elementwise/elementwise_math.h"
+#include "math/elementwise_math.h"
 #include "providers/cpu/elementwise/vector_math.h"
 #include "providers/cpu/elementwise/vector_math_isa.h"
 
@@ -485,23 +485,23 @@ TEST(ElementwiseActivation, AttributesAndGeluForms) {
       .Output("y", {4, 33}, Ref1(x, [](double v) { return std::clamp(0.5 * v + 0.6, 0.0, 1.0); }), 1e-6, 1e-7).Run();
   OpTester("Gelu", 20).Attr("approximate", Attribute::String("tanh")).Input("x", x)
       .Output("y", {4, 33}, Ref1(x, GeluTanh), 2e-6, 1e-6).Run();
-  OpTester("Gelu", 1, "com.microsoft").Input("x", x).Output("y", {4, 33}, Ref1(x, Gelu), 2e-6, 1e-6).Run();
+  OpTester("Gelu", 1, kMicrosoftDomain).Input("x", x).Output("y", {4, 33}, Ref1(x, Gelu), 2e-6, 1e-6).Run();
 
   Tensor bias = RandomTensor<float>({33}, -1, 1, 4);
   auto plus = [](const Fn1& f) { return [f](double a, double b) { return f(a + b); }; };
-  OpTester("FastGelu", 1, "com.microsoft").Input("x", x).Input("b", bias)
+  OpTester("FastGelu", 1, kMicrosoftDomain).Input("x", x).Input("b", bias)
       .Output("y", {4, 33}, Ref2(x, bias, {4, 33}, plus(GeluTanh)), 2e-6, 1e-6).Run();
-  OpTester("FastGelu", 1, "com.microsoft").Input("x", x).Output("y", {4, 33}, Ref1(x, GeluTanh), 2e-6, 1e-6).Run();
-  OpTester("BiasGelu", 1, "com.microsoft").Input("x", x).Input("b", bias)
+  OpTester("FastGelu", 1, kMicrosoftDomain).Input("x", x).Output("y", {4, 33}, Ref1(x, GeluTanh), 2e-6, 1e-6).Run();
+  OpTester("BiasGelu", 1, kMicrosoftDomain).Input("x", x).Input("b", bias)
       .Output("y", {4, 33}, Ref2(x, bias, {4, 33}, plus(Gelu)), 2e-6, 1e-6).Run();
   Tensor xh = RandomTensor<Float16>({4, 600}, -4, 4, 5), bh = RandomTensor<Float16>({600}, -1, 1, 6);
-  OpTester("BiasGelu", 1, "com.microsoft").Input("x", xh).Input("b", bh)
+  OpTester("BiasGelu", 1, kMicrosoftDomain).Input("x", xh).Input("b", bh)
       .Output("y", {4, 600}, Ref2(xh, bh, {4, 600}, plus(Gelu)), 2e-3, 2e-3).Run();
 
   auto bad = OpTester("Gelu", 20).Attr("approximate", Attribute::String("fast")).Input("x", x).Output("y", {4, 33}, {})
                  .Compute();
   EXPECT_FALSE(bad.ok());
-  auto bad_bias = OpTester("BiasGelu", 1, "com.microsoft").Input("x", x).Input("b", RandomTensor<float>({5}))
+  auto bad_bias = OpTester("BiasGelu", 1, kMicrosoftDomain).Input("x", x).Input("b", RandomTensor<float>({5}))
                       .Output("y", {4, 33}, {}).Compute();
   EXPECT_FALSE(bad_bias.ok());
 }

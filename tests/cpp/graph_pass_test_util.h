@@ -98,7 +98,10 @@ struct TestRegistries {
       return Status::OK();
     };
     for (const char* op : {"Add", "Mul"}) schemas.Register(Schema(op, 2, 2, binary));
-    for (const char* op : {"Relu", "Neg", "Sin", "Identity", "RandomUniformLike"}) schemas.Register(Schema(op, 1, 1, same));
+    for (const char* op : {"Relu", "Neg", "Sin", "Identity"}) schemas.Register(Schema(op, 1, 1, same));
+    OpSchema random = Schema("RandomUniformLike", 1, 1, same);
+    random.nondeterministic = AlwaysNondeterministic;
+    schemas.Register(std::move(random));
     schemas.Register(Schema("Cast", 1, 1, [](InferenceContext& ctx) -> Status {
       int64_t to = 0;
       TOB_RETURN_IF_ERROR(ctx.node().GetAttr("to", &to));
@@ -128,15 +131,20 @@ struct TestRegistries {
                                                           : std::optional<Dims>(Dims{Dim::Unknown()})));
       return Status::OK();
     }));
-    schemas.Register(Schema("Dropout", 1, 3, [](InferenceContext& ctx) -> Status {
+    OpSchema dropout = Schema("Dropout", 1, 3, [](InferenceContext& ctx) -> Status {
       TOB_RETURN_IF_ERROR(PropagateType(ctx));
       if (ctx.num_outputs() > 1) ctx.set_output(1, ValueType(DType::kBool, ctx.input_type(0)->shape));
       return Status::OK();
-    }, 1, 2));
+    }, 1, 2);
+    // When Dropout trains is the real schema's trait.
+    dropout.nondeterministic = OpSchemaRegistry::Global().Find("", "Dropout")->nondeterministic;
+    schemas.Register(std::move(dropout));
     // An op whose shape function knows nothing: declared graph-output types must survive it.
     schemas.Register(Schema("Opaque", 1, 1, [](InferenceContext&) { return Status::OK(); }));
-    schemas.Register(Schema("YieldOp", 0, INT_MAX, [](InferenceContext&) { return Status::OK(); }, 0, INT_MAX,
-                            "com.microsoft"));
+    OpSchema yield = Schema("YieldOp", 0, INT_MAX, [](InferenceContext&) { return Status::OK(); }, 0, INT_MAX,
+                            kMicrosoftDomain);
+    yield.side_effects = true;  // hands control to Python (onnxruntime-training's ORTModule)
+    schemas.Register(std::move(yield));
     RegisterRuntimeSchemas(schemas);
 
     auto f32 = std::vector<DType>{DType::kFloat32};

@@ -14,7 +14,7 @@
 #include "core/half.h"
 #include "framework/thread_pool.h"
 #include "training/adam_math.h"
-#include "training/float_convert.h"
+#include "core/float_convert.h"
 #include "training/multi_tensor_adam.h"
 #include "training/multi_tensor_apply.h"
 #include "training/multi_tensor_ops.h"

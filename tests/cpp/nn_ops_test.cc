@@ -614,7 +614,7 @@ TEST(NnSkipLayerNorm, SumBiasAndOutputs) {
   std::vector<double> sum(xv.size());
   for (size_t i = 0; i < xv.size(); ++i) sum[i] = xv[i] + sv[i % 96] + bv[i % 32];
   LayerNormRef ref = RefLayerNorm(sum, 6, 32, ToDoubles(gamma), &be, 1e-12);
-  OpTester("SkipLayerNormalization", 1, "com.microsoft")
+  OpTester("SkipLayerNormalization", 1, kMicrosoftDomain)
       .Input("input", x).Input("skip", skip).Input("gamma", gamma).Input("beta", beta).Input("bias", bias)
       .Output("output", {2, 3, 32}, ref.y, 1e-5, 1e-5)
       .Output("mean", {2, 3, 1}, ref.mean, 1e-5, 1e-5)

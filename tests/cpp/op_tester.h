@@ -16,7 +16,8 @@
 #include "framework/thread_pool.h"
 #include "ir/graph.h"
 #include "ops/op_schema.h"
-#include "partition/execution_provider.h"
+#include "partition/partitioner.h"
+#include "providers/cpu/cpu_execution_provider.h"
 #ifdef TOB_WITH_CUDA
 #include "providers/cuda/cuda_provider.h"
 #endif

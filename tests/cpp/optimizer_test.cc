@@ -371,7 +371,7 @@ TEST(OptimizerDce, KeepsOutputsKeptValuesAndSideEffects) {
   GraphBuilder(g).Input("x", F32({2}));
   GraphBuilder(g).Op("Relu", {"x"}, {"kept"});
   GraphBuilder(g).Op("Neg", {"x"}, {"y"});
-  GraphBuilder(g).Op("YieldOp", {"y"}, {"grad"}, {}, "com.microsoft");
+  GraphBuilder(g).Op("YieldOp", {"y"}, {"grad"}, {}, kMicrosoftDomain);
   GraphBuilder(g).Output("y");
   std::string text = GraphToText(g);
   EXPECT_FALSE(RunPass(CreateDeadCodeEliminationPass(), g, {"kept"}));

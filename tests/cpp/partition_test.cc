@@ -7,7 +7,8 @@
 
 #include "graph_pass_test_util.h"
 #include "ir/graph_printer.h"
-#include "partition/execution_provider.h"
+#include "partition/partitioner.h"
+#include "providers/cpu/cpu_execution_provider.h"
 
 namespace tob {
 namespace {
@@ -75,7 +76,7 @@ TEST(Partition, PlacesNodesByPriorityAndInsertsCopiesAtDeviceBorders) {
   Status s = Partition(g, {&Fake(), &Cpu()}, &report);
   ASSERT_TRUE(s.ok()) << s.ToString();
 
-  const std::string dev = "FakeDeviceEP", cpu = kCpuProvider, ms = "com.microsoft";
+  const std::string dev = "FakeDeviceEP", cpu = kCpuProvider, ms = kMicrosoftDomain;
   Graph expected;
   GraphBuilder eb(expected);
   eb.Input("x", F32({4}));
@@ -89,7 +90,7 @@ TEST(Partition, PlacesNodesByPriorityAndInsertsCopiesAtDeviceBorders) {
   eb.Output("y");
   EXPECT_EQ(GraphToText(g), GraphToText(expected));
   EXPECT_EQ(g.output_names(), std::vector<std::string>{"y"});
-  EXPECT_EQ(g.Opset("com.microsoft"), 1);
+  EXPECT_EQ(g.Opset(kMicrosoftDomain), 1);
   EXPECT_EQ(g.FindValue("r")->uses().size(), 2u);  // Add still reads the device copy of r
   Status valid = VerifyGraph(g, Registries().schemas);
   EXPECT_TRUE(valid.ok()) << valid.ToString();
@@ -141,7 +142,7 @@ TEST(Partition, OneCopyPerValueAndDevice) {
   PartitionReport report;
   ASSERT_TRUE(Partition(g, {&Fake(), &Cpu()}, &report).ok());
 
-  const std::string dev = "FakeDeviceEP", cpu = kCpuProvider, ms = "com.microsoft";
+  const std::string dev = "FakeDeviceEP", cpu = kCpuProvider, ms = kMicrosoftDomain;
   Graph expected;
   GraphBuilder eb(expected);
   eb.Input("x", F32({4}));
@@ -166,7 +167,7 @@ TEST(Partition, DeviceToDeviceGoesThroughTheHost) {
   PartitionReport report;
   ASSERT_TRUE(Partition(g, {&Fake(), &second, &Cpu()}, &report).ok());
 
-  const std::string ms = "com.microsoft";
+  const std::string ms = kMicrosoftDomain;
   Graph expected;
   GraphBuilder eb(expected);
   eb.Input("x", F32({4}));
@@ -193,7 +194,7 @@ TEST(Partition, HostOnlyGraphsGetNoCopies) {
   EXPECT_EQ(report.copies_inserted, 0);
   EXPECT_EQ(g.num_nodes(), 2u);
   for (const Node* n : g.nodes()) EXPECT_EQ(n->provider(), kCpuProvider);
-  EXPECT_EQ(g.Opset("com.microsoft"), -1);
+  EXPECT_EQ(g.Opset(kMicrosoftDomain), -1);
 }
 
 TEST(Partition, CpuDeclinesAnUnsupportedDtypeWithTheReason) {
@@ -222,8 +223,8 @@ TEST(Partition, NoProviderIsNotImplementedNamingOpDomainOpsetAndReasons) {
 
 TEST(Partition, MemcpySchemasAndHostKernelsAreRegistered) {
   for (const char* op : {"MemcpyFromHost", "MemcpyToHost"}) {
-    EXPECT_NE(OpSchemaRegistry::Global().Find("com.microsoft", op), nullptr) << op;
-    EXPECT_NE(KernelRegistry::Global().Find(kCpuProvider, "com.microsoft", op, 1, {DType::kFloat16}), nullptr) << op;
+    EXPECT_NE(OpSchemaRegistry::Global().Find(kMicrosoftDomain, op), nullptr) << op;
+    EXPECT_NE(KernelRegistry::Global().Find(kCpuProvider, kMicrosoftDomain, op, 1, {DType::kFloat16}), nullptr) << op;
   }
 }
 

@@ -55,7 +55,7 @@ void RunBatchNormInternal(const Shape& shape, double tol) {
   Tensor in_mean = RandomTensor<float>({C}, -1, 1, 204), in_var = RandomTensor<float>({C}, 0.5, 2, 205);
   BatchNormRef ref = RefBatchNorm(ToDoubles(x), shape, ToDoubles(scale), ToDoubles(bias), ToDoubles(in_mean),
                                   ToDoubles(in_var), 1e-3, 0.8);
-  OpTester("BatchNormInternal", 1, kMs)
+  OpTester("BatchNormInternal", 1, kMicrosoftDomain)
       .Attr("epsilon", Attribute::Float(1e-3f)).Attr("momentum", Attribute::Float(0.8f)).Attr("training_mode", Int(1))
       .Input("X", x).Input("scale", scale).Input("B", bias).Input("input_mean", in_mean).Input("input_var", in_var)
       .Output("Y", shape, ref.y, tol, tol)
@@ -85,7 +85,7 @@ TEST(TrainingBatchNormInternal, InferenceModeUsesInputStatistics) {
     y.push_back((xv[i] - m[c]) / std::sqrt(v[c] + 1e-5) * s[c] + b[c]);
   }
   for (int64_t c = 0; c < 3; ++c) inv.push_back(1 / std::sqrt(v[c] + 1e-5));
-  OpTester("BatchNormInternal", 1, kMs)
+  OpTester("BatchNormInternal", 1, kMicrosoftDomain)
       .Input("X", x).Input("scale", scale).Input("B", bias).Input("input_mean", mean).Input("input_var", var)
       .Output("Y", shape, y, 1e-5, 1e-5).Output("running_mean", {3}, m, 0, 0).Output("running_var", {3}, v, 0, 0)
       .Output("saved_mean", {3}, m, 0, 0).Output("saved_inv_std", {3}, inv, 1e-6, 1e-6).Run();
@@ -114,7 +114,7 @@ void RunBatchNormGrad(const Shape& shape, double tol) {
         return s;
       },
       xv, 1e-5);
-  OpTester("BatchNormalizationGrad", 1, kMs)
+  OpTester("BatchNormalizationGrad", 1, kMicrosoftDomain)
       .Attr("epsilon", Attribute::Float(1e-5f))
       .Input("dY", dy).Input("X", x).Input("scale", scale)
       .Input("saved_mean", FromDoubles<float>(fwd.mean, {C})).Input("saved_inv_std", FromDoubles<float>(fwd.inv_std, {C}))
@@ -130,7 +130,7 @@ TEST(TrainingBatchNormGrad, MatchesNumericGradient) {
 }
 
 TEST(TrainingBatchNormGrad, ChannelMismatchIsAnError) {
-  OpTester t("BatchNormalizationGrad", 1, kMs);
+  OpTester t("BatchNormalizationGrad", 1, kMicrosoftDomain);
   t.Input("dY", RandomTensor<float>({2, 3, 4})).Input("X", RandomTensor<float>({2, 3, 4}))
       .Input("scale", RandomTensor<float>({4})).Input("saved_mean", RandomTensor<float>({3}))
       .Input("saved_inv_std", RandomTensor<float>({3})).Output("dX", {2, 3, 4}, {});

@@ -93,7 +93,7 @@ void RunConvGrad(const Shape& x_shape, const Shape& w_shape, const Window& win, 
   RefConvGrad(x, w, win, group, nullptr, &dy_shape);
   Tensor dy = RandomTensor<T>(dy_shape, -1, 1, 103);
   ConvGradRef ref = RefConvGrad(x, w, win, group, &dy, nullptr);
-  OpTester t("ConvGrad", 1, kMs);
+  OpTester t("ConvGrad", 1, kMicrosoftDomain);
   SetAttrs(t, w_shape, win, group);
   t.Input("dY", dy).Input("X", x).Input("W", w)
       .Output("dX", x_shape, ref.dx, tol, tol)
@@ -154,7 +154,7 @@ TEST(TrainingConvGrad, SamePaddingMatchesExplicitPads) {
   RefConvGrad(x, w, explicit_pads, 1, nullptr, &dy_shape);
   Tensor dy = RandomTensor<float>(dy_shape, -1, 1, 113);
   ConvGradRef ref = RefConvGrad(x, w, explicit_pads, 1, &dy, nullptr);
-  OpTester("ConvGrad", 1, kMs)
+  OpTester("ConvGrad", 1, kMicrosoftDomain)
       .Attr("auto_pad", Attribute::String("SAME_UPPER")).Attr("strides", Ints({2, 2}))
       .Input("dY", dy).Input("X", x).Input("W", w)
       .Output("dX", {1, 2, 7, 8}, ref.dx, 1e-4, 1e-4).Output("dW", {3, 2, 3, 3}, ref.dw, 1e-4, 1e-4)
@@ -172,7 +172,7 @@ TEST(TrainingConvGrad, ComputesOnlyRequestedOutputs) {
   AttributeMap attrs{{"kernel_shape", Ints({3, 3})}, {"pads", Ints({1, 1, 1, 1})}, {"group", Int(2)}};
   for (const std::vector<bool>& mask : std::vector<std::vector<bool>>{{false, true, true}, {true, false, false},
                                                                       {false, false, true}, {true, true, false}}) {
-    auto outs = RunWithOutputs("ConvGrad", kMs, 1, {dy, x, w}, attrs, mask);
+    auto outs = RunWithOutputs("ConvGrad", kMicrosoftDomain, 1, {dy, x, w}, attrs, mask);
     ASSERT_TRUE(outs.ok()) << outs.status().ToString();
     const std::vector<double>* refs[3] = {&ref.dx, &ref.dw, &ref.db};
     const Shape shapes[3] = {x_shape, w_shape, {6}};
@@ -184,7 +184,7 @@ TEST(TrainingConvGrad, ComputesOnlyRequestedOutputs) {
 }
 
 TEST(TrainingConvGrad, WrongDyShapeIsAnError) {
-  OpTester t("ConvGrad", 1, kMs);
+  OpTester t("ConvGrad", 1, kMicrosoftDomain);
   t.Attr("kernel_shape", Ints({3, 3}))
       .Input("dY", RandomTensor<float>({1, 2, 4, 4}))
       .Input("X", RandomTensor<float>({1, 3, 5, 5}))
@@ -209,7 +209,7 @@ void RunMaxPoolGrad(const Shape& x_shape, const std::vector<int64_t>& kernel, co
   Tensor dy = RandomTensor<T>(indices.shape(), -1, 1, 132);
   std::vector<double> dx(static_cast<size_t>(x.numel()), 0.0), dyv = ToDoubles(dy);
   for (int64_t i = 0; i < indices.numel(); ++i) dx[indices.data<int64_t>()[i]] += dyv[i];
-  OpTester("MaxPoolGrad", 1, kMs).Input("dY", dy).Input("Indices", indices).Input("X", x)
+  OpTester("MaxPoolGrad", 1, kMicrosoftDomain).Input("dY", dy).Input("Indices", indices).Input("X", x)
       .Output("dX", x_shape, dx, tol, tol).Threads(3).Run();
 }
 
@@ -228,7 +228,7 @@ TEST(TrainingMaxPoolGrad, HalfAndDouble) {
 
 TEST(TrainingMaxPoolGrad, IndexOutsideItsPlaneIsAnError) {
   // Plane 1 of a [1, 2, 2, 2] input holds indices 4..7; 2 belongs to plane 0.
-  OpTester t("MaxPoolGrad", 1, kMs);
+  OpTester t("MaxPoolGrad", 1, kMicrosoftDomain);
   t.Input("dY", RandomTensor<float>({1, 2, 1, 1}))
       .Input("Indices", Tensor::FromVector<int64_t>({1, 2}, {1, 2, 1, 1}))
       .Input("X", RandomTensor<float>({1, 2, 2, 2}))

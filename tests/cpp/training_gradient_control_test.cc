@@ -19,19 +19,19 @@ TEST(InPlaceAccumulator, AddsTheValueOfAnyStorageType) {
                                            : RandomTensor<BFloat16>(shape, -1, 1, 2);
     std::vector<double> expected;
     for (int64_t i = 0; i < sum.numel(); ++i) expected.push_back(sum.ElementAsDouble(i) + value.ElementAsDouble(i));
-    OpTester t("InPlaceAccumulator", 1, kMs);
+    OpTester t("InPlaceAccumulator", 1, kMicrosoftDomain);
     t.Input("old_sum", sum).Input("value", value).Output("new_sum", shape, expected).Run();
-    OpTester signal_true("InPlaceAccumulator", 1, kMs);
+    OpTester signal_true("InPlaceAccumulator", 1, kMicrosoftDomain);
     signal_true.Input("old_sum", sum).Input("value", value).Input("signal", Signal(true))
         .Output("new_sum", shape, expected).Run();
   }
-  OpTester off("InPlaceAccumulator", 1, kMs);
+  OpTester off("InPlaceAccumulator", 1, kMicrosoftDomain);
   off.Input("old_sum", sum).Input("value", RandomTensor<float>(shape, -1, 1, 3)).Input("signal", Signal(false))
       .Output("new_sum", shape, ToDoubles(sum), 0, 0).Run();
 }
 
 TEST(InPlaceAccumulator, ShapeMismatchIsAnError) {
-  OpTester t("InPlaceAccumulator", 1, kMs);
+  OpTester t("InPlaceAccumulator", 1, kMicrosoftDomain);
   t.Input("old_sum", RandomTensor<float>({4})).Input("value", RandomTensor<float>({2, 2})).Output("s", {4}, {});
   ExpectFailure(t, "input 1 (value) float32[2, 2] must have the shape of old_sum float32[4]");
 }
@@ -42,7 +42,7 @@ TEST(ZeroGradient, ZerosEveryFloatType) {
                : dt == DType::kFloat16 ? RandomTensor<Float16>({5, 3})
                : dt == DType::kBFloat16 ? RandomTensor<BFloat16>({5, 3})
                                         : RandomTensor<double>({5, 3});
-    OpTester t("ZeroGradient", 1, kMs);
+    OpTester t("ZeroGradient", 1, kMicrosoftDomain);
     t.Input("g", g).Input("signal", RandomTensor<float>({2})).Output("z", {5, 3}, std::vector<double>(15, 0.0), 0, 0)
         .Run();
   }
@@ -57,7 +57,7 @@ TEST(ReduceAllL2, GlobalNormOfAllInputsIndependentOfThreads) {
     for (int64_t i = 0; i < x.numel(); ++i) sq += x.ElementAsDouble(i) * x.ElementAsDouble(i);
   std::vector<float> bits;
   for (int threads : {1, 3, 4}) {
-    OpTester t("ReduceAllL2", 1, kMs);
+    OpTester t("ReduceAllL2", 1, kMicrosoftDomain);
     t.Threads(threads);
     for (size_t i = 0; i < xs.size(); ++i) t.Input("x" + std::to_string(i), xs[i]);
     t.Output("y", {}, {std::sqrt(sq)}, 1e-6, 0).Run();
@@ -74,9 +74,9 @@ TEST(ReduceAllL2, HalfInputsAndMixedDTypes) {
   double sq = 0;
   for (const Tensor* x : {&a, &b})
     for (int64_t i = 0; i < x->numel(); ++i) sq += x->ElementAsDouble(i) * x->ElementAsDouble(i);
-  OpTester t("ReduceAllL2", 1, kMs);
+  OpTester t("ReduceAllL2", 1, kMicrosoftDomain);
   t.Input("a", a).Input("b", b).Output("y", {}, {std::sqrt(sq)}, 1e-6, 0).Run();
-  OpTester mixed("ReduceAllL2", 1, kMs);
+  OpTester mixed("ReduceAllL2", 1, kMicrosoftDomain);
   mixed.Input("a", a).Input("b", RandomTensor<float>({3})).Output("y", {}, {});
   ExpectFailure(mixed, "inputs must share one dtype");
 }
@@ -86,13 +86,13 @@ TEST(ReduceAllL2, HalfInputsAndMixedDTypes) {
 TEST(OptimizerState, AdamUpdatesBoundStateInPlace) {
   auto g = std::make_unique<Graph>();
   g->SetOpset("", 17);
-  g->SetOpset(kMs, 1);
+  g->SetOpset(kMicrosoftDomain, 1);
   const ValueType f4(DType::kFloat32, Dims{4});
   ASSERT_TRUE(g->AddInput("lr", ValueType(DType::kFloat32, Dims{})).ok());
   ASSERT_TRUE(g->AddInput("T", ValueType(DType::kInt64, Dims{})).ok());
   for (const char* name : {"W", "G", "M1", "M2"}) ASSERT_TRUE(g->AddInput(name, f4).ok());
   AttributeMap attrs = {{"lambda", Attribute::Float(0.01f)}};
-  ASSERT_TRUE(g->AddNode("AdamOptimizer", kMs, {"lr", "T", "W", "G", "M1", "M2"}, {"T_new", "M1_new", "M2_new", "W_new"},
+  ASSERT_TRUE(g->AddNode("AdamOptimizer", kMicrosoftDomain, {"lr", "T", "W", "G", "M1", "M2"}, {"T_new", "M1_new", "M2_new", "W_new"},
                          attrs, "adam").ok());
   for (const char* name : {"T_new", "M1_new", "M2_new", "W_new"}) ASSERT_TRUE(g->AddOutput(name).ok());
   SessionOptions opts;

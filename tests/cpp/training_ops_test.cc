@@ -40,7 +40,7 @@ void RunGeluGrad(const char* op, double (*forward)(double), double tol) {
   // 2053 elements: several blocks and a ragged tail; values wide enough to reach both tails.
   const Shape shape{2053};
   Tensor dy = RandomTensor<T>(shape, -2, 2, 1), x = RandomTensor<T>(shape, -6, 6, 2);
-  OpTester(op, 1, kMs).Input("dY", dy).Input("X", x)
+  OpTester(op, 1, kMicrosoftDomain).Input("dY", dy).Input("X", x)
       .Output("dX", shape, ChainNumeric(ToDoubles(dy), ToDoubles(x), forward), tol, tol)
       .Threads(3).Run();
 }
@@ -73,15 +73,15 @@ TEST(TrainingActivationGrad, ReluSigmoidTanh) {
     sig_dx.push_back(dyv[i] * sig_y[i] * (1 - sig_y[i]));
     tanh_dx.push_back(dyv[i] * (1 - tanh_y[i] * tanh_y[i]));
   }
-  OpTester("ReluGrad", 1, kMs).Input("dY", dy).Input("X", x).Output("dX", shape, relu, 0, 0).Run();
-  OpTester("SigmoidGrad", 1, kMs).Input("dY", dy).Input("Y", FromDoubles<float>(sig_y, shape))
+  OpTester("ReluGrad", 1, kMicrosoftDomain).Input("dY", dy).Input("X", x).Output("dX", shape, relu, 0, 0).Run();
+  OpTester("SigmoidGrad", 1, kMicrosoftDomain).Input("dY", dy).Input("Y", FromDoubles<float>(sig_y, shape))
       .Output("dX", shape, sig_dx, 1e-6, 1e-7).Run();
-  OpTester("TanhGrad", 1, kMs).Input("dY", dy).Input("Y", FromDoubles<float>(tanh_y, shape))
+  OpTester("TanhGrad", 1, kMicrosoftDomain).Input("dY", dy).Input("Y", FromDoubles<float>(tanh_y, shape))
       .Output("dX", shape, tanh_dx, 1e-6, 1e-7).Run();
   // Relu's output gives the same mask as its input.
   std::vector<double> relu_out;
   for (double v : xv) relu_out.push_back(std::max(v, 0.0));
-  OpTester("ReluGrad", 1, kMs).Input("dY", dy).Input("Y", FromDoubles<float>(relu_out, shape))
+  OpTester("ReluGrad", 1, kMicrosoftDomain).Input("dY", dy).Input("Y", FromDoubles<float>(relu_out, shape))
       .Output("dX", shape, relu, 0, 0).Run();
   // 16-bit and float64 storage.
   Tensor dyh = RandomTensor<Float16>({40}, -2, 2, 5), yh = RandomTensor<Float16>({40}, 0.01, 0.99, 6);
@@ -90,15 +90,15 @@ TEST(TrainingActivationGrad, ReluSigmoidTanh) {
     const double d = ToDoubles(dyh)[i], y = ToDoubles(yh)[i];
     hdx.push_back(d * y * (1 - y));
   }
-  OpTester("SigmoidGrad", 1, kMs).Input("dY", dyh).Input("Y", yh).Output("dX", {40}, hdx, 2e-3, 1e-4).Run();
+  OpTester("SigmoidGrad", 1, kMicrosoftDomain).Input("dY", dyh).Input("Y", yh).Output("dX", {40}, hdx, 2e-3, 1e-4).Run();
   Tensor dyd = RandomTensor<double>({17}, -2, 2, 7), xd = RandomTensor<double>({17}, -2, 2, 8);
   std::vector<double> ddx;
   for (size_t i = 0; i < 17; ++i) ddx.push_back(ToDoubles(xd)[i] > 0 ? ToDoubles(dyd)[i] : 0.0);
-  OpTester("ReluGrad", 1, kMs).Input("dY", dyd).Input("X", xd).Output("dX", {17}, ddx, 0, 0).Run();
+  OpTester("ReluGrad", 1, kMicrosoftDomain).Input("dY", dyd).Input("X", xd).Output("dX", {17}, ddx, 0, 0).Run();
 }
 
 TEST(TrainingActivationGrad, ShapeMismatchIsAnError) {
-  OpTester t("ReluGrad", 1, kMs);
+  OpTester t("ReluGrad", 1, kMicrosoftDomain);
   t.Input("dY", RandomTensor<float>({2, 3})).Input("X", RandomTensor<float>({3, 2})).Output("dX", {2, 3}, {});
   ExpectFailure(t, "one shape");
 }
@@ -151,7 +151,7 @@ void RunSoftmaxGrad(const std::string& op, const Shape& shape, int64_t axis, boo
   Tensor dy = RandomTensor<T>(shape, -1, 1, 12);
   std::vector<double> y = Rounded<T>(SoftmaxRef(ToDoubles(x), outer, D, inner, log));
   std::vector<double> expected = SoftmaxGradNumeric(ToDoubles(dy), ToDoubles(x), outer, D, inner, log);
-  OpTester t(op, 1, kMs);
+  OpTester t(op, 1, kMicrosoftDomain);
   if (set_axis) t.Attr("axis", Int(axis));
   t.Input("dY", dy).Input("Y", FromDoubles<T>(y, shape)).Output("dX", shape, expected, tol, tol).Threads(3).Run();
 }
@@ -183,7 +183,7 @@ TEST(TrainingSoftmaxGrad, HalfTypes) {
 }
 
 TEST(TrainingSoftmaxGrad, BadAxisIsAnError) {
-  OpTester t("SoftmaxGrad_13", 1, kMs);
+  OpTester t("SoftmaxGrad_13", 1, kMicrosoftDomain);
   t.Attr("axis", Int(2)).Input("dY", RandomTensor<float>({2, 3})).Input("Y", RandomTensor<float>({2, 3}))
       .Output("dX", {2, 3}, {});
   ExpectFailure(t, "axis 2 is out of range");
@@ -256,7 +256,7 @@ void RunLayerNormGrad(const Shape& x_shape, int64_t axis, const Shape& scale_sha
                                              : FromDoubles<float>(ref.mean, stat_shape);
   Tensor inv = stat_type == DType::kFloat64 ? FromDoubles<double>(ref.inv_std, stat_shape)
                                             : FromDoubles<float>(ref.inv_std, stat_shape);
-  OpTester t("LayerNormalizationGrad", 1, kMs);
+  OpTester t("LayerNormalizationGrad", 1, kMicrosoftDomain);
   if (axis != -1) t.Attr("axis", Int(axis));
   t.Input("Y_grad", dy).Input("X", x).Input("scale", scale).Input("mean", mean).Input("inv_std_dev", inv)
       .Output("X_grad", x_shape, ref.dx, tol, tol)
@@ -299,7 +299,7 @@ TEST(TrainingLayerNormGrad, ForwardStatisticsFeedTheGradient) {
   LayerNormGradRef ref = RefLayerNormGrad(c);
   testing::ExpectClose(fwd.value()[1], {6, 1}, ref.mean, 1e-5, 1e-6, "Mean");
   testing::ExpectClose(fwd.value()[2], {6, 1}, ref.inv_std, 1e-5, 1e-6, "InvStdDev");
-  OpTester("LayerNormalizationGrad", 1, kMs)
+  OpTester("LayerNormalizationGrad", 1, kMicrosoftDomain)
       .Input("Y_grad", dy).Input("X", x).Input("scale", scale).Input("mean", fwd.value()[1])
       .Input("inv_std_dev", fwd.value()[2])
       .Output("X_grad", shape, ref.dx, 2e-4, 2e-4).Output("scale_grad", {64}, ref.dscale, 2e-4, 2e-4)
@@ -307,7 +307,7 @@ TEST(TrainingLayerNormGrad, ForwardStatisticsFeedTheGradient) {
 }
 
 TEST(TrainingLayerNormGrad, BadStatisticsAreAnError) {
-  OpTester t("LayerNormalizationGrad", 1, kMs);
+  OpTester t("LayerNormalizationGrad", 1, kMicrosoftDomain);
   t.Input("Y_grad", RandomTensor<float>({4, 8})).Input("X", RandomTensor<float>({4, 8}))
       .Input("scale", RandomTensor<float>({8})).Input("mean", RandomTensor<float>({3, 1}))
       .Input("inv_std_dev", RandomTensor<float>({3, 1})).Output("X_grad", {4, 8}, {});
@@ -461,7 +461,7 @@ void RunNllGrad(const Shape& x_shape, const std::string& reduction, bool weighte
       if (reduction == "mean") g /= total_weight;
       dx[(n * C + t) * inner + i] = -(c.w.empty() ? 1 : c.w[t]) * g;
     }
-  OpTester op("NegativeLogLikelihoodLossGrad", 1, kMs);
+  OpTester op("NegativeLogLikelihoodLossGrad", 1, kMicrosoftDomain);
   op.Attr("reduction", Attribute::String(reduction));
   if (ignore) op.Attr("ignore_index", Int(*ignore));
   op.Input("dY", dy).Input("X", x).Input("target", Tensor::FromVector<int64_t>(c.target, t_shape));
@@ -480,7 +480,7 @@ TEST(TrainingNllLossGrad, MatchesTorchSemantics) {
 }
 
 TEST(TrainingNllLossGrad, BadDyShapeIsAnError) {
-  OpTester t("NegativeLogLikelihoodLossGrad", 1, kMs);
+  OpTester t("NegativeLogLikelihoodLossGrad", 1, kMicrosoftDomain);
   t.Attr("reduction", Attribute::String("none"))
       .Input("dY", RandomTensor<float>({}))
       .Input("X", RandomTensor<float>({3, 4}))
@@ -521,7 +521,7 @@ std::vector<Tensor> RunGatherGrad(const Shape& shape, int64_t axis, const Shape&
   dy_shape.insert(dy_shape.end(), shape.begin() + a + 1, shape.end());
   Tensor dy = RandomTensor<T>(dy_shape, -1, 1, seed + 1);
   std::vector<I> idx_typed(idx.begin(), idx.end());
-  OpTester t("GatherGrad", 1, kMs);
+  OpTester t("GatherGrad", 1, kMicrosoftDomain);
   if (axis != 0) t.Attr("axis", Int(axis));
   t.Input("shape", Tensor::FromVector<int64_t>(shape, {r})).Input("indices", Tensor::FromVector<I>(idx_typed, idx_shape))
       .Input("dY", dy).Output("dX", shape, GatherGradRef(shape, a, idx, ToDoubles(dy)), tol, tol).Threads(threads);
@@ -554,13 +554,13 @@ TEST(TrainingGatherGrad, DeterministicAcrossThreadCounts) {
 }
 
 TEST(TrainingGatherGrad, IndexOutOfRangeIsAnError) {
-  OpTester t("GatherGrad", 1, kMs);
+  OpTester t("GatherGrad", 1, kMicrosoftDomain);
   t.Input("shape", Tensor::FromVector<int64_t>({4, 3}, {2}))
       .Input("indices", Tensor::FromVector<int64_t>({1, -5, 2}, {3}))
       .Input("dY", RandomTensor<float>({3, 3}))
       .Output("dX", {4, 3}, {});
   ExpectFailure(t, "indices[1] = -5 is out of range [-4, 4)");
-  OpTester bad_dy("GatherGrad", 1, kMs);
+  OpTester bad_dy("GatherGrad", 1, kMicrosoftDomain);
   bad_dy.Input("shape", Tensor::FromVector<int64_t>({4, 3}, {2}))
       .Input("indices", Tensor::FromVector<int64_t>({1, 2}, {2}))
       .Input("dY", RandomTensor<float>({3, 3}))

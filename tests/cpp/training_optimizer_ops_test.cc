@@ -29,7 +29,7 @@ TEST(SgdOptimizer, UpdatesWeightsAndReturnsTheStep) {
     nw.push_back(wi - F(eta) * gi);
     ng.push_back(-F(eta) * gi);
   }
-  OpTester t("SGDOptimizer", 1, kMs);
+  OpTester t("SGDOptimizer", 1, kMicrosoftDomain);
   t.Input("ETA", Scalar(eta)).Input("W", w).Input("G", g).Output("NW", shape, nw).Output("NG", shape, ng).Run();
 }
 
@@ -70,7 +70,7 @@ AdamExpected AdamReference(const AdamCase& c, const Tensor& w, const Tensor& g, 
 }
 
 OpTester AdamTester(const AdamCase& c, const Tensor& w, const Tensor& g, const Tensor& m1, const Tensor& m2) {
-  OpTester t("AdamOptimizer", 1, kMs);
+  OpTester t("AdamOptimizer", 1, kMicrosoftDomain);
   t.Attr("alpha", Attribute::Float(c.alpha)).Attr("beta", Attribute::Float(c.beta))
       .Attr("lambda", Attribute::Float(c.lambda)).Attr("epsilon", Attribute::Float(c.epsilon))
       .Attr("max_norm_clip", Attribute::Float(c.max_norm)).Attr("weight_decay_mode", Int(c.mode))
@@ -151,7 +151,7 @@ TEST(AdamOptimizer, MixedPrecisionWeightsFollowTheUpdate) {
   Tensor w = RandomTensor<float>(shape, -2, 2, 21), g = RandomTensor<float>(shape, -1, 1, 22);
   Tensor m1 = RandomTensor<float>(shape, -0.1, 0.1, 23), m2 = Positive(shape, 24);
   const AdamExpected e = AdamReference(c, w, g, m1, m2);
-  OpTester t("AdamOptimizer", 1, kMs);
+  OpTester t("AdamOptimizer", 1, kMicrosoftDomain);
   t.Input("R", Scalar(c.lr)).Input("T", Step(c.step)).Input("weights", w).Input("gradients", g)
       .Input("moment_1", m1).Input("moment_2", m2).Input("half_w", RandomTensor<BFloat16>(shape, -1, 1, 25));
   t.Output("new_T", {}, {4.0}, 0, 0).Output("new_m1", shape, e.m1).Output("new_m2", shape, e.m2)
@@ -164,7 +164,7 @@ TEST(AdamOptimizer, UpdateSignalFalseLeavesEverything) {
   const Shape shape{2, 3};
   Tensor w = RandomTensor<float>(shape, -2, 2, 31), g = RandomTensor<float>(shape, -1, 1, 32);
   Tensor m1 = RandomTensor<float>(shape, -0.1, 0.1, 33), m2 = Positive(shape, 34);
-  OpTester t("AdamOptimizer", 1, kMs);
+  OpTester t("AdamOptimizer", 1, kMicrosoftDomain);
   t.Input("R", Scalar(0.1f)).Input("T", Step(5)).Input("weights", w).Input("gradients", g).Input("moment_1", m1)
       .Input("moment_2", m2).Input("", Tensor()).Input("", Tensor()).Input("", Tensor()).Input("signal", Signal(false));
   t.Output("new_T", {}, {5.0}, 0, 0).Output("new_m1", shape, ToDoubles(m1), 0, 0)
@@ -179,7 +179,7 @@ TEST(AdamOptimizer, OmittedOutputsAreNotComputed) {
   Tensor m1 = RandomTensor<float>(shape, -0.1, 0.1, 43), m2 = Positive(shape, 44);
   const AdamExpected e = AdamReference(c, w, g, m1, m2);
   AttributeMap attrs;
-  auto outs = RunWithOutputs("AdamOptimizer", kMs, 1, {Scalar(c.lr), Step(c.step), w, g, m1, m2}, attrs,
+  auto outs = RunWithOutputs("AdamOptimizer", kMicrosoftDomain, 1, {Scalar(c.lr), Step(c.step), w, g, m1, m2}, attrs,
                              {true, false, false, true, false});
   ASSERT_TRUE(outs.ok()) << outs.status().ToString();
   testing::ExpectClose(outs.value()[3], shape, e.w, 1e-5, 1e-6, "new_w");
@@ -190,26 +190,26 @@ TEST(AdamOptimizer, BadInputsAndAttributesNameTheNode) {
   const Shape shape{4};
   Tensor w = RandomTensor<float>(shape, -1, 1, 51), m = Positive(shape, 52);
   {
-    OpTester t("AdamOptimizer", 1, kMs);
+    OpTester t("AdamOptimizer", 1, kMicrosoftDomain);
     t.Input("R", Scalar(0.1f)).Input("T", Step(1)).Input("weights", w).Input("gradients", RandomTensor<float>({5}))
         .Input("moment_1", m).Input("moment_2", m).Output("a", shape, {}).Output("b", shape, {}).Output("c", shape, {});
     ExpectFailure(t, "input 3 (gradients) float32[5] must have the shape of weights float32[4]");
   }
   {
-    OpTester t("AdamOptimizer", 1, kMs);
+    OpTester t("AdamOptimizer", 1, kMicrosoftDomain);
     t.Input("R", Scalar(0.1f)).Input("T", Scalar(1.0f)).Input("weights", w).Input("gradients", w)
         .Input("moment_1", m).Input("moment_2", m).Output("a", shape, {}).Output("b", shape, {}).Output("c", shape, {});
     ExpectFailure(t, "input 1 (T) must be int64");
   }
   for (auto [name, value, fragment] : {std::tuple{"max_norm_clip", 0.0f, "max_norm_clip must be > 0"},
                                        std::tuple{"beta", 1.0f, "beta must be in [0, 1)"}}) {
-    OpTester t("AdamOptimizer", 1, kMs);
+    OpTester t("AdamOptimizer", 1, kMicrosoftDomain);
     t.Attr(name, Attribute::Float(value));
     t.Input("R", Scalar(0.1f)).Input("T", Step(1)).Input("weights", w).Input("gradients", w)
         .Input("moment_1", m).Input("moment_2", m).Output("a", {}, {}).Output("b", shape, {}).Output("c", shape, {});
     ExpectFailure(t, fragment);
   }
-  OpTester t("AdamOptimizer", 1, kMs);
+  OpTester t("AdamOptimizer", 1, kMicrosoftDomain);
   t.Attr("weight_decay_mode", Int(2));
   t.Input("R", Scalar(0.1f)).Input("T", Step(1)).Input("weights", w).Input("gradients", w)
       .Input("moment_1", m).Input("moment_2", m).Output("a", {}, {}).Output("b", shape, {}).Output("c", shape, {});
@@ -290,7 +290,7 @@ TEST(LambOptimizer, TwoGroupsWithTheirOwnHyperParameters) {
   const int64_t step = 4;
   const double loss_scale = 2.0, grad_norm = 5.0;  // group 0 clipped (5 / 2 > 1), group 1 not (2.5 < 3)
   for (auto [ratio_min, ratio_max] : {std::pair{-INFINITY, INFINITY}, std::pair{0.5f, 0.8f}}) {
-    OpTester t("LambOptimizer", 1, kMs);
+    OpTester t("LambOptimizer", 1, kMicrosoftDomain);
     t.Attr("alpha", Attribute::Floats({groups[0].alpha, groups[1].alpha}))
         .Attr("beta", Attribute::Floats({groups[0].beta, groups[1].beta}))
         .Attr("lambda", Attribute::Floats({groups[0].lambda, groups[1].lambda}))
@@ -323,7 +323,7 @@ TEST(LambOptimizer, TwoGroupsWithTheirOwnHyperParameters) {
 TEST(LambOptimizer, UpdateSignalFalseLeavesEverything) {
   Tensor w = RandomTensor<float>({5}, -1, 1, 71), g = RandomTensor<float>({5}, -1, 1, 72);
   Tensor m1 = RandomTensor<float>({5}, -1, 1, 73), m2 = Positive({5}, 74);
-  OpTester t("LambOptimizer", 1, kMs);
+  OpTester t("LambOptimizer", 1, kMicrosoftDomain);
   t.Input("signal", Signal(false)).Input("", Tensor()).Input("", Tensor()).Input("R", Scalar(0.1f))
       .Input("step", Step(2)).Input("w", w).Input("g", g).Input("m1", m1).Input("m2", m2);
   t.Output("new_step", {}, {2.0}, 0, 0).Output("nw", {5}, ToDoubles(w), 0, 0).Output("ng", {5}, ToDoubles(g), 0, 0)
@@ -333,7 +333,7 @@ TEST(LambOptimizer, UpdateSignalFalseLeavesEverything) {
 TEST(LambOptimizer, BadGroupsNameTheNode) {
   Tensor w = RandomTensor<float>({5}, -1, 1, 81), m = Positive({5}, 82);
   {
-    OpTester t("LambOptimizer", 1, kMs);
+    OpTester t("LambOptimizer", 1, kMicrosoftDomain);
     t.Attr("alpha", Attribute::Floats({0.9f}));  // one value, two groups
     t.Input("", Tensor()).Input("", Tensor()).Input("", Tensor()).Input("R", Scalar(0.1f)).Input("step", Step(1));
     for (int k = 0; k < 2; ++k)
@@ -346,7 +346,7 @@ TEST(LambOptimizer, BadGroupsNameTheNode) {
     }
     ExpectFailure(t, "attribute 'alpha' has 1 values for 2 weight groups");
   }
-  OpTester t("LambOptimizer", 1, kMs);
+  OpTester t("LambOptimizer", 1, kMicrosoftDomain);
   t.Input("", Tensor()).Input("", Tensor()).Input("", Tensor()).Input("R", Scalar(0.1f)).Input("step", Step(1))
       .Input("w", w).Input("g", RandomTensor<float>({4})).Input("m1", m).Input("m2", m);
   t.Output("s", {}, {}).Output("nw", {5}, {}).Output("ng", {5}, {}).Output("nm1", {5}, {}).Output("nm2", {5}, {});

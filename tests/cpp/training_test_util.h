@@ -16,8 +16,6 @@ using testing::OpTester;
 using testing::RandomTensor;
 using testing::ToDoubles;
 
-inline constexpr const char* kMs = "com.microsoft";
-
 template <typename T>
 Tensor FromDoubles(const std::vector<double>& v, const Shape& shape) {
   std::vector<T> t;

@@ -11,7 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "framework/allocator.h"
+#include "core/allocator.h"
 
 namespace tob {
 

@@ -1,9 +1,9 @@
-// Numpy broadcasting turned into the collapsed strides the kernels in kernels/elementwise.cu
+// Numpy broadcasting turned into the collapsed strides the kernels in kernels/elementwise/elementwise.cu
 // index with.
 #pragma once
 
 #include "core/status.h"
-#include "framework/tensor.h"
+#include "core/tensor.h"
 #include "kernels/broadcast_indexing.h"
 
 namespace tob {

@@ -4,7 +4,7 @@
 
 #include <cstring>
 
-#include "kernels/cast.h"
+#include "kernels/elementwise/cast.h"
 #include "providers/cuda/cuda_allocator.h"
 #include "providers/cuda/cuda_common.h"
 #include "providers/cuda/cuda_device_context.h"

@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "partition/execution_provider.h"
+#include "framework/execution_provider.h"
 
 namespace tob {
 

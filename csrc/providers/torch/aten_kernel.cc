@@ -85,7 +85,8 @@ std::optional<ArgKind> KindOf(const c10::TypePtr& type, bool* optional) {
   if (k == c10::TypeKind::FloatType || k == c10::TypeKind::SymFloatType) return ArgKind::kFloat;
   if (k == c10::TypeKind::BoolType || k == c10::TypeKind::SymBoolType) return ArgKind::kBool;
   if (k == c10::TypeKind::NumberType) return ArgKind::kScalar;
-  if (k == c10::TypeKind::StringType) return ArgKind::kString;
+  // `Any` is carried as a string: the process-group name of torch's functional collectives.
+  if (k == c10::TypeKind::StringType || k == c10::TypeKind::AnyType) return ArgKind::kString;
   if (k == c10::TypeKind::DeviceObjType) return ArgKind::kDevice;
   if (k == c10::TypeKind::GeneratorType) return ArgKind::kGenerator;
   if (k == c10::TypeKind::ListType && !*optional) {

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/status.h"
-#include "framework/tensor.h"
+#include "core/tensor.h"
 
 namespace at {
 class Tensor;

@@ -1,4 +1,5 @@
-// The kernel and schemas behind com.microsoft PythonOp / PythonOpGrad (see python_op_kernel.cc).
+// The kernel behind com.microsoft PythonOp / PythonOpGrad (see python_op_kernel.cc; the schemas
+// are ops/python_schemas.cc).
 // No torch header here.
 #pragma once
 
@@ -14,8 +15,5 @@ namespace tob {
 // attributes to its arguments once; kNotImplemented when torch_ort_backend has not defined the op
 // in this process, kInvalidModel when the node does not fit it.
 StatusOr<std::unique_ptr<OpKernel>> CreatePythonOpKernel(const Node& node);
-
-// The shape functions of PythonOp and PythonOpGrad.
-void RegisterPythonOpSchemas(OpSchemaRegistry& registry);
 
 }  // namespace tob

@@ -5,6 +5,7 @@
 #include "framework/kernel_registry.h"
 #include "ops/op_schema.h"
 #include "partition/provider_registry.h"
+#include "providers/cpu/cpu_execution_provider.h"
 #include "providers/torch/aten_kernel.h"
 #include "providers/torch/python_op_kernel.h"
 
@@ -43,15 +44,16 @@ void RegisterTorchProvider() {
         },
         /*fallback=*/true);
     KernelDef def;
-    def.Domain("com.microsoft").Versions(1).Provider(kTorchProvider).KernelAllocatesOutputs().Factory(
+    def.family = "aten";
+    def.Domain(kMicrosoftDomain).Versions(1).Provider(kTorchProvider).KernelAllocatesOutputs().Factory(
         [](const Node& node) { return CreateAtenKernel(node, /*unsafe_ops_allowed=*/false); });
     def.op_type = "ATen";
     KernelRegistry::Global().Register(std::move(def));
     // PythonOp / PythonOpGrad: torch.autograd.Functions, run only by this provider.
-    RegisterPythonOpSchemas(OpSchemaRegistry::Global());
     for (const char* op_type : {"PythonOp", "PythonOpGrad"}) {
       KernelDef python_def;
-      python_def.Domain("com.microsoft").Versions(1).Provider(kTorchProvider).KernelAllocatesOutputs().Factory(
+      python_def.family = "python";
+      python_def.Domain(kMicrosoftDomain).Versions(1).Provider(kTorchProvider).KernelAllocatesOutputs().Factory(
           CreatePythonOpKernel);
       python_def.op_type = op_type;
       KernelRegistry::Global().Register(std::move(python_def));

@@ -132,7 +132,12 @@ struct ArrayOpFactory<GeluArrayOp> {
   }
 };
 
-void RegisterActivationKernels(KernelRegistry& registry) {
+}  // namespace tob::ew
+
+namespace tob {
+
+void RegisterCpuActivationKernels(KernelRegistry& registry) {
+  using namespace ew;  // the kernels above
   const std::vector<VersionTypes> float_6_22{{6, F3()}, {22, F4()}};
   RegisterByVersion<UnaryKernel<MapOp<LeakyReluOp>, FloatList>>(registry, "LeakyRelu", {0}, {{6, F3()}, {16, F4()}});
   RegisterByVersion<UnaryKernel<EluArrayOp, FloatList, kExpensiveGrain>>(registry, "Elu", {0}, float_6_22);
@@ -144,12 +149,12 @@ void RegisterActivationKernels(KernelRegistry& registry) {
   RegisterByVersion<UnaryKernel<MapOp<SoftsignOp>, FloatList>>(registry, "Softsign", {0}, {{1, F3()}, {22, F4()}});
   RegisterByVersion<UnaryKernel<GeluArrayOp, FloatList, kExpensiveGrain>>(registry, "Gelu", {0}, {{20, F4()}});
 
-  const std::string ms = "com.microsoft";
-  RegisterByVersion<UnaryKernel<GeluArrayOp, FloatList, kExpensiveGrain>>(registry, "Gelu", {0}, {{1, F4()}}, ms);
+  RegisterByVersion<UnaryKernel<GeluArrayOp, FloatList, kExpensiveGrain>>(registry, "Gelu", {0}, {{1, F4()}},
+                                                                          kMicrosoftDomain);
   registry.Register(
-      Def("FastGelu").Domain(ms).Versions(1).Constraint("T", {0, 1}, F4()).Factory(BiasGeluKernel::CreateTanh));
+      Def("FastGelu").Domain(kMicrosoftDomain).Versions(1).Constraint("T", {0, 1}, F4()).Factory(BiasGeluKernel::CreateTanh));
   registry.Register(
-      Def("BiasGelu").Domain(ms).Versions(1).Constraint("T", {0, 1}, F4()).Factory(BiasGeluKernel::CreateErf));
+      Def("BiasGelu").Domain(kMicrosoftDomain).Versions(1).Constraint("T", {0, 1}, F4()).Factory(BiasGeluKernel::CreateErf));
 }
 
-}  // namespace tob::ew
+}  // namespace tob

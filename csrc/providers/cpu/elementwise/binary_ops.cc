@@ -1,7 +1,7 @@
 // Broadcasting arithmetic: Add, Sub, Mul, Div, Mod, Pow, PRelu.
 #include <optional>
 
-#include "providers/cpu/elementwise/elementwise_kernels.h"
+#include "providers/cpu/elementwise/elementwise_type_sets.h"
 
 namespace tob::ew {
 
@@ -118,8 +118,12 @@ class PowKernel final : public OpKernel {
 };
 
 }  // namespace
+}  // namespace tob::ew
 
-void RegisterBinaryKernels(KernelRegistry& registry) {
+namespace tob {
+
+void RegisterCpuBinaryKernels(KernelRegistry& registry) {
+  using namespace ew;  // the kernels above
   const std::vector<DType> arith7{DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kInt32,
                                   DType::kInt64,   DType::kUInt32,  DType::kUInt64};
   const std::vector<VersionTypes> arith{{6, arith7}, {13, With(arith7, {DType::kBFloat16})}, {14, Numeric()}};
@@ -145,4 +149,4 @@ void RegisterBinaryKernels(KernelRegistry& registry) {
                         .Constraint("T1", {1}, Numeric()).Kernel<PowKernel>());
 }
 
-}  // namespace tob::ew
+}  // namespace tob

@@ -56,8 +56,12 @@ class BitwiseBinaryKernel final : public OpKernel {
 };
 
 }  // namespace
+}  // namespace tob::ew
 
-void RegisterBitwiseKernels(KernelRegistry& registry) {
+namespace tob {
+
+void RegisterCpuBitwiseKernels(KernelRegistry& registry) {
+  using namespace ew;  // the kernels above
   const std::vector<VersionTypes> ints_18{{18, DTypes(IntList{})}};
   RegisterByVersion<BitwiseBinaryKernel<BitwiseAndOp, IntList>>(registry, "BitwiseAnd", {0, 1}, ints_18);
   RegisterByVersion<BitwiseBinaryKernel<BitwiseOrOp, IntList>>(registry, "BitwiseOr", {0, 1}, ints_18);
@@ -67,4 +71,4 @@ void RegisterBitwiseKernels(KernelRegistry& registry) {
                                                              {{11, DTypes(UnsignedList{})}, {28, DTypes(IntList{})}});
 }
 
-}  // namespace tob::ew
+}  // namespace tob

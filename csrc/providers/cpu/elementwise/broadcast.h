@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "framework/tensor.h"
+#include "core/tensor.h"
 
 namespace tob::ew {
 

@@ -4,7 +4,7 @@
 // go through float32 with round-to-nearest-even.
 #include <cstring>
 
-#include "providers/cpu/elementwise/elementwise_kernels.h"
+#include "providers/cpu/elementwise/elementwise_type_sets.h"
 
 namespace tob::ew {
 
@@ -23,17 +23,17 @@ template <typename S, typename D>
 void CastSpan(const S* src, D* dst, int64_t n) {
   if constexpr (std::is_same_v<S, D>) {
     std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(S));
-  } else if constexpr (kIsHalf<S> && std::is_same_v<D, float>) {
-    LoadAsFloat(src, dst, n);
-  } else if constexpr (std::is_same_v<S, float> && kIsHalf<D>) {
-    StoreFromFloat(src, dst, n);
-  } else if constexpr (kIsHalf<S> || kIsHalf<D>) {
+  } else if constexpr (kIs16BitFloat<S> && std::is_same_v<D, float>) {
+    ToFloat(src, dst, n);
+  } else if constexpr (std::is_same_v<S, float> && kIs16BitFloat<D>) {
+    FromFloat(src, dst, n);
+  } else if constexpr (kIs16BitFloat<S> || kIs16BitFloat<D>) {
     float buf[kHalfChunk];
     for (int64_t c = 0; c < n; c += kHalfChunk) {
       int64_t m = std::min(kHalfChunk, n - c);
-      if constexpr (kIsHalf<S>) LoadAsFloat(src + c, buf, m);
+      if constexpr (kIs16BitFloat<S>) ToFloat(src + c, buf, m);
       else for (int64_t i = 0; i < m; ++i) buf[i] = CastScalar<float>(src[c + i]);
-      if constexpr (kIsHalf<D>) StoreFromFloat(buf, dst + c, m);
+      if constexpr (kIs16BitFloat<D>) FromFloat(buf, dst + c, m);
       else for (int64_t i = 0; i < m; ++i) dst[c + i] = CastScalar<D>(buf[i]);
     }
   } else {
@@ -91,8 +91,12 @@ class CastLikeKernel final : public OpKernel {
 };
 
 }  // namespace
+}  // namespace tob::ew
 
-void RegisterCastKernels(KernelRegistry& registry) {
+namespace tob {
+
+void RegisterCpuCastKernels(KernelRegistry& registry) {
+  using namespace ew;  // the kernels above
   std::vector<DType> all = AllTypes();
   std::vector<DType> all_no_bf16 = all;
   std::erase(all_no_bf16, DType::kBFloat16);
@@ -102,4 +106,4 @@ void RegisterCastKernels(KernelRegistry& registry) {
                         .Kernel<CastLikeKernel>());
 }
 
-}  // namespace tob::ew
+}  // namespace tob

@@ -3,7 +3,7 @@
 #include <limits>
 #include <optional>
 
-#include "providers/cpu/elementwise/elementwise_kernels.h"
+#include "providers/cpu/elementwise/elementwise_type_sets.h"
 
 namespace tob::ew {
 
@@ -78,12 +78,16 @@ class ClipKernel final : public OpKernel {
 };
 
 }  // namespace
+}  // namespace tob::ew
 
-void RegisterClipKernels(KernelRegistry& registry) {
+namespace tob {
+
+void RegisterCpuClipKernels(KernelRegistry& registry) {
+  using namespace ew;  // the kernels above
   registry.Register(Def("Clip").Versions(6, 10).Constraint("T", {0}, F3()).Kernel<ClipKernel>());
   registry.Register(Def("Clip").Versions(11, 11).Constraint("T", {0, 1, 2}, F3()).Kernel<ClipKernel>());
   registry.Register(Def("Clip").Versions(12, 12).Constraint("T", {0, 1, 2}, NumericNoBf16()).Kernel<ClipKernel>());
   registry.Register(Def("Clip").Versions(13).Constraint("T", {0, 1, 2}, Numeric()).Kernel<ClipKernel>());
 }
 
-}  // namespace tob::ew
+}  // namespace tob

@@ -1,6 +1,6 @@
 // Comparisons (Equal, Less, Greater, LessOrEqual, GreaterOrEqual) and boolean logic (And, Or,
 // Xor): broadcasting binary ops with bool results.
-#include "providers/cpu/elementwise/elementwise_kernels.h"
+#include "providers/cpu/elementwise/elementwise_type_sets.h"
 
 namespace tob::ew {
 
@@ -26,8 +26,12 @@ class PredicateKernel final : public OpKernel {
 };
 
 }  // namespace
+}  // namespace tob::ew
 
-void RegisterCompareLogicKernels(KernelRegistry& registry) {
+namespace tob {
+
+void RegisterCpuCompareLogicKernels(KernelRegistry& registry) {
+  using namespace ew;  // the kernels above
   const std::vector<DType> numeric_bool = With(Numeric(), {DType::kBool});
   const std::vector<DType> numeric_bool_no_bf16 = With(NumericNoBf16(), {DType::kBool});
   RegisterByVersion<PredicateKernel<EqualOp, AllList>>(
@@ -45,4 +49,4 @@ void RegisterCompareLogicKernels(KernelRegistry& registry) {
   RegisterByVersion<PredicateKernel<XorOp, TypeList<bool>>>(registry, "Xor", {0, 1}, logic);
 }
 
-}  // namespace tob::ew
+}  // namespace tob

@@ -15,8 +15,8 @@
 #include "framework/kernel.h"
 #include "framework/thread_pool.h"
 #include "providers/cpu/elementwise/broadcast.h"
-#include "providers/cpu/elementwise/elementwise_math.h"
-#include "providers/cpu/elementwise/half_convert.h"
+#include "math/elementwise_math.h"
+#include "core/float_convert.h"
 
 namespace tob::ew {
 
@@ -64,7 +64,7 @@ struct MapOp {
 // y[i] = array_op(x) over storage types In/Out, array_op seeing compute-typed arrays.
 template <typename In, typename Out, typename ArrayOp>
 void UnarySpan(const In* x, Out* y, int64_t n, const ArrayOp& array_op) {
-  if constexpr (!kIsHalf<In> && !kIsHalf<Out>) {
+  if constexpr (!kIs16BitFloat<In> && !kIs16BitFloat<Out>) {
     array_op(x, y, n);
   } else {
     [[maybe_unused]] ComputeType<In> xbuf[kHalfChunk];
@@ -72,15 +72,15 @@ void UnarySpan(const In* x, Out* y, int64_t n, const ArrayOp& array_op) {
     for (int64_t c = 0; c < n; c += kHalfChunk) {
       int64_t m = std::min(kHalfChunk, n - c);
       const ComputeType<In>* xp;
-      if constexpr (kIsHalf<In>) {
-        LoadAsFloat(x + c, xbuf, m);
+      if constexpr (kIs16BitFloat<In>) {
+        ToFloat(x + c, xbuf, m);
         xp = xbuf;
       } else {
         xp = x + c;
       }
-      if constexpr (kIsHalf<Out>) {
+      if constexpr (kIs16BitFloat<Out>) {
         array_op(xp, ybuf, m);
-        StoreFromFloat(ybuf, y + c, m);
+        FromFloat(ybuf, y + c, m);
       } else {
         array_op(xp, y + c, m);
       }
@@ -125,7 +125,7 @@ inline void BinaryComputeLoop(const A* a, int64_t sa, const B* b, int64_t sb, O*
 template <typename SA, typename SB, typename SO, typename Op, typename Post>
 inline void BinarySpan(const SA* a, int64_t sa, const SB* b, int64_t sb, SO* o, int64_t n, const Op& op,
                        const Post& post) {
-  if constexpr (!kIsHalf<SA> && !kIsHalf<SB> && !kIsHalf<SO>) {
+  if constexpr (!kIs16BitFloat<SA> && !kIs16BitFloat<SB> && !kIs16BitFloat<SO>) {
     BinaryComputeLoop(a, sa, b, sb, o, n, op);
     post(o, n);
   } else {
@@ -137,26 +137,26 @@ inline void BinarySpan(const SA* a, int64_t sa, const SB* b, int64_t sb, SO* o, 
       const ComputeType<SA>* ap;
       const ComputeType<SB>* bp;
       ComputeType<SO>* op_;
-      if constexpr (kIsHalf<SA>) {
-        LoadAsFloat(a + c * sa, abuf, sa ? m : 1);
+      if constexpr (kIs16BitFloat<SA>) {
+        ToFloat(a + c * sa, abuf, sa ? m : 1);
         ap = abuf;
       } else {
         ap = a + c * sa;
       }
-      if constexpr (kIsHalf<SB>) {
-        LoadAsFloat(b + c * sb, bbuf, sb ? m : 1);
+      if constexpr (kIs16BitFloat<SB>) {
+        ToFloat(b + c * sb, bbuf, sb ? m : 1);
         bp = bbuf;
       } else {
         bp = b + c * sb;
       }
-      if constexpr (kIsHalf<SO>) {
+      if constexpr (kIs16BitFloat<SO>) {
         op_ = obuf;
       } else {
         op_ = o + c;
       }
       BinaryComputeLoop(ap, sa, bp, sb, op_, m, op);
       post(op_, m);
-      if constexpr (kIsHalf<SO>) StoreFromFloat(obuf, o + c, m);
+      if constexpr (kIs16BitFloat<SO>) FromFloat(obuf, o + c, m);
     }
   }
 }

@@ -5,7 +5,7 @@
 #include <memory>
 #include <type_traits>
 
-#include "providers/cpu/elementwise/elementwise_kernels.h"
+#include "providers/cpu/elementwise/elementwise_type_sets.h"
 #include "providers/cpu/elementwise/vector_math.h"
 
 namespace tob::ew {

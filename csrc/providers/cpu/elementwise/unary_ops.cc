@@ -37,8 +37,12 @@ template <typename ScalarOp, typename Types = FloatList>
 using Cheap = UnaryKernel<MapOp<ScalarOp>, Types>;
 
 }  // namespace
+}  // namespace tob::ew
 
-void RegisterUnaryKernels(KernelRegistry& registry) {
+namespace tob {
+
+void RegisterCpuUnaryKernels(KernelRegistry& registry) {
+  using namespace ew;  // the kernels above
   const std::vector<VersionTypes> float_6_13{{6, F3()}, {13, F4()}};
   RegisterByVersion<Transcendental<ExpArrayOp>>(registry, "Exp", {0}, float_6_13);
   RegisterByVersion<Transcendental<LogArrayOp>>(registry, "Log", {0}, float_6_13);
@@ -68,4 +72,4 @@ void RegisterUnaryKernels(KernelRegistry& registry) {
       registry, "IsInf", {0}, {{10, {DType::kFloat32, DType::kFloat64}}, {20, F4()}});
 }
 
-}  // namespace tob::ew
+}  // namespace tob

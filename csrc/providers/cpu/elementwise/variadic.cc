@@ -1,6 +1,6 @@
 // Min, Max, Sum, Mean over any number of inputs with multidirectional broadcasting: the first
 // pair is combined into the output, then each further input is folded into it in place.
-#include "providers/cpu/elementwise/elementwise_kernels.h"
+#include "providers/cpu/elementwise/elementwise_type_sets.h"
 
 namespace tob::ew {
 
@@ -47,8 +47,12 @@ class VariadicKernel final : public OpKernel {
 };
 
 }  // namespace
+}  // namespace tob::ew
 
-void RegisterVariadicKernels(KernelRegistry& registry) {
+namespace tob {
+
+void RegisterCpuVariadicKernels(KernelRegistry& registry) {
+  using namespace ew;  // the kernels above
   const int all = TypeConstraint::kAllInputs;
   const std::vector<VersionTypes> minmax{{6, F3()}, {12, NumericNoBf16()}, {13, Numeric()}};
   RegisterByVersion<VariadicKernel<MinOp, NumericList>>(registry, "Min", {all}, minmax);
@@ -58,4 +62,4 @@ void RegisterVariadicKernels(KernelRegistry& registry) {
   RegisterByVersion<VariadicKernel<AddOp, FloatList, true>>(registry, "Mean", {all}, sum);
 }
 
-}  // namespace tob::ew
+}  // namespace tob

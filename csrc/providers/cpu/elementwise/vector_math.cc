@@ -1,6 +1,6 @@
 #include "providers/cpu/elementwise/vector_math.h"
 
-#include "providers/cpu/elementwise/elementwise_math.h"
+#include "math/elementwise_math.h"
 #include "providers/cpu/elementwise/vector_math_isa.h"
 #include "providers/cpu/simd/avx2_exp.h"
 

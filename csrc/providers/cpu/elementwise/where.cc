@@ -1,6 +1,6 @@
 // Where(condition, X, Y): a three-way broadcasting select. The select only moves bits, so it is
 // instantiated per element size rather than per type.
-#include "providers/cpu/elementwise/elementwise_kernels.h"
+#include "providers/cpu/elementwise/elementwise_type_sets.h"
 
 namespace tob::ew {
 
@@ -70,8 +70,12 @@ class WhereKernel final : public OpKernel {
 };
 
 }  // namespace
+}  // namespace tob::ew
 
-void RegisterWhereKernels(KernelRegistry& registry) {
+namespace tob {
+
+void RegisterCpuWhereKernels(KernelRegistry& registry) {
+  using namespace ew;  // the kernels above
   std::vector<DType> all = AllTypes();
   std::vector<DType> all_no_bf16 = all;
   std::erase(all_no_bf16, DType::kBFloat16);
@@ -81,4 +85,4 @@ void RegisterWhereKernels(KernelRegistry& registry) {
                         .Constraint("T", {1, 2}, all).Kernel<WhereKernel>());
 }
 
-}  // namespace tob::ew
+}  // namespace tob

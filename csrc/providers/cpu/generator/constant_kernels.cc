@@ -5,7 +5,6 @@
 
 #include "framework/kernel_registry.h"
 #include "providers/cpu/generator/fill.h"
-#include "providers/cpu/generator/generator_kernels.h"
 
 namespace tob::cpu {
 namespace {
@@ -100,8 +99,12 @@ class ConstantOfShapeKernel final : public OpKernel {
 };
 
 }  // namespace
+}  // namespace tob::cpu
 
-void RegisterConstantKernels(KernelRegistry& registry) {
+namespace tob {
+
+void RegisterCpuConstantKernels(KernelRegistry& registry) {
+  using namespace cpu;  // the kernels above
   registry.Register(Def("Constant").Versions(1).Kernel<ConstantKernel>());
   registry.Register(Def("ConstantOfShape")
                         .Versions(9)
@@ -109,4 +112,4 @@ void RegisterConstantKernels(KernelRegistry& registry) {
                         .Kernel<ConstantOfShapeKernel>());
 }
 
-}  // namespace tob::cpu
+}  // namespace tob

@@ -9,7 +9,6 @@
 
 #include "framework/kernel_registry.h"
 #include "providers/cpu/generator/fill.h"
-#include "providers/cpu/generator/generator_kernels.h"
 #include "providers/cpu/generator/random_source.h"
 
 namespace tob::cpu {
@@ -113,8 +112,12 @@ class DropoutKernel final : public OpKernel {
 };
 
 }  // namespace
+}  // namespace tob::cpu
 
-void RegisterDropoutKernels(KernelRegistry& registry) {
+namespace tob {
+
+void RegisterCpuDropoutKernels(KernelRegistry& registry) {
+  using namespace cpu;  // the kernels above
   using enum DType;
   const std::vector<DType> floats = FloatTypes();
   registry.Register(
@@ -130,4 +133,4 @@ void RegisterDropoutKernels(KernelRegistry& registry) {
           .Factory([](const Node& n) { return DropoutKernel::Create(n, RatioFrom::kInput); }));
 }
 
-}  // namespace tob::cpu
+}  // namespace tob

@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "core/dtype.h"
-#include "framework/tensor.h"
+#include "core/tensor.h"
 #include "framework/thread_pool.h"
 
 namespace tob::cpu {

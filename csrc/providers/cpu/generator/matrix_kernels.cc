@@ -6,7 +6,6 @@
 
 #include "framework/kernel_registry.h"
 #include "providers/cpu/generator/fill.h"
-#include "providers/cpu/generator/generator_kernels.h"
 
 namespace tob::cpu {
 namespace {
@@ -89,8 +88,12 @@ class TriluKernel final : public OpKernel {
 };
 
 }  // namespace
+}  // namespace tob::cpu
 
-void RegisterMatrixKernels(KernelRegistry& registry) {
+namespace tob {
+
+void RegisterCpuMatrixKernels(KernelRegistry& registry) {
+  using namespace cpu;  // the kernels above
   std::vector<DType> types = AllTypes();
   registry.Register(
       Def("EyeLike").Versions(9).Constraint("T1", {0}, types).Kernel<EyeLikeKernel>());
@@ -101,4 +104,4 @@ void RegisterMatrixKernels(KernelRegistry& registry) {
                         .Kernel<TriluKernel>());
 }
 
-}  // namespace tob::cpu
+}  // namespace tob

@@ -6,7 +6,6 @@
 
 #include "framework/kernel_registry.h"
 #include "providers/cpu/generator/fill.h"
-#include "providers/cpu/generator/generator_kernels.h"
 
 namespace tob::cpu {
 namespace {
@@ -82,8 +81,12 @@ class OneHotKernel final : public OpKernel {
 };
 
 }  // namespace
+}  // namespace tob::cpu
 
-void RegisterOneHotKernels(KernelRegistry& registry) {
+namespace tob {
+
+void RegisterCpuOneHotKernels(KernelRegistry& registry) {
+  using namespace cpu;  // the kernels above
   using enum DType;
   const std::vector<DType> index_types = {kInt64,  kInt32, kInt16,   kInt8,    kUInt64, kUInt32,
                                           kUInt16, kUInt8, kFloat32, kFloat64, kFloat16};
@@ -99,4 +102,4 @@ void RegisterOneHotKernels(KernelRegistry& registry) {
   }
 }
 
-}  // namespace tob::cpu
+}  // namespace tob

@@ -9,7 +9,6 @@
 #include <type_traits>
 
 #include "framework/kernel_registry.h"
-#include "providers/cpu/generator/generator_kernels.h"
 #include "providers/cpu/generator/random_source.h"
 
 namespace tob::cpu {
@@ -94,8 +93,12 @@ class RandomKernel final : public OpKernel {
 };
 
 }  // namespace
+}  // namespace tob::cpu
 
-void RegisterRandomKernels(KernelRegistry& registry) {
+namespace tob {
+
+void RegisterCpuRandomKernels(KernelRegistry& registry) {
+  using namespace cpu;  // the kernels above
   struct Entry {
     const char* op_type;
     Distribution dist;
@@ -113,4 +116,4 @@ void RegisterRandomKernels(KernelRegistry& registry) {
   }
 }
 
-}  // namespace tob::cpu
+}  // namespace tob

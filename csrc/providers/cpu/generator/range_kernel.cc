@@ -6,7 +6,6 @@
 
 #include "framework/kernel_registry.h"
 #include "providers/cpu/generator/fill.h"
-#include "providers/cpu/generator/generator_kernels.h"
 
 namespace tob::cpu {
 namespace {
@@ -52,8 +51,12 @@ class RangeKernel final : public OpKernel {
 };
 
 }  // namespace
+}  // namespace tob::cpu
 
-void RegisterRangeKernels(KernelRegistry& registry) {
+namespace tob {
+
+void RegisterCpuRangeKernels(KernelRegistry& registry) {
+  using namespace cpu;  // the kernels above
   using enum DType;
   registry.Register(
       Def("Range")
@@ -63,4 +66,4 @@ void RegisterRangeKernels(KernelRegistry& registry) {
           .Kernel<RangeKernel>());
 }
 
-}  // namespace tob::cpu
+}  // namespace tob

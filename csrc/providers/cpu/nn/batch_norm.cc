@@ -5,8 +5,8 @@
 #include <cmath>
 #include <vector>
 
-#include "providers/cpu/nn/float_convert.h"
-#include "providers/cpu/nn/nn_kernels.h"
+#include "providers/cpu/float_compute.h"
+#include "framework/kernel_registry.h"
 #include "providers/cpu/nn/vec_math.h"
 
 namespace tob {
@@ -16,14 +16,14 @@ namespace {
 // y[i] = x[i] * a + b over one contiguous plane; 16-bit types go through a float block.
 template <typename T>
 void AffinePlane(const T* x, int64_t n, float a, float b, T* y) {
-  if constexpr (kIsHalfType<T>) {
+  if constexpr (kIs16BitFloat<T>) {
     constexpr int64_t kBlock = 512;
     float buf[kBlock];
     for (int64_t i = 0; i < n; i += kBlock) {
       const int64_t len = std::min(kBlock, n - i);
-      ConvertToFloat(x + i, len, buf);
+      ToFloat(x + i, buf, len);
       for (int64_t j = 0; j < len; ++j) buf[j] = buf[j] * a + b;
-      ConvertFromFloat(buf, len, y + i);
+      FromFloat(buf, y + i, len);
     }
   } else {
     const T ta = static_cast<T>(a), tb = static_cast<T>(b);

@@ -5,9 +5,9 @@
 #include <cstring>
 #include <vector>
 
-#include "providers/cpu/nn/float_convert.h"
+#include "providers/cpu/float_compute.h"
 #include "providers/cpu/nn/gemm.h"
-#include "providers/cpu/nn/nn_kernels.h"
+#include "framework/kernel_registry.h"
 #include "providers/cpu/nn/conv_columns.h"
 #include "providers/cpu/nn/window_geometry.h"
 
@@ -166,7 +166,7 @@ class ConvKernel final : public OpKernel {
     if (y.shape() != expected)
       return ctx.Fail("output shape ", ShapeToString(y.shape()), " differs from ", ShapeToString(expected));
     return DispatchFloat(ctx, x.dtype(), [&]<typename T>() -> Status {
-      if constexpr (kIsHalfType<T>) {
+      if constexpr (kIs16BitFloat<T>) {
         TOB_ASSIGN_OR_RETURN(Tensor xf, ToFloatScratch(ctx, x));
         TOB_ASSIGN_OR_RETURN(Tensor wf, ToFloatScratch(ctx, w));
         Tensor bf;

@@ -1,66 +1,18 @@
 // ConvTranspose: per image, col = W_g^T x X_g (one GEMM per group), then col2im scatters the
-// columns into the output (the adjoint of Conv's im2col).
+// columns into the output: Conv's col2im (conv_columns.h) on the swapped geometry, since a
+// ConvTranspose is the input gradient of a Conv.
 #include <algorithm>
 #include <vector>
 
-#include "providers/cpu/nn/float_convert.h"
+#include "framework/kernel_registry.h"
+#include "providers/cpu/float_compute.h"
+#include "providers/cpu/nn/conv_columns.h"
 #include "providers/cpu/nn/gemm.h"
-#include "providers/cpu/nn/nn_kernels.h"
 #include "providers/cpu/nn/window_geometry.h"
 
 namespace tob {
 
 namespace {
-
-// Adds the columns of output channel m (col rows m*K .. m*K + K-1, K = kernel size) into y_plane.
-template <typename T>
-void Col2Im2D(const T* col, const WindowGeometry& g, int64_t m, T* y_plane) {
-  const int64_t H = g.in[0], W = g.in[1], OH = g.out[0], OW = g.out[1];
-  const int64_t KH = g.kernel[0], KW = g.kernel[1];
-  const int64_t sh = g.strides[0], sw = g.strides[1], dh = g.dilations[0], dw = g.dilations[1];
-  for (int64_t kh = 0; kh < KH; ++kh) {
-    for (int64_t kw = 0; kw < KW; ++kw) {
-      const T* src = col + ((m * KH + kh) * KW + kw) * H * W;
-      const int64_t w_off = kw * dw - g.pad_begin[1];
-      int64_t iw_lo, iw_hi;
-      ValidOutputRange(w_off, sw, OW, W, &iw_lo, &iw_hi);
-      for (int64_t ih = 0; ih < H; ++ih) {
-        const int64_t oh = ih * sh - g.pad_begin[0] + kh * dh;
-        if (oh < 0 || oh >= OH) continue;
-        T* dst = y_plane + oh * OW;
-        const T* s = src + ih * W;
-        if (sw == 1) {
-          for (int64_t iw = iw_lo; iw < iw_hi; ++iw) dst[iw + w_off] += s[iw];
-        } else {
-          for (int64_t iw = iw_lo; iw < iw_hi; ++iw) dst[iw * sw + w_off] += s[iw];
-        }
-      }
-    }
-  }
-}
-
-template <typename T>
-void Col2ImND(const T* col, const WindowGeometry& g, int64_t m, T* y_plane) {
-  const size_t r = g.rank();
-  const int64_t in_size = g.in_size(), ksize = g.kernel_size();
-  std::vector<int64_t> k(r, 0), i(r, 0);
-  for (int64_t ki = 0; ki < ksize; ++ki) {
-    const T* src = col + (m * ksize + ki) * in_size;
-    std::fill(i.begin(), i.end(), 0);
-    for (int64_t ii = 0; ii < in_size; ++ii) {
-      int64_t offset = 0;
-      bool inside = true;
-      for (size_t d = 0; d < r && inside; ++d) {
-        int64_t pos = i[d] * g.strides[d] - g.pad_begin[d] + k[d] * g.dilations[d];
-        inside = pos >= 0 && pos < g.out[d];
-        offset = offset * g.out[d] + pos;
-      }
-      if (inside) y_plane[offset] += src[ii];
-      for (int64_t d = static_cast<int64_t>(r) - 1; d >= 0 && ++i[d] == g.in[d]; --d) i[d] = 0;
-    }
-    for (int64_t d = static_cast<int64_t>(r) - 1; d >= 0 && ++k[d] == g.kernel[d]; --d) k[d] = 0;
-  }
-}
 
 template <typename T>
 Status ConvTransposeTyped(const KernelContext& ctx, const Tensor& X, const Tensor& Wt, const Tensor* B, Tensor& Y,
@@ -75,7 +27,9 @@ Status ConvTransposeTyped(const KernelContext& ctx, const Tensor& X, const Tenso
   ThreadPool* pool = ctx.thread_pool();
   if (Y.numel() == 0) return Status::OK();
   TOB_ASSIGN_OR_RETURN(Tensor col, ctx.AllocateScratch(DTypeOf<T>(), {group * col_rows * in_size}));
-  const WindowGeometry g2 = geometry.As2D();
+  // Columns are per input position of X: the "output" of the swapped (Conv) geometry.
+  const WindowGeometry as_conv = geometry.Swapped();
+  const WindowGeometry g2 = as_conv.As2D();
   std::vector<const T*> a_ptrs(group), b_ptrs(group);
   std::vector<T*> c_ptrs(group);
   for (int64_t n = 0; n < N; ++n) {
@@ -93,8 +47,8 @@ Status ConvTransposeTyped(const KernelContext& ctx, const Tensor& X, const Tenso
         std::fill(plane, plane + out_size, bias != nullptr ? bias[m] : T(0));
         // Channel m is row block (m % Mg) of group m / Mg's columns.
         const T* group_cols = cols + (m / Mg) * col_rows * in_size;
-        if (g2.rank() == 2) Col2Im2D(group_cols, g2, m % Mg, plane);
-        else Col2ImND(group_cols, geometry, m % Mg, plane);
+        if (g2.rank() == 2) conv_columns::Col2Im2D(group_cols, g2, m % Mg, in_size, plane);
+        else conv_columns::Col2ImND(group_cols, as_conv, m % Mg, in_size, plane);
       }
     });
   }
@@ -133,7 +87,7 @@ class ConvTransposeKernel final : public OpKernel {
     if (y.shape() != expected)
       return ctx.Fail("output shape ", ShapeToString(y.shape()), " differs from ", ShapeToString(expected));
     return DispatchFloat(ctx, x.dtype(), [&]<typename T>() -> Status {
-      if constexpr (kIsHalfType<T>) {
+      if constexpr (kIs16BitFloat<T>) {
         TOB_ASSIGN_OR_RETURN(Tensor xf, ToFloatScratch(ctx, x));
         TOB_ASSIGN_OR_RETURN(Tensor wf, ToFloatScratch(ctx, w));
         Tensor bf;

@@ -7,7 +7,7 @@
 #include <mutex>
 #include <vector>
 
-#include "providers/cpu/nn/float_convert.h"
+#include "providers/cpu/float_compute.h"
 #include "providers/cpu/nn/small_gemm.h"
 
 namespace tob {
@@ -133,7 +133,7 @@ void PackToFloat(ThreadPool* pool, const T* src, int64_t rows, int64_t cols, int
   }
   ParallelFor(pool, rows, std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(1, cols)),
               [&](int64_t b, int64_t e) {
-                for (int64_t r = b; r < e; ++r) ConvertToFloat(src + r * ld, cols, dst + r * cols);
+                for (int64_t r = b; r < e; ++r) ToFloat(src + r * ld, dst + r * cols, cols);
               });
 }
 
@@ -186,7 +186,7 @@ Status GemmAnyFloat(const KernelContext& ctx, bool trans_a, bool trans_b, int64_
                              bf.data<float>(), std::max<int64_t>(1, b_cols), beta, cf.data<float>(), N, pool));
     const float* cp = cf.data<float>();
     ParallelFor(pool, M, std::max<int64_t>(1, (1 << 16) / N), [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) ConvertFromFloat(cp + r * N, N, C + r * ldc);
+      for (int64_t r = b; r < e; ++r) FromFloat(cp + r * N, C + r * ldc, N);
     });
     return Status::OK();
   }

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <vector>
 
-#include "providers/cpu/nn/float_convert.h"
-#include "providers/cpu/nn/nn_kernels.h"
+#include "providers/cpu/float_compute.h"
+#include "framework/kernel_registry.h"
 #include "providers/cpu/nn/vec_math.h"
 
 namespace tob {
@@ -108,7 +108,7 @@ class LayerNormKernel final : public OpKernel {
         TOB_ASSIGN_OR_RETURN(bias, ExpandTrailing<C>(ctx, *ctx.input(2), trailing));
       }
       Tensor xc = x, yc = y;
-      if constexpr (kIsHalfType<T>) {
+      if constexpr (kIs16BitFloat<T>) {
         TOB_ASSIGN_OR_RETURN(xc, ToFloatScratch(ctx, x));
         TOB_ASSIGN_OR_RETURN(yc, ctx.AllocateScratch(DType::kFloat32, y.shape()));
       }
@@ -124,7 +124,7 @@ class LayerNormKernel final : public OpKernel {
           inv_out.Set(r, inv_std);
         }
       });
-      if constexpr (kIsHalfType<T>) return FromFloatScratch(ctx, yc, &y);
+      if constexpr (kIs16BitFloat<T>) return FromFloatScratch(ctx, yc, &y);
       return Status::OK();
     });
   }
@@ -178,7 +178,7 @@ class SkipLayerNormKernel final : public OpKernel {
         TOB_ASSIGN_OR_RETURN(bias, ExpandTrailing<C>(ctx, *ctx.input(4), hidden));
       }
       Tensor xc = x, sc = skip, yc = y;
-      if constexpr (kIsHalfType<T>) {
+      if constexpr (kIs16BitFloat<T>) {
         TOB_ASSIGN_OR_RETURN(xc, ToFloatScratch(ctx, x));
         TOB_ASSIGN_OR_RETURN(sc, ToFloatScratch(ctx, skip));
         TOB_ASSIGN_OR_RETURN(yc, ctx.AllocateScratch(DType::kFloat32, y.shape()));
@@ -200,7 +200,7 @@ class SkipLayerNormKernel final : public OpKernel {
             for (int64_t i = 0; i < D; ++i) yr[i] = xr[i] + sr[i];
           }
           if (sum_out != nullptr) {
-            if constexpr (kIsHalfType<T>) ConvertFromFloat(yr, D, sum_out->data<T>() + r * D);
+            if constexpr (kIs16BitFloat<T>) FromFloat(yr, sum_out->data<T>() + r * D, D);
             else std::memcpy(sum_out->data<T>() + r * D, yr, sizeof(T) * D);
           }
           double mean, inv_std;
@@ -209,7 +209,7 @@ class SkipLayerNormKernel final : public OpKernel {
           inv_out.Set(r, inv_std);
         }
       });
-      if constexpr (kIsHalfType<T>) return FromFloatScratch(ctx, yc, &y);
+      if constexpr (kIs16BitFloat<T>) return FromFloatScratch(ctx, yc, &y);
       return Status::OK();
     });
   }
@@ -223,9 +223,9 @@ class SkipLayerNormKernel final : public OpKernel {
 void RegisterCpuLayerNormKernels(KernelRegistry& registry) {
   registry.Register(Def("LayerNormalization").Versions(17).Constraint("T", {0, 1, 2}, FloatTypes())
                         .Kernel<LayerNormKernel>());
-  registry.Register(Def("LayerNormalization").Domain("com.microsoft").Versions(1)
+  registry.Register(Def("LayerNormalization").Domain(kMicrosoftDomain).Versions(1)
                         .Constraint("T", {0, 1, 2}, FloatTypes()).Kernel<LayerNormKernel>());
-  registry.Register(Def("SkipLayerNormalization").Domain("com.microsoft").Versions(1)
+  registry.Register(Def("SkipLayerNormalization").Domain(kMicrosoftDomain).Versions(1)
                         .Constraint("T", {0, 1, 2, 3, 4}, FloatTypes()).Kernel<SkipLayerNormKernel>());
 }
 

@@ -4,9 +4,9 @@
 #include <vector>
 
 #include "ops/gemm_attributes.h"
-#include "providers/cpu/nn/float_convert.h"
+#include "providers/cpu/float_compute.h"
 #include "providers/cpu/nn/gemm.h"
-#include "providers/cpu/nn/nn_kernels.h"
+#include "framework/kernel_registry.h"
 
 namespace tob {
 
@@ -89,7 +89,7 @@ class MatMulKernel final : public OpKernel {
     const Tensor& b = *ctx.input(1);
     Tensor& y = *ctx.output(0);
     return DispatchFloat(ctx, a.dtype(), [&]<typename T>() -> Status {
-      if constexpr (kIsHalfType<T>) {
+      if constexpr (kIs16BitFloat<T>) {
         TOB_ASSIGN_OR_RETURN(Tensor af, ToFloatScratch(ctx, a));
         TOB_ASSIGN_OR_RETURN(Tensor bf, ToFloatScratch(ctx, b));
         TOB_ASSIGN_OR_RETURN(Tensor yf, ctx.AllocateScratch(DType::kFloat32, y.shape()));

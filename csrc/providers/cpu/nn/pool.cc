@@ -10,8 +10,8 @@
 #include <immintrin.h>
 #endif
 
-#include "providers/cpu/nn/float_convert.h"
-#include "providers/cpu/nn/nn_kernels.h"
+#include "providers/cpu/float_compute.h"
+#include "framework/kernel_registry.h"
 #include "providers/cpu/nn/vec_math.h"
 #include "providers/cpu/nn/window_geometry.h"
 

@@ -6,8 +6,8 @@
 #include <limits>
 #include <vector>
 
-#include "providers/cpu/nn/float_convert.h"
-#include "providers/cpu/nn/nn_kernels.h"
+#include "providers/cpu/float_compute.h"
+#include "framework/kernel_registry.h"
 #include "providers/cpu/nn/vec_math.h"
 
 namespace tob {
@@ -133,7 +133,7 @@ class SoftmaxKernel final : public OpKernel {
     }
     if (x.numel() == 0) return Status::OK();
     return DispatchFloat(ctx, x.dtype(), [&]<typename T>() -> Status {
-      if constexpr (kIsHalfType<T>) {
+      if constexpr (kIs16BitFloat<T>) {
         TOB_ASSIGN_OR_RETURN(Tensor xf, ToFloatScratch(ctx, x));
         TOB_ASSIGN_OR_RETURN(Tensor yf, ctx.AllocateScratch(DType::kFloat32, y.shape()));
         const float* xp = xf.data<float>();

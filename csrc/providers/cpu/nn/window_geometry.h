@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "framework/kernel.h"
@@ -50,6 +51,14 @@ struct WindowGeometry {
       g.pad_begin.push_back(d.pad_begin);
       g.pad_end.push_back(d.pad_end);
     }
+    return g;
+  }
+
+  // The geometry with `in` and `out` exchanged: a ConvTranspose is the input gradient of the Conv
+  // of this geometry, so its col2im is that Conv's (conv_columns.h).
+  WindowGeometry Swapped() const {
+    WindowGeometry g = *this;
+    std::swap(g.in, g.out);
     return g;
   }
 

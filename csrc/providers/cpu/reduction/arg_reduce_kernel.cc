@@ -5,7 +5,6 @@
 
 #include "framework/kernel_registry.h"
 #include "providers/cpu/reduction/reduce_driver.h"
-#include "providers/cpu/reduction/reduction_kernels.h"
 
 namespace tob::cpu {
 namespace {
@@ -76,8 +75,8 @@ void ArgReduceColumns(KernelContext& ctx, const T* x, ReduceExtent e, int64_t* o
       const T* base = x + o * e.reduce * e.inner + i0;
       int64_t* index = out + o * e.inner + i0;
       auto load = [&](int64_t r) -> const A* {
-        if constexpr (kIsHalf<T>) {
-          WidenToFloat(base + r * e.inner, row_values, width);
+        if constexpr (kIs16BitFloat<T>) {
+          ToFloat(base + r * e.inner, row_values, width);
           return row_values;
         } else {
           return base + r * e.inner;
@@ -161,8 +160,12 @@ class ArgReduceKernel final : public OpKernel {
 };
 
 }  // namespace
+}  // namespace tob::cpu
 
-void RegisterArgReduceKernels(KernelRegistry& registry) {
+namespace tob {
+
+void RegisterCpuArgReduceKernels(KernelRegistry& registry) {
+  using namespace cpu;  // the kernels above
   using enum DType;
   const std::vector<DType> types = {kFloat32, kFloat64, kFloat16, kBFloat16, kInt8,  kUInt8,
                                     kInt16,   kUInt16,  kInt32,   kUInt32,   kInt64, kUInt64};
@@ -176,4 +179,4 @@ void RegisterArgReduceKernels(KernelRegistry& registry) {
       }));
 }
 
-}  // namespace tob::cpu
+}  // namespace tob

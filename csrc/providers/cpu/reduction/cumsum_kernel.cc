@@ -5,14 +5,13 @@
 
 #include "framework/kernel_registry.h"
 #include "providers/cpu/reduction/reduce_driver.h"
-#include "providers/cpu/reduction/reduction_kernels.h"
 
 namespace tob::cpu {
 namespace {
 
 template <typename T, typename A>
 inline T Narrow(A a) {
-  if constexpr (kIsHalf<T>)
+  if constexpr (kIs16BitFloat<T>)
     return T(static_cast<float>(a));
   else
     return static_cast<T>(a);
@@ -63,8 +62,8 @@ void CumSumColumns(KernelContext& ctx, const T* x, ReduceExtent e, T* y) {
         const T* in = x + offset;
         T* out = y + offset;
         const A* v = nullptr;
-        if constexpr (kIsHalf<T>) {
-          WidenToFloat(in, wide, width);
+        if constexpr (kIs16BitFloat<T>) {
+          ToFloat(in, wide, width);
           v = wide;
         } else {
           v = in;
@@ -145,8 +144,12 @@ class CumSumKernel final : public OpKernel {
 };
 
 }  // namespace
+}  // namespace tob::cpu
 
-void RegisterCumSumKernels(KernelRegistry& registry) {
+namespace tob {
+
+void RegisterCpuCumSumKernels(KernelRegistry& registry) {
+  using namespace cpu;  // the kernels above
   using enum DType;
   registry.Register(
       Def("CumSum")
@@ -157,4 +160,4 @@ void RegisterCumSumKernels(KernelRegistry& registry) {
           .Kernel<CumSumKernel>());
 }
 
-}  // namespace tob::cpu
+}  // namespace tob

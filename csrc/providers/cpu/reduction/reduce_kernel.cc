@@ -10,7 +10,6 @@
 #include "framework/kernel_registry.h"
 #include "providers/cpu/reduction/reduce_driver.h"
 #include "providers/cpu/reduction/reduce_layout.h"
-#include "providers/cpu/reduction/reduction_kernels.h"
 
 namespace tob::cpu {
 namespace {
@@ -22,7 +21,7 @@ enum class AxesFrom { kAttribute, kInput };
 
 template <typename T, typename A>
 inline T FromAcc(A a) {
-  if constexpr (kIsHalf<T>)
+  if constexpr (kIs16BitFloat<T>)
     return T(static_cast<float>(a));
   else
     return static_cast<T>(a);
@@ -190,7 +189,7 @@ class ReduceKernel final : public OpKernel {
   template <typename T>
   Status RunTyped(KernelContext& ctx, const Tensor& x, const ReducePlan& p, T* out) const {
     const T* src = x.data<T>();
-    constexpr bool kFloat = std::is_floating_point_v<T> || kIsHalf<T>;
+    constexpr bool kFloat = std::is_floating_point_v<T> || kIs16BitFloat<T>;
     constexpr bool kBool = std::is_same_v<T, bool>;
     using enum Combine;
     using enum Map;
@@ -237,8 +236,12 @@ class ReduceKernel final : public OpKernel {
 std::vector<DType> Types(std::initializer_list<DType> types) { return types; }
 
 }  // namespace
+}  // namespace tob::cpu
 
-void RegisterReduceKernels(KernelRegistry& registry) {
+namespace tob {
+
+void RegisterCpuReduceKernels(KernelRegistry& registry) {
+  using namespace cpu;  // the kernels above
   using enum DType;
   const std::vector<DType> floats = FloatTypes();
   const std::vector<DType> sum_types =
@@ -281,4 +284,4 @@ void RegisterReduceKernels(KernelRegistry& registry) {
   }
 }
 
-}  // namespace tob::cpu
+}  // namespace tob

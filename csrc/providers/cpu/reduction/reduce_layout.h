@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "framework/tensor.h"
+#include "core/tensor.h"
 #include "framework/thread_pool.h"
 #include "providers/cpu/reduction/reduce_driver.h"
 

@@ -20,6 +20,7 @@
 #include <immintrin.h>
 #endif
 
+#include "core/float_convert.h"
 #include "core/half.h"
 #include "providers/cpu/simd/avx2_exp.h"
 
@@ -28,12 +29,9 @@ namespace tob::cpu {
 enum class Combine { kSum, kProd, kMax, kMin };
 enum class Map { kIdentity, kAbs, kSquare, kExpShifted };
 
-template <typename T>
-inline constexpr bool kIsHalf = std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>;
-
 // The type a reduction of T accumulates in.
 template <typename T>
-using AccOf = std::conditional_t<kIsHalf<T>, float, T>;
+using AccOf = std::conditional_t<kIs16BitFloat<T>, float, T>;
 
 template <Combine C, typename A>
 constexpr A IdentityOf() {
@@ -125,25 +123,6 @@ inline A ShiftAt(const A* shift, int64_t i) {
 template <Map M, typename A>
 inline constexpr bool kExpFloat = M == Map::kExpShifted && std::is_same_v<A, float>;
 
-// Widens n values to float32 (vectorised: F16C for float16, a shift for bfloat16).
-inline void WidenToFloat(const Float16* src, float* dst, int64_t n) {
-  int64_t i = 0;
-#if defined(__F16C__)
-  for (; i + 8 <= n; i += 8) {
-    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
-  }
-#endif
-  for (; i < n; ++i) dst[i] = static_cast<float>(src[i]);
-}
-
-inline void WidenToFloat(const BFloat16* src, float* dst, int64_t n) {
-  static_assert(sizeof(BFloat16) == sizeof(uint16_t));
-  const auto* bits = reinterpret_cast<const uint16_t*>(src);
-  for (int64_t i = 0; i < n; ++i)
-    dst[i] = std::bit_cast<float>(static_cast<uint32_t>(bits[i]) << 16);
-}
-
 // Elements a pairwise leaf reduces with its lanes: bounded so a float32 lane sums few values,
 // and so a widened half leaf fits on the stack.
 inline constexpr int64_t kPairwiseLeaf = 2048;
@@ -205,16 +184,16 @@ A ReduceContiguous(const S* x, int64_t n, A shift) {
   }
   if constexpr (kExpFloat<M, A>) {
     float values[kPairwiseLeaf];
-    if constexpr (kIsHalf<S>) {
-      WidenToFloat(x, values, n);
+    if constexpr (kIs16BitFloat<S>) {
+      ToFloat(x, values, n);
       ExpShifted(values, nullptr, shift, values, n);
     } else {
       ExpShifted(x, nullptr, shift, values, n);
     }
     return ReduceLanes<C, Map::kIdentity, float, A>(values, n, shift);
-  } else if constexpr (kIsHalf<S>) {
+  } else if constexpr (kIs16BitFloat<S>) {
     float wide[kPairwiseLeaf];
-    WidenToFloat(x, wide, n);
+    ToFloat(x, wide, n);
     return ReduceLanes<C, M, float, A>(wide, n, shift);
   } else {
     return ReduceLanes<C, M, S, A>(x, n, shift);
@@ -269,9 +248,9 @@ void ReduceInterleaved(const S* x, int64_t rows, int64_t inner, A* out, const A*
     return;
   }
   const bool full_width = kInterleaveLanes % inner == 0;
-  if constexpr (kIsHalf<S>) {
+  if constexpr (kIs16BitFloat<S>) {
     float wide[kPairwiseLeaf];
-    WidenToFloat(x, wide, rows * inner);
+    ToFloat(x, wide, rows * inner);
     if (full_width)
       ReduceInterleavedLeaf<true, C, M, float, A>(wide, rows, inner, out, shift);
     else
@@ -291,7 +270,7 @@ void AccumulateRows(const S* x, int64_t rows, int64_t stride, int64_t width, A* 
                     const A* shift) {
   constexpr bool kBlocked = C == Combine::kSum && std::is_floating_point_v<A>;
   A block[kColumnTile];
-  [[maybe_unused]] float wide[kIsHalf<S> || kExpFloat<M, A> ? kColumnTile : 1];
+  [[maybe_unused]] float wide[kIs16BitFloat<S> || kExpFloat<M, A> ? kColumnTile : 1];
   A* target = kBlocked ? block : acc;
   for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock) {
     int64_t r1 = std::min(rows, r0 + kRowBlock);
@@ -301,16 +280,16 @@ void AccumulateRows(const S* x, int64_t rows, int64_t stride, int64_t width, A* 
       const S* row = x + r * stride;
       if constexpr (kExpFloat<M, A>) {
         const float* src = nullptr;
-        if constexpr (kIsHalf<S>) {
-          WidenToFloat(row, wide, width);
+        if constexpr (kIs16BitFloat<S>) {
+          ToFloat(row, wide, width);
           src = wide;
         } else {
           src = row;
         }
         ExpShifted(src, shift, 0.0f, wide, width);
         for (int64_t i = 0; i < width; ++i) target[i] = CombineOf<C, A>(target[i], wide[i]);
-      } else if constexpr (kIsHalf<S>) {
-        WidenToFloat(row, wide, width);
+      } else if constexpr (kIs16BitFloat<S>) {
+        ToFloat(row, wide, width);
         for (int64_t i = 0; i < width; ++i)
           target[i] = CombineOf<C, A>(target[i], MapOf<M, A>(wide[i], ShiftAt<M>(shift, i)));
       } else {

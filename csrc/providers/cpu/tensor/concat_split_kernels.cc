@@ -1,7 +1,7 @@
 // Concat and Split: both view every tensor as [pre, axis, post] and move whole [axis * post]
 // blocks, so each is one memcpy per (pre index, input/output) pair.
 #include "providers/cpu/tensor/copy_utils.h"
-#include "providers/cpu/tensor/tensor_kernels.h"
+#include "framework/kernel_registry.h"
 
 namespace tob {
 

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "framework/tensor.h"
+#include "core/tensor.h"
 #include "framework/thread_pool.h"
 
 namespace tob::tensor_ops {

@@ -2,7 +2,7 @@
 // (repetition: the input is placed once, then each axis's block is duplicated by memcpy, from the
 // innermost axis out, so every output byte is written exactly once).
 #include "providers/cpu/tensor/copy_utils.h"
-#include "providers/cpu/tensor/tensor_kernels.h"
+#include "framework/kernel_registry.h"
 
 namespace tob {
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "providers/cpu/tensor/copy_utils.h"
-#include "providers/cpu/tensor/tensor_kernels.h"
+#include "framework/kernel_registry.h"
 
 namespace tob {
 

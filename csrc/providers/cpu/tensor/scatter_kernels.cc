@@ -8,7 +8,7 @@
 
 #include "providers/cpu/tensor/copy_utils.h"
 #include "providers/cpu/tensor/index_utils.h"
-#include "providers/cpu/tensor/tensor_kernels.h"
+#include "framework/kernel_registry.h"
 
 namespace tob {
 

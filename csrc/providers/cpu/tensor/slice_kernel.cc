@@ -1,7 +1,7 @@
 // Slice: a strided view of the input (steps may be negative) copied out row by row.
 #include "ops/tensor_params.h"
 #include "providers/cpu/tensor/copy_utils.h"
-#include "providers/cpu/tensor/tensor_kernels.h"
+#include "framework/kernel_registry.h"
 
 namespace tob {
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "framework/tensor.h"
+#include "core/tensor.h"
 #include "framework/thread_pool.h"
 
 namespace tob::tensor_ops {

@@ -1,6 +1,6 @@
 // Transpose, and DepthToSpace / SpaceToDepth, which are transposes of a 6-D view of their input.
 #include "ops/tensor_params.h"
-#include "providers/cpu/tensor/tensor_kernels.h"
+#include "framework/kernel_registry.h"
 #include "providers/cpu/tensor/transpose.h"
 
 namespace tob {

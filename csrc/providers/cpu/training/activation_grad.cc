@@ -11,8 +11,8 @@
 #include <type_traits>
 
 #include "providers/cpu/elementwise/vector_math.h"
-#include "providers/cpu/nn/float_convert.h"
-#include "providers/cpu/training/training_kernels.h"
+#include "providers/cpu/float_compute.h"
+#include "framework/kernel_registry.h"
 
 namespace tob {
 
@@ -139,14 +139,14 @@ class ElementwiseGradKernel final : public OpKernel {
       const T* xp = x.data<T>();
       T* dxp = dx.data<T>();
       ParallelFor(ctx.thread_pool(), n, Op::kGrain, [&](int64_t begin, int64_t end) {
-        if constexpr (kIsHalfType<T>) {
+        if constexpr (kIs16BitFloat<T>) {
           float dyf[kBlock], xf[kBlock], dxf[kBlock];
           for (int64_t b = begin; b < end; b += kBlock) {
             const int64_t m = std::min(kBlock, end - b);
-            ConvertToFloat(dyp + b, m, dyf);
-            ConvertToFloat(xp + b, m, xf);
+            ToFloat(dyp + b, dyf, m);
+            ToFloat(xp + b, xf, m);
             Op::Run(dyf, xf, dxf, m);
-            ConvertFromFloat(dxf, m, dxp + b);
+            FromFloat(dxf, dxp + b, m);
           }
         } else {
           Op::Run(dyp + begin, xp + begin, dxp + begin, end - begin);

@@ -14,9 +14,9 @@
 #include <cmath>
 #include <cstring>
 
-#include "providers/cpu/nn/float_convert.h"
+#include "providers/cpu/float_compute.h"
 #include "providers/cpu/nn/vec_math.h"
-#include "providers/cpu/training/training_kernels.h"
+#include "framework/kernel_registry.h"
 
 namespace tob {
 
@@ -73,12 +73,12 @@ inline void PairSums(const double* a, const double* b, int64_t n, double center,
 // PairSums over a plane of T (16-bit types widened block by block). `a` may equal `b`.
 template <typename T>
 void PlanePairSums(const T* a, const T* b, int64_t n, double center, bool square, double* s1, double* s2) {
-  if constexpr (kIsHalfType<T>) {
+  if constexpr (kIs16BitFloat<T>) {
     float ab[kBlock], bb[kBlock];
     for (int64_t i = 0; i < n; i += kBlock) {
       const int64_t m = std::min(kBlock, n - i);
-      ConvertToFloat(a + i, m, ab);
-      ConvertToFloat(b + i, m, bb);
+      ToFloat(a + i, ab, m);
+      ToFloat(b + i, bb, m);
       PairSums(ab, bb, m, static_cast<float>(center), square, s1, s2);
     }
   } else {
@@ -91,18 +91,18 @@ template <typename T>
 void PlaneAffine(const T* u, const T* v, int64_t n, double p, double q, double r, T* out) {
   using C = ComputeType<T>;
   const C pc = static_cast<C>(p), qc = static_cast<C>(q), rc = static_cast<C>(r);
-  if constexpr (kIsHalfType<T>) {
+  if constexpr (kIs16BitFloat<T>) {
     float ub[kBlock], vb[kBlock];
     for (int64_t i = 0; i < n; i += kBlock) {
       const int64_t m = std::min(kBlock, n - i);
-      ConvertToFloat(u + i, m, ub);
-      if (v != nullptr) ConvertToFloat(v + i, m, vb);
+      ToFloat(u + i, ub, m);
+      if (v != nullptr) ToFloat(v + i, vb, m);
       if (v != nullptr) {
         for (int64_t j = 0; j < m; ++j) ub[j] = pc * ub[j] + qc * vb[j] + rc;
       } else {
         for (int64_t j = 0; j < m; ++j) ub[j] = pc * ub[j] + rc;
       }
-      ConvertFromFloat(ub, m, out + i);
+      FromFloat(ub, out + i, m);
     }
   } else if (v != nullptr) {
     for (int64_t i = 0; i < n; ++i) out[i] = pc * u[i] + qc * v[i] + rc;

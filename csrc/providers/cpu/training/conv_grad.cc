@@ -14,13 +14,13 @@
 #include <optional>
 #include <vector>
 
-#include "providers/cpu/nn/float_convert.h"
+#include "providers/cpu/float_compute.h"
 #include "providers/cpu/nn/gemm.h"
 #include "providers/cpu/nn/vec_math.h"
 #include "providers/cpu/nn/window_geometry.h"
 #include "providers/cpu/nn/conv_columns.h"
 #include "providers/cpu/training/depthwise_conv_grad.h"
-#include "providers/cpu/training/training_kernels.h"
+#include "framework/kernel_registry.h"
 
 namespace tob {
 
@@ -324,7 +324,7 @@ class ConvGradKernel final : public OpKernel {
       if (o != nullptr && o->numel() > 0 && (s.N == 0 || s.out_size == 0)) std::memset(o->raw_data(), 0, o->nbytes());
     if (s.N == 0 || s.out_size == 0) return Status::OK();
     return DispatchFloat(ctx, x.dtype(), [&]<typename T>() -> Status {
-      if constexpr (kIsHalfType<T>) {
+      if constexpr (kIs16BitFloat<T>) {
         TOB_ASSIGN_OR_RETURN(Tensor dyf, ToFloatScratch(ctx, dy));
         TOB_ASSIGN_OR_RETURN(Tensor xf, ToFloatScratch(ctx, x));
         TOB_ASSIGN_OR_RETURN(Tensor wf, ToFloatScratch(ctx, w));

@@ -12,8 +12,8 @@
 #include <atomic>
 #include <cstring>
 
-#include "providers/cpu/nn/float_convert.h"
-#include "providers/cpu/training/training_kernels.h"
+#include "providers/cpu/float_compute.h"
+#include "framework/kernel_registry.h"
 
 namespace tob {
 
@@ -114,7 +114,7 @@ class GatherGradKernel final : public OpKernel {
     if (dx.numel() == 0) return Status::OK();
     const int64_t* idx = idx_t.data<int64_t>();
     return DispatchFloat(ctx, dy.dtype(), [&]<typename T>() -> Status {
-      if constexpr (kIsHalfType<T>) {
+      if constexpr (kIs16BitFloat<T>) {
         TOB_ASSIGN_OR_RETURN(Tensor dyf, ToFloatScratch(ctx, dy));
         TOB_ASSIGN_OR_RETURN(Tensor dxf, ctx.AllocateScratch(DType::kFloat32, dx.shape()));
         TOB_RETURN_IF_ERROR(ScatterAdd<float>(ctx, l, idx, dyf.data<float>(), dxf.data<float>()));

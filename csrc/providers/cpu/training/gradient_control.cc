@@ -11,8 +11,8 @@
 
 #include "core/half.h"
 #include "providers/cpu/training/optimizer_inputs.h"
-#include "providers/cpu/training/training_kernels.h"
-#include "training/float_convert.h"
+#include "framework/kernel_registry.h"
+#include "core/float_convert.h"
 #include "training/multi_tensor_ops.h"
 #include "training/optimizer_math.h"
 
@@ -21,7 +21,6 @@ namespace tob {
 namespace {
 
 using namespace optimizer_inputs;
-using training::kConvertBlock;
 
 constexpr int64_t kGrain = 1 << 15;
 
@@ -45,7 +44,7 @@ class InPlaceAccumulatorKernel final : public OpKernel {
         alignas(32) float block[kConvertBlock];
         for (int64_t b = begin; b < end; b += kConvertBlock) {
           const int64_t len = std::min(kConvertBlock, end - b);
-          training::ToFloat(vp + b, block, len);
+          ToFloat(vp + b, block, len);
           for (int64_t i = 0; i < len; ++i) op[b + i] = training::AccumulateGradient(sp[b + i], block[i]);
         }
       });

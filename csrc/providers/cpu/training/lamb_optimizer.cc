@@ -7,8 +7,8 @@
 
 #include "core/half.h"
 #include "providers/cpu/training/optimizer_inputs.h"
-#include "providers/cpu/training/training_kernels.h"
-#include "training/float_convert.h"
+#include "framework/kernel_registry.h"
+#include "core/float_convert.h"
 #include "training/multi_tensor_ops.h"
 #include "training/optimizer_attributes.h"
 
@@ -17,7 +17,6 @@ namespace tob {
 namespace {
 
 using namespace optimizer_inputs;
-using training::kConvertBlock;
 
 constexpr int64_t kGrain = 1 << 14;
 constexpr int kStepInput = 4;
@@ -30,7 +29,7 @@ constexpr int kMaxGroups = 1024;
 
 template <typename T>
 void StoreMixed(const float* src, Tensor* dst, int64_t offset, int64_t len) {
-  training::FromFloat(src, dst->data<T>() + offset, len);
+  FromFloat(src, dst->data<T>() + offset, len);
 }
 
 class LambOptimizerKernel final : public OpKernel {
@@ -126,7 +125,7 @@ class LambOptimizerKernel final : public OpKernel {
       alignas(32) float grad[kConvertBlock];
       for (int64_t b = begin; b < end; b += kConvertBlock) {
         const int64_t len = std::min(kConvertBlock, end - b);
-        training::ToFloat(gp + b, grad, len);
+        ToFloat(gp + b, grad, len);
         for (int64_t i = 0; i < len; ++i) {
           float m1 = m1p[b + i], m2 = m2p[b + i];
           dp[b + i] = training::LambDirection(s, wp[b + i], grad[i], m1, m2);
@@ -148,7 +147,7 @@ class LambOptimizerKernel final : public OpKernel {
       for (int64_t b = begin; b < end; b += kConvertBlock) {
         const int64_t len = std::min(kConvertBlock, end - b);
         for (int64_t i = 0; i < len; ++i) updated[i] = training::LambApply(ratio, wp[b + i], dp[b + i], &delta[i]);
-        if (new_g != nullptr) training::FromFloat(delta, new_g->data<G>() + b, len);
+        if (new_g != nullptr) FromFloat(delta, new_g->data<G>() + b, len);
         if (new_w != nullptr) std::copy_n(updated, len, new_w->data<float>() + b);
         if (new_mixed != nullptr) {
           if (new_mixed->dtype() == DType::kFloat16) StoreMixed<Float16>(updated, new_mixed, b, len);

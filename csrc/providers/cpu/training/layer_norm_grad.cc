@@ -12,9 +12,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "providers/cpu/nn/float_convert.h"
+#include "providers/cpu/float_compute.h"
 #include "providers/cpu/nn/vec_math.h"
-#include "providers/cpu/training/training_kernels.h"
+#include "framework/kernel_registry.h"
 
 namespace tob {
 
@@ -99,8 +99,8 @@ C StatAt(const Tensor& t, int64_t row) {
 // A row of T as compute type C: the row itself, or widened into `buf` for 16-bit types.
 template <typename T, typename C = ComputeType<T>>
 const C* RowAsCompute(const T* row, int64_t D, C* buf) {
-  if constexpr (kIsHalfType<T>) {
-    ConvertToFloat(row, D, buf);
+  if constexpr (kIs16BitFloat<T>) {
+    ToFloat(row, buf, D);
     return buf;
   } else {
     return row;
@@ -114,10 +114,10 @@ Status LayerNormGradTyped(const KernelContext& ctx, const Tensor& dy_t, const Te
   using C = ComputeType<T>;
   const int64_t chunks = std::min(rows, kMaxChunks);
   // Per chunk: scale and bias partial sums, and (16-bit types) widened dy, x and dx rows.
-  constexpr int64_t kBuffers = kIsHalfType<T> ? 5 : 2;
+  constexpr int64_t kBuffers = kIs16BitFloat<T> ? 5 : 2;
   TOB_ASSIGN_OR_RETURN(Tensor scratch, ctx.AllocateScratch(DTypeOf<C>(), {chunks, kBuffers, D}));
   Tensor scale_c = scale_t;
-  if constexpr (kIsHalfType<T>) {
+  if constexpr (kIs16BitFloat<T>) {
     TOB_ASSIGN_OR_RETURN(scale_c, ToFloatScratch(ctx, scale_t));
   }
   const T* dy = dy_t.data<T>();
@@ -132,17 +132,17 @@ Status LayerNormGradTyped(const KernelContext& ctx, const Tensor& dy_t, const Te
       C* pbias = pscale + D;
       std::fill(pscale, pscale + 2 * D, C(0));
       for (int64_t r = rows * c / chunks; r < rows * (c + 1) / chunks; ++r) {
-        const C* dyr = RowAsCompute(dy + r * D, D, kIsHalfType<T> ? pbias + D : nullptr);
-        const C* xr = RowAsCompute(x + r * D, D, kIsHalfType<T> ? pbias + 2 * D : nullptr);
+        const C* dyr = RowAsCompute(dy + r * D, D, kIs16BitFloat<T> ? pbias + D : nullptr);
+        const C* xr = RowAsCompute(x + r * D, D, kIs16BitFloat<T> ? pbias + 2 * D : nullptr);
         const C mean = StatAt<C>(mean_t, r), inv = StatAt<C>(inv_t, r);
         C sum_g = 0, sum_gx = 0;
         if (dx != nullptr) RowSums(dyr, xr, scale, mean, D, &sum_g, &sum_gx);
         // mean(g * xhat) = inv * mean(g * (x - mean)).
         const C mean_g = sum_g * inv_d, mean_gx = sum_gx * inv * inv_d;
-        if constexpr (kIsHalfType<T>) {
+        if constexpr (kIs16BitFloat<T>) {
           C* dx_buf = dx != nullptr ? pbias + 3 * D : nullptr;
           RowGrads(dyr, xr, scale, mean, inv, mean_g, mean_gx, D, dx_buf, pscale, pbias);
-          if (dx != nullptr) ConvertFromFloat(dx_buf, D, dx + r * D);
+          if (dx != nullptr) FromFloat(dx_buf, dx + r * D, D);
         } else {
           RowGrads(dyr, xr, scale, mean, inv, mean_g, mean_gx, D, dx != nullptr ? dx + r * D : nullptr, pscale,
                    pbias);

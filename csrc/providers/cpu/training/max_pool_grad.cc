@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <atomic>
 
-#include "providers/cpu/nn/float_convert.h"
-#include "providers/cpu/training/training_kernels.h"
+#include "providers/cpu/float_compute.h"
+#include "framework/kernel_registry.h"
 
 namespace tob {
 
@@ -35,7 +35,7 @@ class MaxPoolGradKernel final : public OpKernel {
     const int64_t out_size = planes == 0 ? 0 : dy.numel() / planes;
     if (dx.numel() == 0) return Status::OK();
     return DispatchFloat(ctx, dy.dtype(), [&]<typename T>() -> Status {
-      if constexpr (kIsHalfType<T>) {
+      if constexpr (kIs16BitFloat<T>) {
         TOB_ASSIGN_OR_RETURN(Tensor dyf, ToFloatScratch(ctx, dy));
         TOB_ASSIGN_OR_RETURN(Tensor dxf, ctx.AllocateScratch(DType::kFloat32, dx.shape()));
         TOB_RETURN_IF_ERROR(Scatter(ctx, dyf.data<float>(), indices.data<int64_t>(), dxf.data<float>(), planes, in_size,

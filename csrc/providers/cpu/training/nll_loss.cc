@@ -13,8 +13,8 @@
 #include <cstring>
 #include <optional>
 
-#include "providers/cpu/nn/float_convert.h"
-#include "providers/cpu/training/training_kernels.h"
+#include "providers/cpu/float_compute.h"
+#include "framework/kernel_registry.h"
 
 namespace tob {
 

@@ -8,8 +8,8 @@
 
 #include "core/half.h"
 #include "providers/cpu/training/optimizer_inputs.h"
-#include "providers/cpu/training/training_kernels.h"
-#include "training/float_convert.h"
+#include "framework/kernel_registry.h"
+#include "core/float_convert.h"
 #include "training/multi_tensor_adam.h"
 #include "training/optimizer_attributes.h"
 #include "training/optimizer_math.h"
@@ -19,7 +19,6 @@ namespace tob {
 namespace {
 
 using namespace optimizer_inputs;
-using training::kConvertBlock;
 
 constexpr int64_t kGrain = 1 << 14;
 
@@ -119,21 +118,21 @@ class AdamOptimizerKernel final : public OpKernel {
       for (int64_t b = begin; b < end; b += kConvertBlock) {
         const int64_t len = std::min(kConvertBlock, end - b);
         std::copy_n(wp + b, len, p);
-        training::ToFloat(gp + b, grad, len);
+        ToFloat(gp + b, grad, len);
         std::copy_n(m1p + b, len, m);
         std::copy_n(m2p + b, len, v);
         training::AdamFloat32(s, p, grad, m, v, len);
         if (new_g != nullptr) {  // the update applied, before new_w may overwrite w
           float delta[kConvertBlock];
           for (int64_t i = 0; i < len; ++i) delta[i] = p[i] - wp[b + i];
-          training::FromFloat(delta, new_g->data<G>() + b, len);
+          FromFloat(delta, new_g->data<G>() + b, len);
         }
         if (new_m1 != nullptr) std::copy_n(m, len, new_m1->data<float>() + b);
         if (new_m2 != nullptr) std::copy_n(v, len, new_m2->data<float>() + b);
         if (new_w != nullptr) std::copy_n(p, len, new_w->data<float>() + b);
         if (new_mixed != nullptr) {
-          if (new_mixed->dtype() == DType::kFloat16) training::FromFloat(p, new_mixed->data<Float16>() + b, len);
-          else training::FromFloat(p, new_mixed->data<BFloat16>() + b, len);
+          if (new_mixed->dtype() == DType::kFloat16) FromFloat(p, new_mixed->data<Float16>() + b, len);
+          else FromFloat(p, new_mixed->data<BFloat16>() + b, len);
         }
       }
     });

@@ -9,9 +9,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "providers/cpu/nn/float_convert.h"
+#include "providers/cpu/float_compute.h"
 #include "providers/cpu/nn/vec_math.h"
-#include "providers/cpu/training/training_kernels.h"
+#include "framework/kernel_registry.h"
 
 namespace tob {
 
@@ -140,7 +140,7 @@ class SoftmaxGradKernel final : public OpKernel {
     }
     if (y.numel() == 0) return Status::OK();
     return DispatchFloat(ctx, y.dtype(), [&]<typename T>() -> Status {
-      if constexpr (kIsHalfType<T>) {
+      if constexpr (kIs16BitFloat<T>) {
         TOB_ASSIGN_OR_RETURN(Tensor dyf, ToFloatScratch(ctx, dy));
         TOB_ASSIGN_OR_RETURN(Tensor yf, ToFloatScratch(ctx, y));
         TOB_ASSIGN_OR_RETURN(Tensor dxf, ctx.AllocateScratch(DType::kFloat32, dx.shape()));

@@ -1,0 +1,81 @@
+// A dense, contiguous, row-major tensor: dtype + concrete shape + a view into a shared Buffer.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "core/allocator.h"
+
+namespace tob {
+
+using Shape = std::vector<int64_t>;
+
+int64_t NumElements(const Shape& shape);
+std::string ShapeToString(const Shape& shape);
+// Row-major strides in elements.
+std::vector<int64_t> ContiguousStrides(const Shape& shape);
+
+class Tensor {
+ public:
+  Tensor() = default;
+  Tensor(DType dtype, Shape shape, std::shared_ptr<Buffer> buffer, size_t byte_offset = 0)
+      : dtype_(dtype), shape_(std::move(shape)), buffer_(std::move(buffer)), offset_(byte_offset) {}
+
+  // Allocates a tensor from `allocator`; kOutOfMemory status on failure.
+  static StatusOr<Tensor> Allocate(DType dtype, const Shape& shape,
+                                   const std::shared_ptr<Allocator>& allocator);
+  // A CPU tensor holding a copy of `values` (for tests, constants and scalars).
+  template <typename T>
+  static Tensor FromVector(const std::vector<T>& values, const Shape& shape);
+
+  bool defined() const { return buffer_ != nullptr || dtype_ != DType::kUndefined; }
+  DType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  int64_t rank() const { return static_cast<int64_t>(shape_.size()); }
+  int64_t dim(int64_t i) const { return shape_[i < 0 ? i + rank() : i]; }
+  int64_t numel() const { return NumElements(shape_); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * DTypeSize(dtype_); }
+  Device device() const { return buffer_ ? buffer_->device() : Device{}; }
+  const std::shared_ptr<Buffer>& buffer() const { return buffer_; }
+  size_t byte_offset() const { return offset_; }
+
+  void* raw_data() { return buffer_ ? static_cast<char*>(buffer_->data()) + offset_ : nullptr; }
+  const void* raw_data() const {
+    return buffer_ ? static_cast<const char*>(buffer_->data()) + offset_ : nullptr;
+  }
+  template <typename T> T* data() { return static_cast<T*>(raw_data()); }
+  template <typename T> const T* data() const { return static_cast<const T*>(raw_data()); }
+
+  // Same bytes, another shape with the same element count.
+  Tensor Reshaped(Shape new_shape) const { return Tensor(dtype_, std::move(new_shape), buffer_, offset_); }
+  // Whether both tensors start at the same address (aliasing check).
+  bool SharesDataWith(const Tensor& other) const { return raw_data() == other.raw_data(); }
+
+  // Reads element i (any numeric dtype) as double / int64; used by shape functions on small
+  // constant tensors (shapes, axes, pads), never in hot loops.
+  double ElementAsDouble(int64_t i) const;
+  int64_t ElementAsInt64(int64_t i) const;
+  std::vector<int64_t> ToInt64Vector() const;
+
+ private:
+  DType dtype_ = DType::kUndefined;
+  Shape shape_;
+  std::shared_ptr<Buffer> buffer_;
+  size_t offset_ = 0;
+};
+
+template <typename T>
+Tensor Tensor::FromVector(const std::vector<T>& values, const Shape& shape) {
+  auto buffer = AllocateBuffer(CpuAllocator::Default(), values.size() * sizeof(T));
+  TOB_ENFORCE(buffer != nullptr, "out of host memory");
+  TOB_ENFORCE(static_cast<int64_t>(values.size()) == NumElements(shape), "FromVector size mismatch");
+  T* dst = static_cast<T*>(buffer->data());
+  for (size_t i = 0; i < values.size(); ++i) dst[i] = values[i];
+  return Tensor(DTypeOf<T>(), shape, std::move(buffer));
+}
+
+}  // namespace tob
