@@ -10,6 +10,7 @@
 #include "ir/graph.h"
 #include "ops/op_schema.h"
 #include "partition/provider_registry.h"
+#include "python/status_exceptions.h"
 #include "python/tensor_bridge.h"
 #include "runtime/session.h"
 #ifdef TOB_WITH_TORCH
@@ -23,42 +24,6 @@ namespace py = pybind11;
 namespace tob::python {
 
 namespace {
-
-PyObject* g_engine_error = nullptr;
-PyObject* g_invalid_argument = nullptr;
-PyObject* g_invalid_model = nullptr;
-PyObject* g_not_implemented = nullptr;
-PyObject* g_out_of_memory = nullptr;
-PyObject* g_kernel_error = nullptr;
-PyObject* g_op_not_allowed = nullptr;
-
-[[noreturn]] void Raise(const Status& s) {
-  PyObject* type = g_engine_error;
-  switch (s.code()) {
-    case StatusCode::kInvalidArgument: type = g_invalid_argument; break;
-    case StatusCode::kInvalidModel: type = g_invalid_model; break;
-    case StatusCode::kNotImplemented: type = g_not_implemented; break;
-    case StatusCode::kOutOfMemory: type = g_out_of_memory; break;
-    case StatusCode::kRuntimeError: type = g_kernel_error; break;
-    case StatusCode::kPermissionDenied: type = g_op_not_allowed; break;
-    default: break;
-  }
-  // A message may quote bytes from the model (an attribute that is not UTF-8): replace, never fail.
-  PyObject* message = PyUnicode_DecodeUTF8(s.message().data(), static_cast<Py_ssize_t>(s.message().size()), "replace");
-  PyErr_SetObject(type, message);
-  Py_XDECREF(message);
-  throw py::error_already_set();
-}
-
-void Check(const Status& s) {
-  if (!s.ok()) Raise(s);
-}
-
-template <typename T>
-T Unwrap(StatusOr<T> v) {
-  if (!v.ok()) Raise(v.status());
-  return std::move(v).value();
-}
 
 // A feed or an initializer: a numpy array or a DLPack capsule.
 Tensor ToTensor(const py::handle& obj, const std::string& what) {
@@ -262,37 +227,7 @@ void RegisterOptimBindings(py::module_& m);  // optim_bindings.cc
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_ort_backend engine binding";
 
-  g_engine_error = PyErr_NewException("torch_ort_backend._C.EngineError", PyExc_RuntimeError, nullptr);
-  g_invalid_argument = PyErr_NewException(
-      "torch_ort_backend._C.InvalidArgumentError",
-      py::make_tuple(py::handle(g_engine_error), py::handle(PyExc_ValueError)).release().ptr(), nullptr);
-  g_invalid_model = PyErr_NewException(
-      "torch_ort_backend._C.InvalidModelError",
-      py::make_tuple(py::handle(g_engine_error), py::handle(PyExc_ValueError)).release().ptr(), nullptr);
-  g_not_implemented = PyErr_NewException(
-      "torch_ort_backend._C.NotImplementedOpError",
-      py::make_tuple(py::handle(g_engine_error), py::handle(PyExc_NotImplementedError)).release().ptr(), nullptr);
-  g_out_of_memory = PyErr_NewException(
-      "torch_ort_backend._C.OutOfMemoryError",
-      py::make_tuple(py::handle(g_engine_error), py::handle(PyExc_MemoryError)).release().ptr(), nullptr);
-  g_kernel_error = PyErr_NewException("torch_ort_backend._C.KernelError", g_engine_error, nullptr);
-  g_op_not_allowed = PyErr_NewException(
-      "torch_ort_backend._C.OpNotAllowedError",
-      py::make_tuple(py::handle(g_engine_error), py::handle(PyExc_PermissionError)).release().ptr(), nullptr);
-  m.attr("EngineError") = py::handle(g_engine_error);
-  m.attr("InvalidArgumentError") = py::handle(g_invalid_argument);
-  m.attr("InvalidModelError") = py::handle(g_invalid_model);
-  m.attr("NotImplementedOpError") = py::handle(g_not_implemented);
-  m.attr("OutOfMemoryError") = py::handle(g_out_of_memory);
-  m.attr("KernelError") = py::handle(g_kernel_error);
-  m.attr("OpNotAllowedError") = py::handle(g_op_not_allowed);
-  py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const InternalError& e) {
-      PyErr_SetString(g_engine_error, e.what());
-    }
-  });
+  RegisterStatusExceptions(m);
 
   m.attr("CPU_PROVIDER") = kCpuProvider;
   m.attr("CUDA_PROVIDER") = kCudaProvider;
@@ -321,6 +256,12 @@ PYBIND11_MODULE(_C, m) {
 #else
   m.attr("built_with_torch") = false;
 #endif
+  // Test hook (tests/python/test_status_exceptions.py): fails the way this file's bindings fail,
+  // with a Status of `code` (tob::StatusCode), or with a tob::InternalError for a negative code.
+  m.def("_raise_status_from_session_binding", [](int code, const std::string& message) {
+    if (code < 0) throw InternalError(message);
+    Check(Status(static_cast<StatusCode>(code), message));
+  });
   m.def("registered_providers", [] { return ProviderRegistry::Global().Names(); });
   m.def("fallback_providers", [] { return ProviderRegistry::Global().FallbackNames(); });
 
