@@ -142,8 +142,8 @@ def test_constructor_errors_name_the_culprit():
         _trainer(make_model(), utils={"frozen_weights": ["nope"]})
     with pytest.raises(NotImplementedError, match="issue 20"):
         _trainer(make_model(), mixed_precision={"enabled": True})
-    with pytest.raises(NotImplementedError, match="issue 13"):
-        _trainer(make_model(), distributed={"world_size": 2})
+    with pytest.raises(NotImplementedError, match="Adasum"):
+        _trainer(make_model(), distributed={"enable_adasum": True})
     with pytest.raises(TypeError, match="optim_config must be"):
         ORTTrainer(make_model(), LM_DESC, torch.optim.SGD(make_model().parameters(), lr=0.1))
     with pytest.raises(ValueError, match="exactly one output as the loss"):

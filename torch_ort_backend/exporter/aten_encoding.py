@@ -137,7 +137,9 @@ class _Encoder:
             self.inputs.append(self.number(arg, value, np.bool_, (bool,)))
         elif kind == "NumberType":
             self.inputs.append(self.scalar(arg, value))
-        elif kind == "StringType":
+        elif kind in ("StringType", "AnyType"):
+            # An `Any` argument is carried as a string: the process-group name that torch's functional
+            # collectives (_c10d_functional) take there.
             if not isinstance(value, str):
                 raise self.fail(arg, f"expected a str, got {type(value).__name__}")
             self.inputs.append(("const", np.frombuffer(value.encode("utf-8"), dtype=np.uint8).copy()))

@@ -18,6 +18,7 @@ from onnx import numpy_helper
 
 from ..options import BackendOptions
 from ..session import InferenceSession, SessionOptions
+from .distributed import data_parallel
 from .model_desc import ModelDesc
 from .optimizer_graph import LEARNING_RATE, TrainingModel, build_training_model
 from .trainer_state import TrainerState
@@ -154,14 +155,15 @@ class StepGraphs:
         if train:
             accumulation = opts.batch.gradient_accumulation_steps > 1
             clip = bool(opts.utils.grad_norm_clip)
+            dp = data_parallel(opts)
             update = build_training_model(exported, self.config, accumulate_only=False, accumulation=accumulation,
-                                          grad_norm_clip=clip)
+                                          grad_norm_clip=clip, data_parallel=dp)
             _save(paths.model_with_gradient_graph_path, exported.model)
             _save(paths.model_with_training_graph_path, update.model)
             accumulate = None
             if accumulation:
                 accumulate = build_training_model(exported, self.config, accumulate_only=True, accumulation=True,
-                                                  grad_norm_clip=clip)
+                                                  grad_norm_clip=clip, data_parallel=dp)
             step.training = TrainingSessions(
                 update, accumulate, self._session(update, paths.model_with_training_graph_after_optimization_path),
                 self._session(accumulate) if accumulate is not None else None)

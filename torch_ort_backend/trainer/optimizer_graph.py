@@ -25,8 +25,9 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
+import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from .training_graph import ExportedModel
 
@@ -74,6 +75,14 @@ class _Builder:
         self.graph.output.append(helper.make_value_info(new_value, copy.deepcopy(self.types[state])))
         self.out.state_updates[state] = new_value
 
+    def const(self, name: str, value: np.ndarray) -> str:
+        self.graph.initializer.append(numpy_helper.from_array(value, name))
+        return name
+
+    def declare(self, name: str, like: str) -> None:
+        """Types `name` like the graph output `like` (outputs of ATen nodes are typed by declaration)."""
+        self.graph.value_info.append(helper.make_value_info(name, copy.deepcopy(self.types[like])))
+
     def drop_outputs(self, names: set[str]) -> None:
         keep = [o for o in self.graph.output if o.name not in names]
         del self.graph.output[:]
@@ -85,13 +94,40 @@ class _Builder:
         return self.out
 
 
+@dataclass(frozen=True)
+class DataParallel:
+    """Data-parallel training over torch.distributed: gradients are averaged over `world_size` ranks
+    by torch's all-reduce (an ATen node calling tob::all_reduce_mean), every step or, with
+    `post_accumulation`, once per update over the accumulated sums."""
+
+    world_size: int
+    group_name: str
+    post_accumulation: bool = False
+
+
+def _all_reduce_mean(b: _Builder, grads: dict[str, str], dp: DataParallel, tag: str) -> dict[str, str]:
+    """Every gradient averaged over the ranks by one ATen node calling tob::all_reduce_mean
+    (trainer/distributed.py: one bucket, one torch.distributed all_reduce)."""
+    group = b.const(f"allreduce_group_{tag}", np.frombuffer(dp.group_name.encode(), dtype=np.uint8).copy())
+    out = {w: f"{g}_{tag}_mean" for w, g in grads.items()}
+    b.node("ATen", list(grads.values()) + [group], list(out.values()), operator="tob::all_reduce_mean",
+           overload_name="", tensor_list_lengths=[len(grads)])
+    for w, mean in out.items():
+        b.declare(mean, like=w)
+    return out
+
+
 def build_training_model(exported: ExportedModel, config, *, accumulate_only: bool, accumulation: bool,
-                         grad_norm_clip: bool) -> TrainingModel:
+                         grad_norm_clip: bool, data_parallel: DataParallel | None = None) -> TrainingModel:
     """`config` is an optim.SGDConfig / AdamConfig / LambConfig; `accumulation` says whether the
-    gradients are summed over several steps (then `accumulate_only` picks the accumulate step)."""
+    gradients are summed over several steps (then `accumulate_only` picks the accumulate step);
+    `data_parallel` averages the gradients over the ranks of torch.distributed."""
     b = _Builder(exported)
     grads = dict(exported.gradients)  # weight -> gradient value
     b.drop_outputs(set(grads.values()))  # consumed inside the graph: the engine hands none back
+    dp = data_parallel
+    if dp is not None and grads and not (accumulation and dp.post_accumulation):
+        grads = _all_reduce_mean(b, grads, dp, "step")
     for name in list(exported.params) + list(exported.buffers) + list(exported.constants):
         b.out.state_inputs.append(name)
     for buffer, updated in exported.buffer_updates.items():
@@ -108,6 +144,8 @@ def build_training_model(exported: ExportedModel, config, *, accumulate_only: bo
                 grads[w] = f"{w}_grad_total"
         if accumulate_only:
             return b.finish()
+        if dp is not None and grads and dp.post_accumulation:
+            grads = _all_reduce_mean(b, grads, dp, "update")
     lr = b.add_input(LEARNING_RATE, elem=TensorProto.FLOAT, shape=[1])
     norm = None
     if grad_norm_clip and config.name in ("AdamOptimizer", "LambOptimizer") and grads:

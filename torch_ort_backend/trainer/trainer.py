@@ -15,6 +15,7 @@ from torch import nn
 from ..optim.config import _OptimizerConfig
 from . import checkpoint as _checkpoint
 from .compiled_step import StepGraphs
+from .distributed import data_parallel
 from .model_desc import ModelDesc, parse_model_desc
 from .options import ORTTrainerOptions
 from .train_step_info import TrainStepInfo
@@ -59,6 +60,7 @@ class ORTTrainer:
         unsupported = options.unsupported_settings()
         if unsupported:
             raise NotImplementedError("ORTTrainer does not support these settings yet: " + "; ".join(unsupported))
+        data_parallel(options)  # checks the distributed group against torch.distributed now
         self.model_desc: ModelDesc = parse_model_desc(model_desc)
         if loss_fn is not None and self.model_desc.loss_index != 0:
             raise ValueError("with a loss_fn the loss is the first output of model_desc (the combined model returns "
