@@ -14,8 +14,11 @@ What it does, in one run:
      for the first --eager-steps steps an identical eager copy takes the same steps on the same
      batches, interleaved with it: the throughput baseline, and a check that the compiled losses
      equal eager's, so the speed-up is not bought with wrong numbers;
-  2. validation loss and perplexity, a table of tokens/s (eager beside the backend, the first,
-     compiling step reported apart), and a short text sampled from the trained model.
+  2. for the first --ort-trainer-steps steps a third copy takes the same steps under ORTTrainer,
+     where forward, backward, clipping and AdamW are one engine run (docs/orttrainer.md), checked
+     against eager's losses too;
+  3. validation loss and perplexity, a table of tokens/s (eager beside the backend and ORTTrainer,
+     the first, compiling step reported apart), and a short text sampled from the trained model.
 
 Until the "ort" backend is installed, --backend auto runs "aot_eager" (TorchDynamo + AOTAutograd
 with eager kernels) and says so. Exits 1 if the compiled model's losses disagree with eager's.
@@ -135,9 +138,37 @@ class Trainer:
         return self.tokens_per_step / self.median_step_seconds()
 
 
-def train_side_by_side(eager: Trainer, compiled: Trainer, train_data: torch.Tensor, args: argparse.Namespace) -> None:
-    """Steps both models on the same batches, interleaved (eager, compiled, eager, ...) so that
-    whatever else the machine does slows both alike; after --eager-steps only the compiled one goes on."""
+class ORTTrainerRun(Trainer):
+    """The same step as one ORTTrainer.train_step: forward, the tutorial's cross-entropy, gradients,
+    clipping to 1.0 and AdamW (AdamConfig's default decay mode, weight decay 0.01 as torch's AdamW) in
+    one engine run, on the model's own parameter tensors."""
+
+    def __init__(self, model: nn.Module, lr: float, ntokens: int, tokens_per_step: int) -> None:
+        super().__init__("ORTTrainer", model, model, lr, ntokens, tokens_per_step)
+        from torch_ort_backend import ORTTrainer, optim
+
+        desc = {"inputs": [("src", ["seq", "batch"]), ("target", ["seq", "batch"])],
+                "outputs": [("loss", [], True), ("logits", ["seq", "batch", ntokens])]}
+
+        def loss_fn(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+            return F.cross_entropy(logits.view(-1, ntokens), target.reshape(-1))
+
+        self.trainer = ORTTrainer(model, desc, optim.AdamConfig(lr=lr, lambda_coef=0.01), loss_fn=loss_fn)
+
+    def step(self, data: torch.Tensor, targets: torch.Tensor) -> float:
+        start = time.perf_counter()
+        loss, _ = self.trainer.train_step(data, targets)
+        value = loss.item()
+        self.step_seconds.append(time.perf_counter() - start)
+        self.losses.append(value)
+        return value
+
+
+def train_side_by_side(eager: Trainer, compiled: Trainer, train_data: torch.Tensor, args: argparse.Namespace,
+                       ort_trainer: Trainer | None = None) -> None:
+    """Steps the models on the same batches, interleaved (eager, compiled, ORTTrainer, eager, ...) so
+    that whatever else the machine does slows them alike; after --eager-steps (--ort-trainer-steps)
+    only the compiled one goes on."""
     starts = window_starts(train_data, args.bptt)
     bar = tqdm(range(args.steps), desc=compiled.name, unit="step", dynamic_ncols=True, file=sys.stdout,
                mininterval=0.5 if sys.stdout.isatty() else 5.0)
@@ -145,6 +176,8 @@ def train_side_by_side(eager: Trainer, compiled: Trainer, train_data: torch.Tens
         data, targets = get_batch(train_data, starts[step % len(starts)], args.bptt)
         if step < args.eager_steps:
             eager.step(data, targets)
+        if ort_trainer is not None and step < args.ort_trainer_steps:
+            ort_trainer.step(data, targets)
         loss = compiled.step(data, targets)
         bar.set_postfix(loss=f"{loss:.3f}", ppl=f"{math.exp(loss):.1f}",
                         tok_s=f"{compiled.tokens_per_step / compiled.step_seconds[-1]:.0f}", refresh=False)
@@ -215,6 +248,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--backend", default="auto", help='torch.compile backend; "auto": "ort" when installed')
     parser.add_argument("--steps", type=int, default=500, help="training steps of the compiled model")
     parser.add_argument("--eager-steps", type=int, default=100, help="training steps of the eager baseline")
+    parser.add_argument("--ort-trainer-steps", type=int, default=100,
+                        help="training steps of the same model under ORTTrainer (the whole step in one engine run); "
+                             "0 skips it")
     parser.add_argument("--level", choices=("char", "word"), default="char", help="tokenisation")
     parser.add_argument("--max-words", type=int, default=8000, help="word-level vocabulary size")
     parser.add_argument("--bptt", type=int, default=64, help="sequence length of a training window")
@@ -255,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     eager_model = TransformerModel(ntokens, args.d_model, args.nhead, args.d_hid, args.nlayers, args.dropout)
     compiled_model = copy.deepcopy(eager_model)
+    trainer_model = copy.deepcopy(eager_model)
     params = sum(p.numel() for p in eager_model.parameters())
     print(f"model   TransformerModel: d_model {args.d_model}, {args.nlayers} layers, {args.nhead} heads, "
           f"{params / 1e6:.2f} M parameters; {torch.get_num_threads()} threads")
@@ -268,7 +305,11 @@ def main(argv: list[str] | None = None) -> int:
     compiled = Trainer(backend, compiled_model, compiled_fn, args.lr, ntokens, tokens_per_step)
     print(f"training: {args.steps} steps with torch.compile(backend={backend!r}); eager PyTorch steps "
           f"alongside for the first {args.eager_steps} (same weights, same batches)")
-    train_side_by_side(eager, compiled, train_data, args)
+    ort_trainer = None
+    if args.ort_trainer_steps and backend == "ort":
+        ort_trainer = ORTTrainerRun(trainer_model, args.lr, ntokens, tokens_per_step)
+        print(f"          and the same model under ORTTrainer for the first {args.ort_trainer_steps} steps")
+    train_side_by_side(eager, compiled, train_data, args, ort_trainer)
 
     val_loss = evaluate(compiled_fn, compiled_model, val_data, args.bptt, ntokens, args.eval_batches)
     print(f"\nvalidation ({args.eval_batches} windows): loss {val_loss:.3f}, perplexity {math.exp(val_loss):.2f} "
@@ -276,17 +317,20 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"\n| {'':9} | steps | first step (s) | ms/step (median) | tokens/s | speed-up vs eager |")
     print("|-----------|------:|---------------:|-----------------:|---------:|------------------:|")
-    for run in (eager, compiled):
+    for run in (eager, compiled, *([ort_trainer] if ort_trainer else [])):
         print(f"| {run.name:9} | {len(run.losses):5d} | {run.step_seconds[0]:14.2f} | "
               f"{run.median_step_seconds() * 1e3:16.1f} | {run.tokens_per_second:8.0f} | "
               f"{run.tokens_per_second / eager.tokens_per_second:17.2f} |")
-    print(f"(first step: {compiled.name} includes compilation; median over steps {WARMUP_STEPS + 1}+, the "
-          f"two models' steps interleaved)")
+    print(f"(first step: {compiled.name} and ORTTrainer include compilation; median over steps {WARMUP_STEPS + 1}+, "
+          f"the models' steps interleaved)")
 
     ok = True
     shared = min(len(eager.losses), len(compiled.losses))
     if args.dropout == 0 and shared:
         ok = check_loss_agreement(eager.losses[:shared], compiled.losses[:shared], compiled.name)
+        if ort_trainer is not None:
+            shared = min(len(eager.losses), len(ort_trainer.losses))
+            ok = check_loss_agreement(eager.losses[:shared], ort_trainer.losses[:shared], ort_trainer.name) and ok
 
     prompt = "ROMEO:\n" if "Shakespeare" in corpus.name else corpus.text[:40]
     text = sample(compiled_model, vocab, prompt, args.sample_length, args.bptt, temperature=0.8)

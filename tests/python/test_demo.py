@@ -93,8 +93,10 @@ def test_demo_runs_end_to_end(capsys, tmp_path, monkeypatch):
     compile_stats().reset()
     code = demo.main(["--steps", "6", "--eager-steps", "4", "--bptt", "16", "--batch-size", "4", "--d-model", "32",
                       "--d-hid", "32", "--nlayers", "1", "--eval-batches", "2", "--log-interval", "3",
+                      "--ort-trainer-steps", "4",
                       "--sample-length", "20", "--corpus-dir", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0, out
-    assert "tokens/s" in out and "with eager (same weights, same batches): ok" in out and "sample from" in out
+    assert "tokens/s" in out and "of ort with eager (same weights, same batches): ok" in out and "sample from" in out
+    assert "of ORTTrainer with eager (same weights, same batches): ok" in out and "| ORTTrainer |" in out
     assert compile_stats().runs >= 12 and compile_stats().fallbacks == 0, compile_stats()  # 6 steps, fw + bw
