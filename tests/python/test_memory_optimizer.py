@@ -56,7 +56,8 @@ def test_a_bad_level_variable_names_the_variable():
 def test_config_file_and_list(tmp_path):
     path = tmp_path / "plans.json"
     path.write_text(json.dumps(["TransformerLayer:1:2", "LayerNormalization+:1:-1", "Dropout+:0:-1"]))
-    want = (PlanConfig("TransformerLayer", 1, 2), PlanConfig("LayerNormalization+", 1, -1), PlanConfig("Dropout+", 0, -1))
+    want = (PlanConfig("TransformerLayer", 1, 2), PlanConfig("LayerNormalization+", 1, -1),
+            PlanConfig("Dropout+", 0, -1))
     assert resolve({}, environ={"ORTMODULE_MEMORY_OPT_CONFIG": str(path)}).memory_opt_config == want
     assert resolve({"memory_opt_config": str(path)}).memory_opt_config == want
     assert resolve({"memory_opt_config": [str(p) for p in want]}).memory_opt_config == want
@@ -96,7 +97,8 @@ def test_a_bad_config_names_the_file_the_entry_and_the_fault(tmp_path, text, mes
 
 
 def test_a_bad_config_option_names_the_option():
-    with pytest.raises(ValueError, match=r"option 'memory_opt_config', entry 1: plan 'Nope\+:1:-1': unknown plan name 'Nope\+'"):
+    with pytest.raises(ValueError,
+                       match=r"option 'memory_opt_config', entry 1: plan 'Nope\+:1:-1': unknown plan name 'Nope\+'"):
         resolve({"memory_opt_config": ["Gelu+:1:-1", "Nope+:1:-1"]})
     with pytest.raises(ValueError, match="option 'memory_opt_config' must be the path of a JSON file"):
         resolve({"memory_opt_config": 3})
@@ -146,7 +148,8 @@ def test_the_report_lists_shapes_dtypes_and_bytes_and_warns_once_when_off(monkey
     with caplog.at_level(logging.WARNING, logger="torch_ort_backend"):
         train(model, causal_lm_batch, {})
         train(model, causal_lm_batch, {})
-    warned = [r for r in caplog.records if r.levelno == logging.WARNING and r.getMessage().startswith("Memory Optimizer")]
+    warned = [r for r in caplog.records
+              if r.levelno == logging.WARNING and r.getMessage().startswith("Memory Optimizer")]
     assert len(warned) == 1, "the OFF report is a warning once per process, then INFO"
     text = warned[0].getMessage()
     assert "ORTMODULE_MEMORY_OPT_LEVEL=1" in text and "ORTMODULE_MEMORY_OPT_CONFIG" in text

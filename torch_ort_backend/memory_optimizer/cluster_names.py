@@ -64,6 +64,10 @@ ATTENTION_OPS = {
 }
 
 
+# Ops that hand back their input's memory though torch does not tag them as views.
+_ALIASING = (aten.detach, aten.alias, aten._unsafe_view)
+
+
 def camel_case(name: str) -> str:
     return "".join(part[:1].upper() + part[1:] for part in name.split("_") if part)
 
@@ -85,7 +89,7 @@ def is_free(node: torch.fx.Node) -> bool:
     if node.target is operator.getitem:
         return True
     target = node.target
-    return isinstance(target, torch._ops.OpOverload) and (target.is_view or packet(target) in (aten.detach, aten.alias, aten._unsafe_view))
+    return isinstance(target, torch._ops.OpOverload) and (target.is_view or packet(target) in _ALIASING)
 
 
 @functools.cache

@@ -62,7 +62,8 @@ def format_report(cands: Candidates, sel, before: int, after: int | None) -> str
     if after is not None:
         saved += f", {_bytes(after)} bytes with the plans on ({_bytes(before - after)} saved per step)"
     lines.append(saved + ", at the shapes seen")
-    lines.append(f"    {'Plan (config syntax)':<40} State  {'Freq':>7}  {'Saving (bytes)':>16}  Saving (symbolic bytes)")
+    lines.append(f"    {'Plan (config syntax)':<40} State  {'Freq':>7}  {'Saving (bytes)':>16}"
+                 "  Saving (symbolic bytes)")
     if cands.layers:
         lines += _layer_rows(cands, sel)
     for name, occurrences in sorted(cands.plans.items(), key=lambda kv: -sum(o.nbytes for o in kv[1])):
