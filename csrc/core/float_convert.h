@@ -1,7 +1,7 @@
 // The one bulk conversion between the 16-bit float storage types and float32, for every host loop
 // that computes 16-bit types in float32 (CPU kernels, the multi-tensor optimizers). The F16C /
 // AVX2 paths round to nearest even exactly like core/half.h's scalar conversions
-// (tests/cpp/multi_tensor_test.cc checks every path bit for bit); only the payload of a float16
+// (tests/cpp/training_multi_tensor_test.cc checks every path bit for bit); only the payload of a float16
 // NaN may differ, it stays a NaN.
 #pragma once
 

@@ -1,9 +1,14 @@
 // ConvBatchNormFolding: fires on Conv -> inference BatchNormalization with constant parameters
 // and gives the same numbers as the unfused graph (float64 tolerance); must not fire when the
-// Conv output has another reader or a parameter is not constant.
+// Conv output has another reader, a parameter is not constant or the BatchNormalization trains.
+// The golden tests (Before / Expected) show the rewrite itself.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
+#include "graph_pass_test_util.h"
 #include "op_tester.h"
+#include "optimizer/passes.h"
 #include "runtime/session.h"
 
 namespace tob {
@@ -131,6 +136,77 @@ TEST(OptimizerConstantFoldingLimits, LargeParametersAreFoldedLargeActivationsAre
     ASSERT_TRUE(ref.value()->Run({"x"}, {x}, {}, &b).ok());
     ExpectSame(a, b);
   }
+}
+
+// ---- golden: the graph before and the graph expected after the pass alone ----
+
+// x[1,2,5,5] -> Conv(W[3,2,3,3], B) {pads 1} -> BatchNormalization {epsilon} -> y
+void BuildConvBn(Graph& g, bool mean_is_input, int64_t training_mode) {
+  testing::GraphBuilder b(g);
+  b.Input("x", testing::F32({1, 2, 5, 5}));
+  EXPECT_TRUE(g.AddInitializer("W", RandomTensor<float>({3, 2, 3, 3}, -1, 1, 21)).ok());
+  EXPECT_TRUE(g.AddInitializer("B", RandomTensor<float>({3}, -1, 1, 22)).ok());
+  EXPECT_TRUE(g.AddInitializer("scale", RandomTensor<float>({3}, 0.5, 2, 23)).ok());
+  EXPECT_TRUE(g.AddInitializer("beta", RandomTensor<float>({3}, -1, 1, 24)).ok());
+  if (mean_is_input) b.Input("mean", testing::F32({3}));
+  else EXPECT_TRUE(g.AddInitializer("mean", RandomTensor<float>({3}, -1, 1, 25)).ok());
+  EXPECT_TRUE(g.AddInitializer("var", RandomTensor<float>({3}, 0.5, 2, 26)).ok());
+  b.Op("Conv", {"x", "W", "B"}, {"c"}, {{"pads", Attribute::Ints({1, 1, 1, 1})}}, "", "conv");
+  AttributeMap bn{{"epsilon", Attribute::Float(1e-3f)}};
+  if (training_mode != 0) bn["training_mode"] = Attribute::Int(training_mode);
+  b.Op("BatchNormalization", {"c", "scale", "beta", "mean", "var"}, {"y"}, bn, "", "bn");
+  b.Output("y");
+}
+
+TEST(OptimizerConvBnFolding, GoldenFoldsTheBatchNormIntoTheConv) {
+  Graph before;
+  BuildConvBn(before, /*mean_is_input=*/false, /*training_mode=*/0);
+  EXPECT_TRUE(testing::RunPassWithBuiltins(CreateConvBatchNormFoldingPass(), before));
+
+  // One Conv on two new constants; the old parameters are gone with the nodes that read them.
+  Graph expected;
+  testing::GraphBuilder b(expected);
+  b.Input("x", testing::F32({1, 2, 5, 5}));
+  // Values are compared below against float64; the structure needs only the names and shapes.
+  ASSERT_TRUE(expected.AddInitializer("conv_W_bn__0", RandomTensor<float>({3, 2, 3, 3})).ok());
+  ASSERT_TRUE(expected.AddInitializer("conv_B_bn__1", RandomTensor<float>({3})).ok());
+  b.Op("Conv", {"x", "conv_W_bn__0", "conv_B_bn__1"}, {"y"}, {{"pads", Attribute::Ints({1, 1, 1, 1})}});
+  b.Output("y");
+  ASSERT_EQ(testing::StructureText(before), testing::StructureText(expected));
+
+  // W' = W s, B' = (B - mean) s + beta, s = scale / sqrt(var + eps), in float64 from the
+  // parameters of an unfolded copy.
+  Graph original;
+  BuildConvBn(original, false, 0);
+  auto at = [](const Graph& g, const char* name, int64_t i) {
+    return double(g.FindValue(name)->initializer()->data<float>()[i]);
+  };
+  for (int64_t o = 0; o < 3; ++o) {
+    const double s = at(original, "scale", o) / std::sqrt(at(original, "var", o) + 1e-3);
+    for (int64_t k = 0; k < 18; ++k)
+      EXPECT_NEAR(at(before, "conv_W_bn__0", o * 18 + k), at(original, "W", o * 18 + k) * s, 1e-6);
+    EXPECT_NEAR(at(before, "conv_B_bn__1", o),
+                (at(original, "B", o) - at(original, "mean", o)) * s + at(original, "beta", o), 1e-6);
+  }
+}
+
+TEST(OptimizerConvBnFolding, GoldenMustNotFire) {
+  for (auto [mean_is_input, training_mode] : {std::pair{true, int64_t{0}}, std::pair{false, int64_t{1}}}) {
+    Graph before, expected;
+    BuildConvBn(before, mean_is_input, training_mode);
+    BuildConvBn(expected, mean_is_input, training_mode);
+    EXPECT_FALSE(testing::RunPassWithBuiltins(CreateConvBatchNormFoldingPass(), before));
+    EXPECT_EQ(GraphToText(before), GraphToText(expected)) << "mean_is_input " << mean_is_input;
+  }
+  // The Conv output has a second reader: folding would need the Conv twice.
+  Graph before, expected;
+  for (Graph* g : {&before, &expected}) {
+    BuildConvBn(*g, false, 0);
+    testing::GraphBuilder(*g).Op("Relu", {"c"}, {"r"});
+    testing::GraphBuilder(*g).Output("r");
+  }
+  EXPECT_FALSE(testing::RunPassWithBuiltins(CreateConvBatchNormFoldingPass(), before));
+  EXPECT_EQ(GraphToText(before), GraphToText(expected));
 }
 
 }  // namespace

@@ -213,5 +213,27 @@ inline bool RunPass(std::unique_ptr<GraphPass> pass, Graph& graph, std::vector<s
   return changed;
 }
 
+// Like RunPass, with the engine's own schemas and kernels (passes that match real ops: Conv,
+// BatchNormalization, MatMul, Gemm, Transpose): infers the types first, as the pipeline has.
+inline bool RunPassWithBuiltins(std::unique_ptr<GraphPass> pass, Graph& graph) {
+  Status inferred = InferShapes(graph, OpSchemaRegistry::Global());
+  EXPECT_TRUE(inferred.ok()) << inferred.ToString();
+  PassContext ctx;
+  bool changed = false;
+  Status s = pass->Run(graph, ctx, &changed);
+  EXPECT_TRUE(s.ok()) << pass->name() << ": " << s.ToString();
+  Status valid = VerifyGraph(graph, OpSchemaRegistry::Global());
+  EXPECT_TRUE(valid.ok()) << "after " << pass->name() << ": " << valid.ToString() << "\n" << GraphToText(graph);
+  return changed;
+}
+
+// Graph text for structural golden tests whose constants are computed: values are not printed
+// (a test compares them against its own reference with a tolerance).
+inline std::string StructureText(const Graph& graph) {
+  GraphTextOptions options;
+  options.max_constant_elements = 0;
+  return GraphToText(graph, options);
+}
+
 }  // namespace testing
 }  // namespace tob

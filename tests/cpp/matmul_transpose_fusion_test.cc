@@ -1,9 +1,12 @@
 // MatMulTransposeFusion: 2-D Transposes feeding MatMul/Gemm become trans flags, and a Transpose of a
 // bias-free product becomes a Gemm with swapped operands; the numbers equal the unfused graph's
 // (checked against a float64 reference), and a Transpose with another reader is kept for it.
+// The golden tests (Before / Expected) show the rewrite itself.
 #include <gtest/gtest.h>
 
+#include "graph_pass_test_util.h"
 #include "op_tester.h"
+#include "optimizer/passes.h"
 #include "runtime/session.h"
 
 namespace tob {
@@ -84,6 +87,45 @@ TEST(OptimizerMatMulTransposeFusion, KeepsATransposeAnotherNodeReads) {
   for (int i = 0; i < 4; ++i)
     for (int j = 0; j < 3; ++j)
       EXPECT_FLOAT_EQ(relu.data<float>()[i * 3 + j], std::max(0.f, w2.data<float>()[j * 4 + i]));
+}
+
+// ---- golden: the graph before and the graph expected after the pass alone ----
+
+TEST(OptimizerMatMulTransposeFusion, GoldenTransposesBecomeGemmFlags) {
+  std::unique_ptr<Graph> before = LinearBackward(/*extra_reader=*/false);
+  EXPECT_TRUE(testing::RunPassWithBuiltins(CreateMatMulTransposeFusionPass(), *before));
+
+  // dW = (dY^T X)^T = X^T dY: one Gemm with swapped operands; Z's Transpose of W2 is transB.
+  // The operand Transposes lose their readers and stay for DeadCodeElimination.
+  Graph expected;
+  testing::GraphBuilder b(expected);
+  b.Input("dY", testing::F32({6, 5})).Input("X", testing::F32({6, 4})).Input("W2", testing::F32({3, 4}));
+  ASSERT_TRUE(expected.AddInitializer("b", *before->FindValue("b")->initializer()).ok());
+  b.Op("Transpose", {"dY"}, {"dYt"}, {{"perm", Attribute::Ints({1, 0})}});
+  b.Op("Transpose", {"W2"}, {"W2t"});
+  b.Op("Gemm", {"X", "dY"}, {"dW"}, {{"transA", Attribute::Int(1)}, {"transB", Attribute::Int(0)}});
+  b.Op("Gemm", {"X", "W2", "b"}, {"Z"}, {{"transA", Attribute::Int(0)}, {"transB", Attribute::Int(1)}});
+  b.Output("dW").Output("Z");
+  EXPECT_EQ(GraphToText(*before), GraphToText(expected));
+}
+
+TEST(OptimizerMatMulTransposeFusion, GoldenMustNotFire) {
+  // A batched (3-D) MatMul, a Transpose that is not [1, 0], and an int64 MatMul stay as they are.
+  auto build = [](Graph& g) {
+    testing::GraphBuilder b(g);
+    b.Input("A", testing::F32({2, 3, 4})).Input("B", testing::F32({2, 3, 5}));
+    b.Input("I", ValueType(DType::kInt64, Dims{3, 4})).Input("J", ValueType(DType::kInt64, Dims{3, 2}));
+    b.Op("Transpose", {"A"}, {"At"}, {{"perm", Attribute::Ints({0, 2, 1})}});
+    b.Op("MatMul", {"At", "B"}, {"P"});
+    b.Op("Transpose", {"I"}, {"It"}, {{"perm", Attribute::Ints({1, 0})}});
+    b.Op("MatMul", {"It", "J"}, {"Q"});
+    b.Output("P").Output("Q");
+  };
+  Graph before, expected;
+  build(before);
+  build(expected);
+  EXPECT_FALSE(testing::RunPassWithBuiltins(CreateMatMulTransposeFusionPass(), before));
+  EXPECT_EQ(GraphToText(before), GraphToText(expected));
 }
 
 }  // namespace
