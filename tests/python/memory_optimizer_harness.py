@@ -26,6 +26,7 @@ class Run:
     grads: list = field(default_factory=list)  # per step: {name: grad}
     memory: dict = field(default_factory=dict)  # torch_ort_backend.memory_stats() after the last step
     reports: list = field(default_factory=list)  # Memory Optimizer reports logged (text)
+    warnings: list = field(default_factory=list)  # the reports logged at WARNING
     replayed_dropouts: int = 0  # backward ATen nodes replaying a dropout's random numbers
 
 
@@ -70,6 +71,8 @@ def train(model: nn.Module, make_batch: Callable[[int], dict], options: dict | N
     assert stats.runs >= 2 * steps and stats.fallbacks == 0, f"the engine did not run every graph: {stats}"
     run.memory = torch_ort_backend.memory_stats()
     run.reports = [r.getMessage() for r in handler.records if r.getMessage().startswith("Memory Optimizer")]
+    run.warnings = [r.getMessage() for r in handler.records
+                    if r.levelno >= logging.WARNING and r.getMessage().startswith("Memory Optimizer")]
     run.replayed_dropouts = stats.aten_fallback_ops.get(REPLAY_OP, 0)
     return run
 

@@ -1,8 +1,10 @@
 """The "Memory Optimizer" report: every plan of a training graph in config syntax, on or off, the
 stashed activations it covers (dtype, symbolic and concrete shape), the bytes it saves per step at
-the shapes seen, and the totals. Logged at INFO for each training graph; the first time a graph
-has plans but none is on, at WARNING, so users who never raise the log level learn that the option
-exists. A line's first column is what a user copies into the config file.
+the shapes seen, and the totals. Logged at INFO for each training graph. The first time in a
+process that a graph has transformer layers to recompute but no plan is on, it is logged at
+WARNING instead, so users who never raise the log level learn that ORTMODULE_MEMORY_OPT_LEVEL=1
+exists; graphs with op plans only (an MLP, a CNN) stay quiet at the default level, as every
+successful run does. A line's first column is what a user copies into the config file.
 """
 
 from __future__ import annotations
@@ -105,7 +107,7 @@ def _layer_rows(cands: Candidates, sel) -> list:
 def log_report(cands: Candidates, sel, before: int, after: int | None) -> None:
     global _warned_off
     applied = sel.any_applied()
-    if not applied and not _warned_off:
+    if not applied and cands.layers and not _warned_off:
         _warned_off = True
         logger.warning(format_report(cands, sel, before, after))
     elif logger.isEnabledFor(logging.INFO):
