@@ -3,6 +3,9 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/from_blob.h>
 
+#include <mutex>
+#include <unordered_map>
+
 namespace tob {
 
 namespace {
@@ -27,6 +30,39 @@ void ReleaseBufferRef(void* ctx) { delete static_cast<std::shared_ptr<Buffer>*>(
 
 // Torch wants a non-null pointer even for zero elements.
 alignas(64) char kEmptyStorage[64];
+
+// The torch tensor behind each Buffer made from a torch result. TorchView hands that tensor itself
+// back to torch instead of a new tensor over the same bytes, so torch sees its own storage again:
+// c10d's functional collectives need it, as wait_tensor finds the pending work of all_reduce's
+// result by its storage (c10d's WorkRegistry) and never waits for a tensor with another storage
+// (the collective's result would be read before it arrives). The Buffer's deleter drops the entry.
+std::mutex g_torch_results_mu;
+std::unordered_map<const Buffer*, at::Tensor> g_torch_results;
+
+void ForgetTorchResult(const Buffer* buffer) {
+  at::Tensor dropped;  // released after the lock: freeing it may free other Buffers of this map
+  std::lock_guard<std::mutex> lock(g_torch_results_mu);
+  auto it = g_torch_results.find(buffer);
+  if (it == g_torch_results.end()) return;
+  dropped = std::move(it->second);
+  g_torch_results.erase(it);
+}
+
+// The torch tensor `t` came from, shaped as `t`; undefined when t is engine memory or covers
+// anything but that whole tensor.
+at::Tensor TorchResultOf(const Tensor& t, c10::ScalarType scalar_type) {
+  if (!t.buffer() || t.byte_offset() != 0) return at::Tensor();
+  at::Tensor held;
+  {
+    std::lock_guard<std::mutex> lock(g_torch_results_mu);
+    auto it = g_torch_results.find(t.buffer().get());
+    if (it == g_torch_results.end()) return at::Tensor();
+    held = it->second;
+  }
+  if (held.scalar_type() != scalar_type || held.numel() != t.numel() || !held.is_contiguous()) return at::Tensor();
+  if (held.sizes() == c10::IntArrayRef(t.shape())) return held;
+  return held.view(t.shape());
+}
 
 }  // namespace
 
@@ -53,6 +89,8 @@ StatusOr<at::Tensor> TorchView(const Tensor& t) {
   if (scalar_type < 0) return InvalidArgument("dtype ", DTypeName(t.dtype()), " has no torch equivalent");
   if (t.device().type != DeviceType::kCPU)
     return InvalidArgument("tensor on ", t.device().ToString(), "; the torch provider runs on cpu");
+  at::Tensor own = TorchResultOf(t, static_cast<c10::ScalarType>(scalar_type));
+  if (own.defined()) return own;
   const auto options = c10::TensorOptions().dtype(static_cast<c10::ScalarType>(scalar_type)).device(c10::kCPU);
   void* data = const_cast<void*>(t.raw_data());
   if (t.numel() == 0 || data == nullptr)
@@ -80,8 +118,15 @@ StatusOr<Tensor> EngineTensorFromTorch(const at::Tensor& result) {
   Shape shape(t.sizes().begin(), t.sizes().end());
   const size_t bytes = static_cast<size_t>(t.numel()) * DTypeSize(dtype);
   void* data = t.numel() == 0 ? nullptr : t.data_ptr();
-  // The Buffer owns a reference on the torch tensor; dropping the Buffer drops the reference.
-  auto buffer = std::make_shared<Buffer>(data, bytes, Device{}, [held = std::move(t)](void*) {});
+  // The Buffer owns a reference on the torch tensor (its entry in g_torch_results); dropping the
+  // Buffer drops the reference.
+  auto key = std::make_shared<const Buffer*>(nullptr);
+  auto buffer = std::make_shared<Buffer>(data, bytes, Device{}, [key](void*) { ForgetTorchResult(*key); });
+  *key = buffer.get();
+  {
+    std::lock_guard<std::mutex> lock(g_torch_results_mu);
+    g_torch_results.emplace(buffer.get(), std::move(t));
+  }
   return Tensor(dtype, std::move(shape), std::move(buffer));
 }
 
