@@ -16,6 +16,7 @@ from .autograd_function import install_capture
 from .autograd_function.graph_rewrite import prepare_graph
 from .compiled_graph import STATS, CompiledGraph, CompileStats
 from .decompositions import attention_kernels, decomposition_table
+from .distributed import install_exit_guard, note_process_group
 from .errors import FallbackError, UnsupportedTorchModelError
 from .fallback import FallbackManager, FallbackPolicy
 from .log_config import configure_logging, log_level_requested
@@ -27,6 +28,8 @@ from .recompile_limit import note_compiled_function
 
 # torch.autograd.Function.apply in a region compiled by "ort" becomes a PythonOp (docs/python_op.md).
 install_capture()
+# A process that trained with torch.distributed exits 0 (distributed.py: gloo's threads at exit).
+install_exit_guard()
 # A function dynamo stops compiling (its recompile limit) draws a FallbackWarning (recompile_limit.py).
 install_recompile_limit_warning()
 
@@ -81,6 +84,7 @@ def ort_backend(gm: torch.fx.GraphModule, example_inputs: list, options: Mapping
     """torch.compile(model, backend="ort", options={...}); options are listed in
     torch_ort_backend.options.SPEC, each with its ORTMODULE_* variable."""
     opts = resolve(options)
+    note_process_group()
     if log_level_requested(options):
         configure_logging(opts.log_level)
     note_compiled_function()
