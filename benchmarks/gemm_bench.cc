@@ -55,17 +55,20 @@ int main(int argc, char** argv) {
     for (auto& x : b) x = dist(gen);
     auto ours = [&](tob::ThreadPool* tp) {
       return [&, tp] {
-        tob::Status s = tob::Gemm(false, false, p.M, p.N, p.K, 1.f, a.data(), p.K, b.data(), p.N, 0.f,
-                                  c.data(), p.N, tp);
-        if (!s.ok()) { std::fprintf(stderr, "%s\n", s.ToString().c_str()); std::exit(1); }
+        tob::Status s =
+            tob::Gemm(false, false, p.M, p.N, p.K, 1.f, a.data(), p.K, b.data(), p.N, 0.f, c.data(), p.N, tp);
+        if (!s.ok()) {
+          std::fprintf(stderr, "%s\n", s.ToString().c_str());
+          std::exit(1);
+        }
       };
     };
     double single = Measure(p, ours(nullptr));
     double pooled = Measure(p, ours(&pool));
     scipy_openblas_set_num_threads(threads);
     double blas = Measure(p, [&] {
-      scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, p.M, p.N, p.K, 1.f, a.data(), p.K,
-                        b.data(), p.N, 0.f, c.data(), p.N);
+      scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, p.M, p.N, p.K, 1.f, a.data(), p.K, b.data(), p.N,
+                        0.f, c.data(), p.N);
     });
     scipy_openblas_set_num_threads(1);
     std::printf("%5lld x %4lld x %4lld %14.1f %14.1f %18.1f\n", static_cast<long long>(p.M),

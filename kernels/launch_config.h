@@ -18,9 +18,7 @@ inline unsigned BlocksFor(int64_t work_items) {
 }
 
 // Whether p can be read as kVectorBytes-aligned vectors.
-inline bool VectorAligned(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % kVectorBytes == 0;
-}
+inline bool VectorAligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kVectorBytes == 0; }
 
 // N elements of T read or written as one aligned access.
 template <typename T, int N>

@@ -13,6 +13,7 @@ command -v cmake >/dev/null || missing+=(cmake)
 command -v ninja >/dev/null || missing+=(ninja-build)
 command -v g++ >/dev/null || missing+=(g++)
 command -v ccache >/dev/null || missing+=(ccache)  # rebuilds on the same machine are near-free
+command -v clang-format >/dev/null || missing+=(clang-format)  # scripts/lint.sh (Debian 12: version 14)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "==> installing system packages: ${missing[*]}"
   as_root apt-get update -qq

@@ -6,9 +6,7 @@
 
 namespace tob {
 
-std::string Device::ToString() const {
-  return type == DeviceType::kCPU ? "cpu" : StrCat("cuda:", index);
-}
+std::string Device::ToString() const { return type == DeviceType::kCPU ? "cpu" : StrCat("cuda:", index); }
 
 void* CpuAllocator::Alloc(size_t bytes) {
   size_t rounded = (bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
@@ -27,8 +25,7 @@ std::shared_ptr<Buffer> AllocateBuffer(const std::shared_ptr<Allocator>& allocat
   void* p = allocator->Alloc(bytes == 0 ? 1 : bytes);
   if (p == nullptr) return nullptr;
   std::shared_ptr<Allocator> keep = allocator;
-  return std::make_shared<Buffer>(p, bytes, allocator->device(),
-                                  [keep](void* ptr) { keep->Free(ptr); });
+  return std::make_shared<Buffer>(p, bytes, allocator->device(), [keep](void* ptr) { keep->Free(ptr); });
 }
 
 }  // namespace tob

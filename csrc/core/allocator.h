@@ -47,7 +47,9 @@ class Buffer {
   using Deleter = std::function<void(void*)>;
   Buffer(void* data, size_t bytes, Device device, Deleter deleter)
       : data_(data), bytes_(bytes), device_(device), deleter_(std::move(deleter)) {}
-  ~Buffer() { if (deleter_) deleter_(data_); }
+  ~Buffer() {
+    if (deleter_) deleter_(data_);
+  }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
 

@@ -4,10 +4,19 @@ namespace tob {
 
 size_t DTypeSize(DType t) {
   switch (t) {
-    case DType::kFloat32: case DType::kInt32: case DType::kUInt32: return 4;
-    case DType::kFloat64: case DType::kInt64: case DType::kUInt64: return 8;
-    case DType::kFloat16: case DType::kBFloat16: case DType::kInt16: case DType::kUInt16: return 2;
-    case DType::kInt8: case DType::kUInt8: case DType::kBool: return 1;
+    case DType::kFloat32:
+    case DType::kInt32:
+    case DType::kUInt32: return 4;
+    case DType::kFloat64:
+    case DType::kInt64:
+    case DType::kUInt64: return 8;
+    case DType::kFloat16:
+    case DType::kBFloat16:
+    case DType::kInt16:
+    case DType::kUInt16: return 2;
+    case DType::kInt8:
+    case DType::kUInt8:
+    case DType::kBool: return 1;
     default: return 0;
   }
 }
@@ -45,11 +54,21 @@ bool IsUnsignedInteger(DType t) {
 
 DType DTypeFromOnnx(int32_t code) {
   switch (code) {
-    case 1: case 2: case 3: case 4: case 5: case 6: case 7: case 8: case 9: case 10: case 11:
-    case 12: case 13: case 16:
-      return static_cast<DType>(code);
-    default:
-      return DType::kUndefined;
+    case 1:
+    case 2:
+    case 3:
+    case 4:
+    case 5:
+    case 6:
+    case 7:
+    case 8:
+    case 9:
+    case 10:
+    case 11:
+    case 12:
+    case 13:
+    case 16: return static_cast<DType>(code);
+    default: return DType::kUndefined;
   }
 }
 

@@ -29,17 +29,21 @@ enum class DType : int32_t {
   kBFloat16 = 16,
 };
 
-size_t DTypeSize(DType t);      // 0 for undefined/string
-const char* DTypeName(DType t); // "float32", "int64", ...
-bool IsFloatingPoint(DType t);  // float16/bfloat16/float32/float64
+size_t DTypeSize(DType t);       // 0 for undefined/string
+const char* DTypeName(DType t);  // "float32", "int64", ...
+bool IsFloatingPoint(DType t);   // float16/bfloat16/float32/float64
 bool IsSignedInteger(DType t);
 bool IsUnsignedInteger(DType t);
 // DType from an ONNX TensorProto code; kUndefined when the code is not one we know.
 DType DTypeFromOnnx(int32_t code);
 
-template <typename T> struct DTypeTraits;
-#define TOB_DTYPE_TRAIT(CppType, Enum) \
-  template <> struct DTypeTraits<CppType> { static constexpr DType kType = DType::Enum; };
+template <typename T>
+struct DTypeTraits;
+#define TOB_DTYPE_TRAIT(CppType, Enum)          \
+  template <>                                   \
+  struct DTypeTraits<CppType> {                 \
+    static constexpr DType kType = DType::Enum; \
+  };
 TOB_DTYPE_TRAIT(float, kFloat32)
 TOB_DTYPE_TRAIT(double, kFloat64)
 TOB_DTYPE_TRAIT(Float16, kFloat16)
@@ -56,13 +60,15 @@ TOB_DTYPE_TRAIT(bool, kBool)
 #undef TOB_DTYPE_TRAIT
 
 template <typename T>
-constexpr DType DTypeOf() { return DTypeTraits<T>::kType; }
+constexpr DType DTypeOf() {
+  return DTypeTraits<T>::kType;
+}
 
 // Type sets used by kernel registrations.
-const std::vector<DType>& FloatTypes();          // float32, float64, float16, bfloat16
-const std::vector<DType>& IntegerTypes();        // int8..int64, uint8..uint64
-const std::vector<DType>& NumericTypes();        // FloatTypes + IntegerTypes
-const std::vector<DType>& AllTypes();            // NumericTypes + bool
+const std::vector<DType>& FloatTypes();    // float32, float64, float16, bfloat16
+const std::vector<DType>& IntegerTypes();  // int8..int64, uint8..uint64
+const std::vector<DType>& NumericTypes();  // FloatTypes + IntegerTypes
+const std::vector<DType>& AllTypes();      // NumericTypes + bool
 
 // Calls fn.template operator()<T>() for the C++ type of `t`; returns false when `t` is not one
 // of the types in the pack. Used by kernels to dispatch once per Compute.

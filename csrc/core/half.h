@@ -41,7 +41,7 @@ TOB_HOST_DEVICE inline uint16_t FloatToHalfBits(float f) {
   uint32_t abs = x & 0x7fffffffu;
   if (abs >= 0x7f800000u) return static_cast<uint16_t>(sign | (abs > 0x7f800000u ? 0x7e00u : 0x7c00u));
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to >= 65520
-  if (abs < 0x38800000u) {                                                // subnormal or zero
+  if (abs < 0x38800000u) {                                               // subnormal or zero
     // Add 0.5 (as float) so the FPU does the round-to-nearest-even of the subnormal mantissa.
     float shifted = BitsToFloat(abs) + 0.5f;
     return static_cast<uint16_t>(sign | (FloatBits(shifted) - 0x3f000000u));
@@ -72,15 +72,17 @@ TOB_HOST_DEVICE inline uint16_t FloatToBFloat16Bits(float f) {
   return static_cast<uint16_t>((x + rounding_bias) >> 16);
 }
 
-TOB_HOST_DEVICE inline float BFloat16BitsToFloat(uint16_t b) {
-  return BitsToFloat(static_cast<uint32_t>(b) << 16);
-}
+TOB_HOST_DEVICE inline float BFloat16BitsToFloat(uint16_t b) { return BitsToFloat(static_cast<uint32_t>(b) << 16); }
 
 struct Float16 {
   uint16_t bits = 0;
   Float16() = default;
   TOB_HOST_DEVICE explicit Float16(float f) : bits(FloatToHalfBits(f)) {}
-  TOB_HOST_DEVICE static Float16 FromBits(uint16_t b) { Float16 h; h.bits = b; return h; }
+  TOB_HOST_DEVICE static Float16 FromBits(uint16_t b) {
+    Float16 h;
+    h.bits = b;
+    return h;
+  }
   TOB_HOST_DEVICE operator float() const { return HalfBitsToFloat(bits); }  // NOLINT
 };
 
@@ -88,7 +90,11 @@ struct BFloat16 {
   uint16_t bits = 0;
   BFloat16() = default;
   TOB_HOST_DEVICE explicit BFloat16(float f) : bits(FloatToBFloat16Bits(f)) {}
-  TOB_HOST_DEVICE static BFloat16 FromBits(uint16_t b) { BFloat16 h; h.bits = b; return h; }
+  TOB_HOST_DEVICE static BFloat16 FromBits(uint16_t b) {
+    BFloat16 h;
+    h.bits = b;
+    return h;
+  }
   TOB_HOST_DEVICE operator float() const { return BFloat16BitsToFloat(bits); }  // NOLINT
 };
 

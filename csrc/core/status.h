@@ -13,9 +13,9 @@ namespace tob {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,   // bad feed, option or attribute value
-  kInvalidModel,      // malformed graph: dangling edge, cycle, wrong attribute type
-  kNotImplemented,    // no kernel / no schema for an op
+  kInvalidArgument,  // bad feed, option or attribute value
+  kInvalidModel,     // malformed graph: dangling edge, cycle, wrong attribute type
+  kNotImplemented,   // no kernel / no schema for an op
   kOutOfMemory,
   kRuntimeError,      // a kernel failed while running
   kPermissionDenied,  // the model asks for something the session does not allow (docs/security.md)
@@ -95,22 +95,21 @@ class InternalError : public std::logic_error {
 #define TOB_CONCAT_INNER_(a, b) a##b
 #define TOB_CONCAT_(a, b) TOB_CONCAT_INNER_(a, b)
 
-#define TOB_RETURN_IF_ERROR(expr)            \
-  do {                                       \
-    ::tob::Status tob_status_ = (expr);      \
+#define TOB_RETURN_IF_ERROR(expr)              \
+  do {                                         \
+    ::tob::Status tob_status_ = (expr);        \
     if (!tob_status_.ok()) return tob_status_; \
   } while (0)
 
 // TOB_ASSIGN_OR_RETURN(auto x, MaybeX());
-#define TOB_ASSIGN_OR_RETURN(lhs, expr)                          \
-  auto TOB_CONCAT_(tob_or_, __LINE__) = (expr);                  \
-  if (!TOB_CONCAT_(tob_or_, __LINE__).ok())                      \
-    return TOB_CONCAT_(tob_or_, __LINE__).status();              \
+#define TOB_ASSIGN_OR_RETURN(lhs, expr)                                                     \
+  auto TOB_CONCAT_(tob_or_, __LINE__) = (expr);                                             \
+  if (!TOB_CONCAT_(tob_or_, __LINE__).ok()) return TOB_CONCAT_(tob_or_, __LINE__).status(); \
   lhs = std::move(TOB_CONCAT_(tob_or_, __LINE__)).value()
 
-#define TOB_ENFORCE(cond, ...)                                                          \
-  do {                                                                                  \
-    if (!(cond))                                                                        \
-      throw ::tob::InternalError(::tob::StrCat("internal invariant failed: " #cond " at ", \
-                                               __FILE__, ":", __LINE__, " ", ##__VA_ARGS__)); \
+#define TOB_ENFORCE(cond, ...)                                                                                     \
+  do {                                                                                                             \
+    if (!(cond))                                                                                                   \
+      throw ::tob::InternalError(                                                                                  \
+          ::tob::StrCat("internal invariant failed: " #cond " at ", __FILE__, ":", __LINE__, " ", ##__VA_ARGS__)); \
   } while (0)

@@ -16,13 +16,11 @@ std::string ShapeToString(const Shape& shape) {
 
 std::vector<int64_t> ContiguousStrides(const Shape& shape) {
   std::vector<int64_t> strides(shape.size(), 1);
-  for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; --i)
-    strides[i] = strides[i + 1] * shape[i + 1];
+  for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * shape[i + 1];
   return strides;
 }
 
-StatusOr<Tensor> Tensor::Allocate(DType dtype, const Shape& shape,
-                                  const std::shared_ptr<Allocator>& allocator) {
+StatusOr<Tensor> Tensor::Allocate(DType dtype, const Shape& shape, const std::shared_ptr<Allocator>& allocator) {
   for (int64_t d : shape)
     if (d < 0) return InvalidArgument("cannot allocate a tensor of shape ", ShapeToString(shape));
   size_t bytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
@@ -35,9 +33,9 @@ StatusOr<Tensor> Tensor::Allocate(DType dtype, const Shape& shape,
 
 double Tensor::ElementAsDouble(int64_t i) const {
   double v = 0;
-  bool ok = DispatchDType<float, double, Float16, BFloat16, int8_t, int16_t, int32_t, int64_t,
-                          uint8_t, uint16_t, uint32_t, uint64_t, bool>(
-      dtype_, [&]<typename T>() { v = static_cast<double>(data<T>()[i]); });
+  bool ok =
+      DispatchDType<float, double, Float16, BFloat16, int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t,
+                    uint64_t, bool>(dtype_, [&]<typename T>() { v = static_cast<double>(data<T>()[i]); });
   TOB_ENFORCE(ok, "ElementAsDouble on dtype ", DTypeName(dtype_));
   return v;
 }

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "core/allocator.h"
 #include "core/dtype.h"
 #include "core/status.h"
-#include "core/allocator.h"
 
 namespace tob {
 
@@ -26,8 +26,7 @@ class Tensor {
       : dtype_(dtype), shape_(std::move(shape)), buffer_(std::move(buffer)), offset_(byte_offset) {}
 
   // Allocates a tensor from `allocator`; kOutOfMemory status on failure.
-  static StatusOr<Tensor> Allocate(DType dtype, const Shape& shape,
-                                   const std::shared_ptr<Allocator>& allocator);
+  static StatusOr<Tensor> Allocate(DType dtype, const Shape& shape, const std::shared_ptr<Allocator>& allocator);
   // A CPU tensor holding a copy of `values` (for tests, constants and scalars).
   template <typename T>
   static Tensor FromVector(const std::vector<T>& values, const Shape& shape);
@@ -44,11 +43,15 @@ class Tensor {
   size_t byte_offset() const { return offset_; }
 
   void* raw_data() { return buffer_ ? static_cast<char*>(buffer_->data()) + offset_ : nullptr; }
-  const void* raw_data() const {
-    return buffer_ ? static_cast<const char*>(buffer_->data()) + offset_ : nullptr;
+  const void* raw_data() const { return buffer_ ? static_cast<const char*>(buffer_->data()) + offset_ : nullptr; }
+  template <typename T>
+  T* data() {
+    return static_cast<T*>(raw_data());
   }
-  template <typename T> T* data() { return static_cast<T*>(raw_data()); }
-  template <typename T> const T* data() const { return static_cast<const T*>(raw_data()); }
+  template <typename T>
+  const T* data() const {
+    return static_cast<const T*>(raw_data());
+  }
 
   // Same bytes, another shape with the same element count.
   Tensor Reshaped(Shape new_shape) const { return Tensor(dtype_, std::move(new_shape), buffer_, offset_); }

@@ -32,8 +32,7 @@ class ExecutionProvider {
 
   // Can this provider run `node` (given its inputs' dtypes and the model's opset)? The default
   // asks the kernel registry for a kernel registered under name(); why_not says why not.
-  virtual bool CanRun(const Node& node, int opset, const KernelRegistry& registry,
-                      std::string* why_not) const;
+  virtual bool CanRun(const Node& node, int opset, const KernelRegistry& registry, std::string* why_not) const;
 
   // The kernel for `node` from `def` (a def registered under name()). The default calls
   // def.factory; a provider whose kernels depend on the session's permissions overrides it.

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "core/status.h"
 #include "core/allocator.h"
+#include "core/status.h"
 #include "core/tensor.h"
 #include "framework/thread_pool.h"
 #include "ir/graph.h"
@@ -17,9 +17,12 @@ namespace tob {
 
 class KernelContext {
  public:
-  KernelContext(const Node& node, std::vector<const Tensor*> inputs, std::vector<Tensor*> outputs,
-                ThreadPool* pool, std::shared_ptr<Allocator> scratch)
-      : node_(node), inputs_(std::move(inputs)), outputs_(std::move(outputs)), pool_(pool),
+  KernelContext(const Node& node, std::vector<const Tensor*> inputs, std::vector<Tensor*> outputs, ThreadPool* pool,
+                std::shared_ptr<Allocator> scratch)
+      : node_(node),
+        inputs_(std::move(inputs)),
+        outputs_(std::move(outputs)),
+        pool_(pool),
         scratch_(std::move(scratch)) {}
 
   const Node& node() const { return node_; }

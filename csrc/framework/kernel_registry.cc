@@ -30,8 +30,8 @@ bool KernelDef::Accepts(const std::vector<DType>& input_types, std::string* why_
       if (t == DType::kUndefined) continue;  // omitted optional input
       if (std::find(c.allowed.begin(), c.allowed.end(), t) == c.allowed.end()) {
         if (why_not)
-          *why_not = StrCat("input ", i, " has dtype ", DTypeName(t), "; type constraint ", c.name,
-                            " allows {", TypeList(c.allowed), "}");
+          *why_not = StrCat("input ", i, " has dtype ", DTypeName(t), "; type constraint ", c.name, " allows {",
+                            TypeList(c.allowed), "}");
         return false;
       }
     }
@@ -64,8 +64,8 @@ void KernelRegistry::Register(KernelDef def) {
 }
 
 const KernelDef* KernelRegistry::Find(const std::string& provider, const std::string& domain,
-                                      const std::string& op_type, int opset,
-                                      const std::vector<DType>& input_types, std::string* why_not) const {
+                                      const std::string& op_type, int opset, const std::vector<DType>& input_types,
+                                      std::string* why_not) const {
   std::string d = Graph::NormalizeDomain(domain);
   bool op_known = false, version_known = false;
   std::string type_reason;

@@ -27,8 +27,8 @@ using KernelFactory = std::function<StatusOr<std::unique_ptr<OpKernel>>(const No
 // Inputs `input_indices` (negative = counted from the end, e.g. -1 for variadic "all inputs")
 // must have one of `allowed` dtypes; `same_type` inputs must all share one dtype.
 struct TypeConstraint {
-  std::string name;                 // "T", "T1", ... as in the ONNX schema
-  std::vector<int> input_indices;   // which inputs it binds; {kAllInputs} for variadic ops
+  std::string name;                // "T", "T1", ... as in the ONNX schema
+  std::vector<int> input_indices;  // which inputs it binds; {kAllInputs} for variadic ops
   std::vector<DType> allowed;
   static constexpr int kAllInputs = -1000;
 };
@@ -64,18 +64,43 @@ struct KernelDef {
   KernelFactory factory;
 
   // Fluent construction, used by every registration.
-  KernelDef& Domain(std::string d) { domain = std::move(d); return *this; }
-  KernelDef& Versions(int since, int end = kMaxOpset) { since_version = since; end_version = end; return *this; }
-  KernelDef& Provider(std::string p) { provider = std::move(p); return *this; }
+  KernelDef& Domain(std::string d) {
+    domain = std::move(d);
+    return *this;
+  }
+  KernelDef& Versions(int since, int end = kMaxOpset) {
+    since_version = since;
+    end_version = end;
+    return *this;
+  }
+  KernelDef& Provider(std::string p) {
+    provider = std::move(p);
+    return *this;
+  }
   KernelDef& Constraint(std::string name, std::vector<int> inputs, std::vector<DType> allowed) {
     constraints.push_back(TypeConstraint{std::move(name), std::move(inputs), std::move(allowed)});
     return *this;
   }
-  KernelDef& Alias(int input, int output) { aliases.emplace_back(input, output); return *this; }
-  KernelDef& MayInplace(int input, int output) { inplace.emplace_back(input, output); return *this; }
-  KernelDef& HostOutput(int output) { host_outputs.push_back(output); return *this; }
-  KernelDef& KernelAllocatesOutputs() { kernel_allocates_outputs = true; return *this; }
-  KernelDef& SkipsUnusedOutputs() { skips_unused_outputs = true; return *this; }
+  KernelDef& Alias(int input, int output) {
+    aliases.emplace_back(input, output);
+    return *this;
+  }
+  KernelDef& MayInplace(int input, int output) {
+    inplace.emplace_back(input, output);
+    return *this;
+  }
+  KernelDef& HostOutput(int output) {
+    host_outputs.push_back(output);
+    return *this;
+  }
+  KernelDef& KernelAllocatesOutputs() {
+    kernel_allocates_outputs = true;
+    return *this;
+  }
+  KernelDef& SkipsUnusedOutputs() {
+    skips_unused_outputs = true;
+    return *this;
+  }
   bool IsHostOutput(int output) const {
     for (int o : host_outputs)
       if (o == output) return true;
@@ -86,7 +111,10 @@ struct KernelDef {
     factory = [](const Node& n) -> StatusOr<std::unique_ptr<OpKernel>> { return K::Create(n); };
     return *this;
   }
-  KernelDef& Factory(KernelFactory f) { factory = std::move(f); return *this; }
+  KernelDef& Factory(KernelFactory f) {
+    factory = std::move(f);
+    return *this;
+  }
 
   // Whether this def accepts these input dtypes (kUndefined entries = omitted inputs).
   bool Accepts(const std::vector<DType>& input_types, std::string* why_not) const;
@@ -118,9 +146,8 @@ class KernelRegistry {
   void BeginFamily(std::string family) { family_ = std::move(family); }
   // The def that runs `node` on `provider` at `opset` with these input dtypes, or nullptr with
   // the reason in *why_not (op unknown to this provider, opset out of range, dtype not accepted).
-  const KernelDef* Find(const std::string& provider, const std::string& domain,
-                        const std::string& op_type, int opset, const std::vector<DType>& input_types,
-                        std::string* why_not = nullptr) const;
+  const KernelDef* Find(const std::string& provider, const std::string& domain, const std::string& op_type, int opset,
+                        const std::vector<DType>& input_types, std::string* why_not = nullptr) const;
   const std::vector<KernelDef>& defs() const { return defs_; }
 
  private:

@@ -115,8 +115,7 @@ void ThreadPool::WorkerLoop() {
   }
 }
 
-void ThreadPool::ParallelFor(int64_t n, int64_t min_grain,
-                             const std::function<void(int64_t, int64_t)>& fn) {
+void ThreadPool::ParallelFor(int64_t n, int64_t min_grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   min_grain = std::max<int64_t>(1, min_grain);
   const ExternalParallelRuntime* external = GetExternalParallelRuntime();
@@ -172,15 +171,14 @@ std::shared_ptr<ThreadPool> ThreadPool::Shared(int num_threads) {
   num_threads = std::max(0, num_threads);
   auto& slot = pools[num_threads];
   if (auto p = slot.lock()) return p;
-  std::shared_ptr<ThreadPool> p =
-      num_threads == 0 ? Following(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())))
-                       : std::make_shared<ThreadPool>(num_threads);
+  std::shared_ptr<ThreadPool> p = num_threads == 0
+                                      ? Following(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())))
+                                      : std::make_shared<ThreadPool>(num_threads);
   slot = p;
   return p;
 }
 
-void ParallelFor(ThreadPool* pool, int64_t n, int64_t min_grain,
-                 const std::function<void(int64_t, int64_t)>& fn) {
+void ParallelFor(ThreadPool* pool, int64_t n, int64_t min_grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (pool == nullptr) {
     if (n > 0) fn(0, n);
     return;

@@ -91,7 +91,6 @@ void SetExternalParallelRuntime(const ExternalParallelRuntime* runtime);
 const ExternalParallelRuntime* GetExternalParallelRuntime();
 
 // Runs fn over [0, n) on `pool`, or inline when pool is null or n is small.
-void ParallelFor(ThreadPool* pool, int64_t n, int64_t min_grain,
-                 const std::function<void(int64_t, int64_t)>& fn);
+void ParallelFor(ThreadPool* pool, int64_t n, int64_t min_grain, const std::function<void(int64_t, int64_t)>& fn);
 
 }  // namespace tob

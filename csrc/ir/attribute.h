@@ -34,13 +34,48 @@ struct Attribute {
   std::vector<int64_t> ints;
   std::vector<std::string> strings;
 
-  static Attribute Float(float v) { Attribute a; a.type = AttrType::kFloat; a.f = v; return a; }
-  static Attribute Int(int64_t v) { Attribute a; a.type = AttrType::kInt; a.i = v; return a; }
-  static Attribute String(std::string v) { Attribute a; a.type = AttrType::kString; a.s = std::move(v); return a; }
-  static Attribute TensorValue(Tensor v) { Attribute a; a.type = AttrType::kTensor; a.t = std::move(v); return a; }
-  static Attribute Floats(std::vector<float> v) { Attribute a; a.type = AttrType::kFloats; a.floats = std::move(v); return a; }
-  static Attribute Ints(std::vector<int64_t> v) { Attribute a; a.type = AttrType::kInts; a.ints = std::move(v); return a; }
-  static Attribute Strings(std::vector<std::string> v) { Attribute a; a.type = AttrType::kStrings; a.strings = std::move(v); return a; }
+  static Attribute Float(float v) {
+    Attribute a;
+    a.type = AttrType::kFloat;
+    a.f = v;
+    return a;
+  }
+  static Attribute Int(int64_t v) {
+    Attribute a;
+    a.type = AttrType::kInt;
+    a.i = v;
+    return a;
+  }
+  static Attribute String(std::string v) {
+    Attribute a;
+    a.type = AttrType::kString;
+    a.s = std::move(v);
+    return a;
+  }
+  static Attribute TensorValue(Tensor v) {
+    Attribute a;
+    a.type = AttrType::kTensor;
+    a.t = std::move(v);
+    return a;
+  }
+  static Attribute Floats(std::vector<float> v) {
+    Attribute a;
+    a.type = AttrType::kFloats;
+    a.floats = std::move(v);
+    return a;
+  }
+  static Attribute Ints(std::vector<int64_t> v) {
+    Attribute a;
+    a.type = AttrType::kInts;
+    a.ints = std::move(v);
+    return a;
+  }
+  static Attribute Strings(std::vector<std::string> v) {
+    Attribute a;
+    a.type = AttrType::kStrings;
+    a.strings = std::move(v);
+    return a;
+  }
 
   // Structural equality (used by CSE); tensors compare by dtype, shape and bytes.
   bool operator==(const Attribute& o) const;

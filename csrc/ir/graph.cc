@@ -21,17 +21,19 @@ std::string Node::Describe() const {
 namespace {
 
 template <typename T>
-Status GetTyped(const Node& node, const std::string& name, AttrType expected, T* out,
-                const std::optional<T>& dflt, T Attribute::*field) {
+Status GetTyped(const Node& node, const std::string& name, AttrType expected, T* out, const std::optional<T>& dflt,
+                T Attribute::*field) {
   const Attribute* a = node.FindAttribute(name);
   if (a == nullptr) {
-    if (dflt) { *out = *dflt; return Status::OK(); }
-    return InvalidModel(node.Describe(), ": required attribute '", name, "' (", AttrTypeName(expected),
-                        ") is missing");
+    if (dflt) {
+      *out = *dflt;
+      return Status::OK();
+    }
+    return InvalidModel(node.Describe(), ": required attribute '", name, "' (", AttrTypeName(expected), ") is missing");
   }
   if (a->type != expected)
-    return InvalidModel(node.Describe(), ": attribute '", name, "' must be ", AttrTypeName(expected),
-                        ", got ", AttrTypeName(a->type));
+    return InvalidModel(node.Describe(), ": attribute '", name, "' must be ", AttrTypeName(expected), ", got ",
+                        AttrTypeName(a->type));
   *out = a->*field;
   return Status::OK();
 }
@@ -51,8 +53,7 @@ Status Node::GetAttr(const std::string& name, std::vector<int64_t>* out,
                      std::optional<std::vector<int64_t>> dflt) const {
   return GetTyped(*this, name, AttrType::kInts, out, dflt, &Attribute::ints);
 }
-Status Node::GetAttr(const std::string& name, std::vector<float>* out,
-                     std::optional<std::vector<float>> dflt) const {
+Status Node::GetAttr(const std::string& name, std::vector<float>* out, std::optional<std::vector<float>> dflt) const {
   return GetTyped(*this, name, AttrType::kFloats, out, dflt, &Attribute::floats);
 }
 Status Node::GetAttr(const std::string& name, std::vector<std::string>* out,
@@ -110,9 +111,8 @@ StatusOr<Value*> Graph::AddInitializer(const std::string& name, Tensor value) {
 }
 
 StatusOr<Node*> Graph::AddNode(const std::string& op_type, const std::string& domain,
-                               const std::vector<std::string>& inputs,
-                               const std::vector<std::string>& outputs, AttributeMap attributes,
-                               const std::string& name) {
+                               const std::vector<std::string>& inputs, const std::vector<std::string>& outputs,
+                               AttributeMap attributes, const std::string& name) {
   if (op_type.empty()) return InvalidModel("node '", name, "' has an empty op_type");
   auto node = std::make_unique<Node>();
   node->op_type_ = op_type;
@@ -122,7 +122,10 @@ StatusOr<Node*> Graph::AddNode(const std::string& op_type, const std::string& do
   node->name_ = name.empty() ? StrCat(op_type, "_", node->id_) : name;
   node->attributes_ = std::move(attributes);
   for (size_t i = 0; i < inputs.size(); ++i) {
-    if (inputs[i].empty()) { node->inputs_.push_back(nullptr); continue; }
+    if (inputs[i].empty()) {
+      node->inputs_.push_back(nullptr);
+      continue;
+    }
     Value* v = FindValue(inputs[i]);
     if (v == nullptr)
       return InvalidModel(node->Describe(), ": input ", i, " '", inputs[i],
@@ -207,8 +210,7 @@ StatusOr<std::vector<Node*>> Graph::TopologicalOrder() const {
   }
   if (order.size() != nodes_.size()) {
     for (const auto& n : nodes_)
-      if (pending[n.get()] > 0)
-        return InvalidModel("the graph has a cycle through ", n->Describe());
+      if (pending[n.get()] > 0) return InvalidModel("the graph has a cycle through ", n->Describe());
   }
   return order;
 }
@@ -218,7 +220,10 @@ void Graph::SetNodeInput(Node* node, int index, Value* value) {
   if (old) {
     auto& uses = old->uses_;
     for (auto it = uses.begin(); it != uses.end(); ++it)
-      if (it->node == node && it->input_index == index) { uses.erase(it); break; }
+      if (it->node == node && it->input_index == index) {
+        uses.erase(it);
+        break;
+      }
   }
   node->inputs_[index] = value;
   if (value) value->uses_.push_back(Use{node, index});
@@ -255,8 +260,8 @@ Status Graph::RemoveNode(Node* node) {
 void Graph::RemoveUnusedValues() {
   for (auto it = values_.begin(); it != values_.end();) {
     const Value* v = it->second.get();
-    bool dead = v->producer_ == nullptr && v->uses_.empty() && !v->is_graph_input_ &&
-                !v->is_graph_output() && !v->initializer_;
+    bool dead =
+        v->producer_ == nullptr && v->uses_.empty() && !v->is_graph_input_ && !v->is_graph_output() && !v->initializer_;
     bool dead_const = v->initializer_ && v->uses_.empty() && !v->is_graph_output();
     if (dead || dead_const) it = values_.erase(it);
     else ++it;

@@ -118,9 +118,9 @@ class Graph {
   StatusOr<Value*> AddInitializer(const std::string& name, Tensor value);
   // Adds a node. Input names must already be defined ("" = omitted optional input); output
   // names must be new. kInvalidModel otherwise (dangling edge, duplicate definition).
-  StatusOr<Node*> AddNode(const std::string& op_type, const std::string& domain,
-                          const std::vector<std::string>& inputs, const std::vector<std::string>& outputs,
-                          AttributeMap attributes = {}, const std::string& name = "");
+  StatusOr<Node*> AddNode(const std::string& op_type, const std::string& domain, const std::vector<std::string>& inputs,
+                          const std::vector<std::string>& outputs, AttributeMap attributes = {},
+                          const std::string& name = "");
   // Marks a defined value as a graph output (order matters).
   Status AddOutput(const std::string& name, std::optional<ValueType> declared = std::nullopt);
   void SetOpset(const std::string& domain, int version) { opsets_[NormalizeDomain(domain)] = version; }
@@ -162,9 +162,7 @@ class Graph {
   // A fresh unique value/node name with the given prefix.
   std::string UniqueName(const std::string& prefix);
 
-  static std::string NormalizeDomain(const std::string& domain) {
-    return domain == "ai.onnx" ? std::string() : domain;
-  }
+  static std::string NormalizeDomain(const std::string& domain) { return domain == "ai.onnx" ? std::string() : domain; }
 
  private:
   Value* NewValue(const std::string& name, ValueType type);

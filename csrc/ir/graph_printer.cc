@@ -56,8 +56,7 @@ std::string FormatElement(const Tensor& t, int64_t i) {
 
 std::string FormatConstant(const Tensor& t, int max_elements) {
   std::string s = StrCat(DTypeName(t.dtype()), ShapeToString(t.shape()));
-  if (t.dtype() == DType::kString || t.numel() > max_elements)
-    return StrCat(s, " = <", t.numel(), " elements>");
+  if (t.dtype() == DType::kString || t.numel() > max_elements) return StrCat(s, " = <", t.numel(), " elements>");
   s += " = [";
   for (int64_t i = 0; i < t.numel(); ++i) s += (i ? ", " : "") + FormatElement(t, i);
   return s + "]";
@@ -81,8 +80,7 @@ class Printer {
     }
     s += ") {\n";
     for (const Value* c : graph_.initializers())
-      s += StrCat("  const ", c->name(), ": ", FormatConstant(*c->initializer(), options_.max_constant_elements),
-                  "\n");
+      s += StrCat("  const ", c->name(), ": ", FormatConstant(*c->initializer(), options_.max_constant_elements), "\n");
     for (const Node* node : CanonicalOrder(graph_)) s += NodeLine(*node);
     s += "  return ";
     for (size_t i = 0; i < graph_.outputs().size(); ++i) {
@@ -137,9 +135,7 @@ class Printer {
 
 }  // namespace
 
-std::string GraphToText(const Graph& graph, const GraphTextOptions& options) {
-  return Printer(graph, options).Print();
-}
+std::string GraphToText(const Graph& graph, const GraphTextOptions& options) { return Printer(graph, options).Print(); }
 
 std::string GraphToText(const Graph& graph) { return GraphToText(graph, GraphTextOptions()); }
 

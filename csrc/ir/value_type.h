@@ -18,14 +18,16 @@ struct Dim {
 
   Dim() = default;
   Dim(int64_t v) : value(v) {}  // NOLINT: implicit from a size
-  static Dim Symbol(std::string s) { Dim d; d.symbol = std::move(s); return d; }
+  static Dim Symbol(std::string s) {
+    Dim d;
+    d.symbol = std::move(s);
+    return d;
+  }
   static Dim Unknown() { return Dim(); }
 
   bool is_known() const { return value >= 0; }
   bool is_symbolic() const { return value < 0 && !symbol.empty(); }
-  bool operator==(const Dim& o) const {
-    return is_known() ? value == o.value : (is_symbolic() && symbol == o.symbol);
-  }
+  bool operator==(const Dim& o) const { return is_known() ? value == o.value : (is_symbolic() && symbol == o.symbol); }
   bool operator!=(const Dim& o) const { return !(*this == o); }
   std::string ToString() const;
 };

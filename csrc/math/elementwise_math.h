@@ -94,18 +94,28 @@ TOB_HOST_DEVICE inline T WrapNeg(T a) {
 
 // ---- binary arithmetic ----
 struct AddOp {
-  template <typename T> TOB_HOST_DEVICE T operator()(T a, T b) const { return WrapAdd(a, b); }
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T a, T b) const {
+    return WrapAdd(a, b);
+  }
 };
 struct SubOp {
-  template <typename T> TOB_HOST_DEVICE T operator()(T a, T b) const { return WrapSub(a, b); }
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T a, T b) const {
+    return WrapSub(a, b);
+  }
 };
 struct MulOp {
-  template <typename T> TOB_HOST_DEVICE T operator()(T a, T b) const { return WrapMul(a, b); }
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T a, T b) const {
+    return WrapMul(a, b);
+  }
 };
 // Integer division truncates toward zero (C++, ONNX Runtime and the ONNX reference agree);
 // x / 0 is 0 and MIN / -1 wraps, where the hardware would trap.
 struct DivOp {
-  template <typename T> TOB_HOST_DEVICE T operator()(T a, T b) const {
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T a, T b) const {
     if constexpr (std::is_integral_v<T>) {
       if (b == 0) return T(0);
       if constexpr (std::is_signed_v<T>)
@@ -122,7 +132,8 @@ struct DivOp {
 // x mod 0 is 0 for integers (numpy's result) and NaN for floats.
 struct ModOp {
   bool fmod = false;
-  template <typename T> TOB_HOST_DEVICE T operator()(T a, T b) const {
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T a, T b) const {
     if constexpr (std::is_integral_v<T>) {
       if (b == 0) return T(0);
       if constexpr (std::is_signed_v<T>) {
@@ -187,7 +198,8 @@ TOB_HOST_DEVICE inline T FloatToInt(F x) {
 // ONNX Pow: the result has the base's type. Float bases compute in their float type; integer
 // bases with integer exponents are exact; integer bases with float exponents go through double.
 struct PowOp {
-  template <typename T, typename E> TOB_HOST_DEVICE T operator()(T base, E exponent) const {
+  template <typename T, typename E>
+  TOB_HOST_DEVICE T operator()(T base, E exponent) const {
     if constexpr (std::is_floating_point_v<T>) {
       return Pow(base, static_cast<T>(exponent));
     } else if constexpr (std::is_integral_v<E>) {
@@ -201,38 +213,56 @@ struct PowOp {
 // A NaN a is kept by the IsNan test and a NaN b by the failing comparison; written with a
 // non-short-circuit | so the loop is a compare-and-blend the compiler vectorises.
 struct MinOp {
-  template <typename T> TOB_HOST_DEVICE T operator()(T a, T b) const {
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T a, T b) const {
     return ((a < b) | IsNan(a)) ? a : b;
   }
 };
 struct MaxOp {
-  template <typename T> TOB_HOST_DEVICE T operator()(T a, T b) const {
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T a, T b) const {
     return ((a > b) | IsNan(a)) ? a : b;
   }
 };
 
 // PRelu: x for x >= 0, slope * x otherwise (NaN stays NaN).
 struct PReluOp {
-  template <typename T> TOB_HOST_DEVICE T operator()(T x, T slope) const {
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T x, T slope) const {
     return x < T(0) ? WrapMul(slope, x) : x;
   }
 };
 
 // ---- comparisons and logic (bool results) ----
 struct EqualOp {
-  template <typename T> TOB_HOST_DEVICE bool operator()(T a, T b) const { return a == b; }
+  template <typename T>
+  TOB_HOST_DEVICE bool operator()(T a, T b) const {
+    return a == b;
+  }
 };
 struct LessOp {
-  template <typename T> TOB_HOST_DEVICE bool operator()(T a, T b) const { return a < b; }
+  template <typename T>
+  TOB_HOST_DEVICE bool operator()(T a, T b) const {
+    return a < b;
+  }
 };
 struct GreaterOp {
-  template <typename T> TOB_HOST_DEVICE bool operator()(T a, T b) const { return a > b; }
+  template <typename T>
+  TOB_HOST_DEVICE bool operator()(T a, T b) const {
+    return a > b;
+  }
 };
 struct LessOrEqualOp {
-  template <typename T> TOB_HOST_DEVICE bool operator()(T a, T b) const { return a <= b; }
+  template <typename T>
+  TOB_HOST_DEVICE bool operator()(T a, T b) const {
+    return a <= b;
+  }
 };
 struct GreaterOrEqualOp {
-  template <typename T> TOB_HOST_DEVICE bool operator()(T a, T b) const { return a >= b; }
+  template <typename T>
+  TOB_HOST_DEVICE bool operator()(T a, T b) const {
+    return a >= b;
+  }
 };
 struct AndOp {
   TOB_HOST_DEVICE bool operator()(bool a, bool b) const { return a && b; }
@@ -250,16 +280,28 @@ struct NotOp {
 // ---- bitwise (integer types; opset 18's BitwiseAnd/Or/Xor/Not and opset 11's BitShift) ----
 // The casts undo C++'s promotion of 8- and 16-bit operands to int.
 struct BitwiseAndOp {
-  template <typename T> TOB_HOST_DEVICE T operator()(T a, T b) const { return static_cast<T>(a & b); }
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T a, T b) const {
+    return static_cast<T>(a & b);
+  }
 };
 struct BitwiseOrOp {
-  template <typename T> TOB_HOST_DEVICE T operator()(T a, T b) const { return static_cast<T>(a | b); }
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T a, T b) const {
+    return static_cast<T>(a | b);
+  }
 };
 struct BitwiseXorOp {
-  template <typename T> TOB_HOST_DEVICE T operator()(T a, T b) const { return static_cast<T>(a ^ b); }
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T a, T b) const {
+    return static_cast<T>(a ^ b);
+  }
 };
 struct BitwiseNotOp {
-  template <typename T> TOB_HOST_DEVICE T operator()(T a) const { return static_cast<T>(~a); }
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T a) const {
+    return static_cast<T>(~a);
+  }
 };
 // BitShift: unsigned types from opset 11, signed ones from opset 28. Left shifts move the two's-
 // complement bits (wrapping past the sign bit); right shifts of signed values are arithmetic. A
@@ -268,7 +310,8 @@ struct BitwiseNotOp {
 // instead of C++'s undefined behaviour.
 struct BitShiftOp {
   bool left = true;
-  template <typename T> TOB_HOST_DEVICE T operator()(T x, T amount) const {
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T x, T amount) const {
     using U = std::make_unsigned_t<T>;
     constexpr T kWidth = static_cast<T>(sizeof(T) * 8);
     bool in_range = amount < kWidth;
@@ -289,84 +332,114 @@ struct BitShiftOp {
 
 // ---- unary ----
 struct NegOp {
-  template <typename T> TOB_HOST_DEVICE T operator()(T x) const { return WrapNeg(x); }
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T x) const {
+    return WrapNeg(x);
+  }
 };
 struct AbsOp {
-  template <typename T> TOB_HOST_DEVICE T operator()(T x) const {
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T x) const {
     if constexpr (std::is_unsigned_v<T>) return x;
     else if constexpr (std::is_integral_v<T>) return x < 0 ? WrapNeg(x) : x;
     else return x < T(0) ? -x : (x == T(0) ? T(0) : x);
   }
 };
 struct SqrtOp {
-  template <typename T> TOB_HOST_DEVICE T operator()(T x) const { return Sqrt(x); }
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T x) const {
+    return Sqrt(x);
+  }
 };
 struct ReciprocalOp {
-  template <typename T> TOB_HOST_DEVICE T operator()(T x) const { return T(1) / x; }
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T x) const {
+    return T(1) / x;
+  }
 };
 struct ExpOp {
-  template <typename T> TOB_HOST_DEVICE T operator()(T x) const { return Exp(x); }
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T x) const {
+    return Exp(x);
+  }
 };
 struct LogOp {
-  template <typename T> TOB_HOST_DEVICE T operator()(T x) const { return Log(x); }
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T x) const {
+    return Log(x);
+  }
 };
 struct TanhOp {
-  template <typename T> TOB_HOST_DEVICE T operator()(T x) const { return Tanh(x); }
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T x) const {
+    return Tanh(x);
+  }
 };
 // Written so neither branch overflows: exp is only taken of a non-positive number.
 struct SigmoidOp {
-  template <typename T> TOB_HOST_DEVICE T operator()(T x) const {
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T x) const {
     if (x >= T(0)) return T(1) / (T(1) + Exp(-x));
     T e = Exp(x);
     return e / (T(1) + e);
   }
 };
 struct ReluOp {
-  template <typename T> TOB_HOST_DEVICE T operator()(T x) const { return x < T(0) ? T(0) : x; }
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T x) const {
+    return x < T(0) ? T(0) : x;
+  }
 };
 struct LeakyReluOp {
   float alpha = 0.01f;
-  template <typename T> TOB_HOST_DEVICE T operator()(T x) const {
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T x) const {
     return x < T(0) ? static_cast<T>(alpha) * x : x;
   }
 };
 struct EluOp {
   float alpha = 1.0f;
-  template <typename T> TOB_HOST_DEVICE T operator()(T x) const {
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T x) const {
     return x < T(0) ? static_cast<T>(alpha) * (Exp(x) - T(1)) : x;
   }
 };
 struct SeluOp {
   float alpha = 1.67326319217681884765625f;
   float gamma = 1.05070102214813232421875f;
-  template <typename T> TOB_HOST_DEVICE T operator()(T x) const {
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T x) const {
     T g = static_cast<T>(gamma);
     return x <= T(0) ? g * static_cast<T>(alpha) * (Exp(x) - T(1)) : g * x;
   }
 };
 // log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)), which never overflows.
 struct SoftplusOp {
-  template <typename T> TOB_HOST_DEVICE T operator()(T x) const {
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T x) const {
     T ax = x < T(0) ? -x : x;
     return (x > T(0) ? x : T(0)) + Log1p(Exp(-ax));
   }
 };
 struct SoftsignOp {
-  template <typename T> TOB_HOST_DEVICE T operator()(T x) const {
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T x) const {
     return x / (T(1) + (x < T(0) ? -x : x));
   }
 };
 struct HardSigmoidOp {
   float alpha = 0.2f;
   float beta = 0.5f;
-  template <typename T> TOB_HOST_DEVICE T operator()(T x) const {
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T x) const {
     T y = static_cast<T>(alpha) * x + static_cast<T>(beta);
     y = y > T(0) ? y : T(0);
     return y < T(1) ? y : T(1);
   }
 };
 struct HardSwishOp {
-  template <typename T> TOB_HOST_DEVICE T operator()(T x) const {
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T x) const {
     T y = x * T(1.0 / 6.0) + T(0.5);
     y = y > T(0) ? y : T(0);
     y = y < T(1) ? y : T(1);
@@ -374,62 +447,87 @@ struct HardSwishOp {
   }
 };
 struct ErfOp {
-  template <typename T> TOB_HOST_DEVICE T operator()(T x) const { return Erf(x); }
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T x) const {
+    return Erf(x);
+  }
 };
 // Exact GELU: 0.5 x (1 + erf(x / sqrt(2))).
 struct GeluOp {
-  template <typename T> TOB_HOST_DEVICE T operator()(T x) const {
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T x) const {
     return T(0.5) * x * (T(1) + Erf(x * T(0.70710678118654752440)));
   }
 };
 // Tanh GELU: 0.5 x (1 + tanh(z)), z = sqrt(2/pi) (x + 0.044715 x^3), computed as the equal
 // x / (1 + exp(-2z)), which avoids the 1 + tanh cancellation for negative x.
 struct GeluTanhOp {
-  template <typename T> TOB_HOST_DEVICE T operator()(T x) const {
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T x) const {
     T minus_2z = T(-2.0 * 0.79788456080286535588) * (x + T(0.044715) * x * x * x);
     return x / (T(1) + Exp(minus_2z));
   }
 };
 struct FloorOp {
-  template <typename T> TOB_HOST_DEVICE T operator()(T x) const { return Floor(x); }
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T x) const {
+    return Floor(x);
+  }
 };
 struct CeilOp {
-  template <typename T> TOB_HOST_DEVICE T operator()(T x) const { return Ceil(x); }
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T x) const {
+    return Ceil(x);
+  }
 };
 struct RoundOp {
-  template <typename T> TOB_HOST_DEVICE T operator()(T x) const { return RoundHalfEven(x); }
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T x) const {
+    return RoundHalfEven(x);
+  }
 };
 struct SignOp {
-  template <typename T> TOB_HOST_DEVICE T operator()(T x) const {
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T x) const {
     if constexpr (std::is_unsigned_v<T>) return x > T(0) ? T(1) : T(0);
     else if constexpr (std::is_integral_v<T>) return x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0));
     else return x > T(0) ? T(1) : (x < T(0) ? T(-1) : (x == T(0) ? T(0) : x));  // NaN stays NaN
   }
 };
 struct SinOp {
-  template <typename T> TOB_HOST_DEVICE T operator()(T x) const { return Sin(x); }
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T x) const {
+    return Sin(x);
+  }
 };
 struct CosOp {
-  template <typename T> TOB_HOST_DEVICE T operator()(T x) const { return Cos(x); }
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T x) const {
+    return Cos(x);
+  }
 };
 
 // Clip: min(max(x, lo), hi) with NaN passing through; lo > hi gives hi (the ONNX rule).
 struct ClipOp {
-  template <typename T> TOB_HOST_DEVICE T operator()(T x, T lo, T hi) const {
+  template <typename T>
+  TOB_HOST_DEVICE T operator()(T x, T lo, T hi) const {
     T y = x < lo ? lo : x;
     return y > hi ? hi : y;
   }
 };
 
 struct IsNanOp {
-  template <typename T> TOB_HOST_DEVICE bool operator()(T x) const { return x != x; }
+  template <typename T>
+  TOB_HOST_DEVICE bool operator()(T x) const {
+    return x != x;
+  }
 };
 struct IsInfOp {
   bool detect_positive = true;
   bool detect_negative = true;
-  template <typename T> TOB_HOST_DEVICE bool operator()(T x) const {
-    return (detect_positive && x == static_cast<T>(INFINITY)) ||
-           (detect_negative && x == -static_cast<T>(INFINITY));
+  template <typename T>
+  TOB_HOST_DEVICE bool operator()(T x) const {
+    return (detect_positive && x == static_cast<T>(INFINITY)) || (detect_negative && x == -static_cast<T>(INFINITY));
   }
 };
 

@@ -12,9 +12,7 @@ namespace {
 // Zero-byte buffers still get a distinct address.
 size_t RoundUp(size_t v, size_t a) { return (std::max<size_t>(v, 1) + a - 1) / a * a; }
 
-bool LivesOverlap(const BufferLifetime& a, const BufferLifetime& b) {
-  return a.first < b.last && b.first < a.last;
-}
+bool LivesOverlap(const BufferLifetime& a, const BufferLifetime& b) { return a.first < b.last && b.first < a.last; }
 
 }  // namespace
 
@@ -66,8 +64,8 @@ BufferPlan PlanBuffers(const std::vector<BufferLifetime>& lifetimes, size_t alig
 }
 
 std::string BufferPlan::ToString() const {
-  return StrCat("memory plan: ", offsets.size(), " buffers, arena ", arena_bytes, " bytes, peak live ",
-                peak_live_bytes, " bytes");
+  return StrCat("memory plan: ", offsets.size(), " buffers, arena ", arena_bytes, " bytes, peak live ", peak_live_bytes,
+                " bytes");
 }
 
 }  // namespace tob

@@ -26,8 +26,8 @@ class RunAllocator final : public Allocator {
   explicit RunAllocator(std::shared_ptr<Allocator> base);
   // Planned mode: allocations come from `arena` (arena_bytes long) at the plan's offsets, in
   // order; any allocation that departs from the recorded sequence falls back to `base`.
-  RunAllocator(std::shared_ptr<Allocator> base, const BufferPlan* plan,
-               const std::vector<BufferLifetime>* expected, void* arena);
+  RunAllocator(std::shared_ptr<Allocator> base, const BufferPlan* plan, const std::vector<BufferLifetime>* expected,
+               void* arena);
 
   void* Alloc(size_t bytes) override;
   void Free(void* p) override;
@@ -55,7 +55,11 @@ class RunAllocator final : public Allocator {
 
   int64_t clock_ = 0;
   size_t next_index_ = 0;
-  struct Live { size_t index; size_t bytes; bool from_base; };
+  struct Live {
+    size_t index;
+    size_t bytes;
+    bool from_base;
+  };
   std::unordered_map<void*, Live> live_;
   std::vector<BufferLifetime> trace_;
   size_t live_bytes_ = 0;

@@ -14,8 +14,9 @@ Status InferAten(InferenceContext& ctx) {
   const Node& node = ctx.node();
   const Attribute* op = node.FindAttribute("operator");
   if (op == nullptr || op->type != AttrType::kString || op->s.empty())
-    return ctx.Fail("needs a non-empty string attribute 'operator' naming the torch operator "
-                    "(e.g. \"native_layer_norm\" or \"prims::iota\")");
+    return ctx.Fail(
+        "needs a non-empty string attribute 'operator' naming the torch operator "
+        "(e.g. \"native_layer_norm\" or \"prims::iota\")");
   std::string overload;
   TOB_RETURN_IF_ERROR(node.GetAttr("overload_name", &overload, std::string()));
   std::vector<int64_t> lengths;

@@ -29,8 +29,8 @@ Status CheckLegacyBroadcastAttrs(InferenceContext& ctx) {
         const Dim& da = (*a.shape)[i];
         const Dim& db = (*b.shape)[i];
         if (da.is_known() && db.is_known() && da.value != db.value)
-          return ctx.Fail("without broadcast=1 the inputs must have the same shape, got ",
-                          DimsToString(*a.shape), " and ", DimsToString(*b.shape));
+          return ctx.Fail("without broadcast=1 the inputs must have the same shape, got ", DimsToString(*a.shape),
+                          " and ", DimsToString(*b.shape));
       }
     } else {
       int64_t axis = ra - rb;
@@ -79,7 +79,8 @@ Status InferUnidirectional(InferenceContext& ctx) {
       for (size_t d = 0; d < b.size(); ++d) {
         const Dim& xd = (*x.shape)[d];
         if (xd.is_known() && b[d].is_known() && xd.value != b[d].value)
-          return ctx.Fail("input ", i, " ", DimsToString(*s.shape), " does not broadcast onto ", DimsToString(*x.shape));
+          return ctx.Fail("input ", i, " ", DimsToString(*s.shape), " does not broadcast onto ",
+                          DimsToString(*x.shape));
       }
     }
   }
@@ -173,9 +174,9 @@ void RegisterElementwiseSchemas(OpSchemaRegistry& registry) {
   Add(registry, "", "Pow", 2, 2, InferPow);
   Add(registry, "", "PRelu", 2, 2, InferUnidirectional);
 
-  for (const char* op : {"Neg", "Abs", "Sqrt", "Reciprocal", "Exp", "Log", "Tanh", "Sigmoid", "Relu", "LeakyRelu",
-                         "Elu", "Selu", "Softplus", "Softsign", "HardSigmoid", "HardSwish", "Erf", "Floor", "Ceil",
-                         "Round", "Sign", "Sin", "Cos"})
+  for (const char* op : {"Neg",  "Abs",       "Sqrt", "Reciprocal", "Exp",      "Log",      "Tanh",        "Sigmoid",
+                         "Relu", "LeakyRelu", "Elu",  "Selu",       "Softplus", "Softsign", "HardSigmoid", "HardSwish",
+                         "Erf",  "Floor",     "Ceil", "Round",      "Sign",     "Sin",      "Cos"})
     Add(registry, "", op, 1, 1, InferUnary);
   Add(registry, "", "Gelu", 1, 1, InferGelu);
 

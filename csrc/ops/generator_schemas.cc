@@ -23,14 +23,12 @@ Status ReadDTypeAttr(const InferenceContext& ctx, DType fallback, DType* out) {
 
 Status InferConstant(InferenceContext& ctx) {
   const Node& node = ctx.node();
-  static const char* kValueAttrs[] = {"value",         "value_float", "value_floats",
-                                      "value_int",     "value_ints",  "value_string",
-                                      "value_strings", "sparse_value"};
+  static const char* kValueAttrs[] = {"value",      "value_float",  "value_floats",  "value_int",
+                                      "value_ints", "value_string", "value_strings", "sparse_value"};
   const char* found = nullptr;
   for (const char* name : kValueAttrs) {
     if (node.FindAttribute(name) == nullptr) continue;
-    if (found != nullptr)
-      return ctx.Fail("has both '", found, "' and '", name, "'; exactly one is allowed");
+    if (found != nullptr) return ctx.Fail("has both '", found, "' and '", name, "'; exactly one is allowed");
     found = name;
   }
   if (found == nullptr) return ctx.Fail("needs one of value, value_float(s), value_int(s)");
@@ -41,8 +39,7 @@ Status InferConstant(InferenceContext& ctx) {
     Tensor t;
     TOB_RETURN_IF_ERROR(node.GetAttr("value", &t));
     if (t.dtype() == DType::kString || t.dtype() == DType::kUndefined)
-      return NotImplemented(node.Describe(), ": Constant of dtype ", DTypeName(t.dtype()),
-                            " is not supported");
+      return NotImplemented(node.Describe(), ": Constant of dtype ", DTypeName(t.dtype()), " is not supported");
     ctx.set_output(0, ValueType::OfTensor(t));
   } else if (which == "value_float") {
     ctx.set_output(0, ValueType(DType::kFloat32, Dims{}));
@@ -61,8 +58,7 @@ Status InferConstant(InferenceContext& ctx) {
 
 // A 1-D int64 tensor of non-negative sizes.
 Status ShapeFromValue(const InferenceContext& ctx, const Tensor& value, Dims* dims) {
-  if (value.dtype() != DType::kInt64 || value.rank() != 1)
-    return ctx.Fail("shape input must be a 1-D int64 tensor");
+  if (value.dtype() != DType::kInt64 || value.rank() != 1) return ctx.Fail("shape input must be a 1-D int64 tensor");
   dims->clear();
   for (int64_t v : value.ToInt64Vector()) {
     if (v < 0) return ctx.Fail("shape entry ", v, " is negative");
@@ -75,15 +71,12 @@ Status InferConstantOfShape(InferenceContext& ctx) {
   DType dtype = DType::kFloat32;
   if (const Attribute* a = ctx.node().FindAttribute("value")) {
     if (a->type != AttrType::kTensor) return ctx.Fail("attribute 'value' must be a tensor");
-    if (a->t.numel() != 1)
-      return ctx.Fail("attribute 'value' must hold one element, got ", a->t.numel());
+    if (a->t.numel() != 1) return ctx.Fail("attribute 'value' must hold one element, got ", a->t.numel());
     dtype = a->t.dtype();
-    if (dtype == DType::kString)
-      return NotImplemented(ctx.node().Describe(), ": string tensors are not supported");
+    if (dtype == DType::kString) return NotImplemented(ctx.node().Describe(), ": string tensors are not supported");
   }
   const ValueType& shape_type = *ctx.input_type(0);
-  if (shape_type.dtype != DType::kInt64)
-    return ctx.Fail("input must be int64, got ", DTypeName(shape_type.dtype));
+  if (shape_type.dtype != DType::kInt64) return ctx.Fail("input must be int64, got ", DTypeName(shape_type.dtype));
   if (shape_type.has_rank() && shape_type.rank() != 1)
     return ctx.Fail("input must be 1-D, got rank ", shape_type.rank());
   ValueType out(dtype, std::nullopt);
@@ -103,8 +96,8 @@ Status InferRange(InferenceContext& ctx) {
   for (int i = 0; i < 3; ++i) {
     const ValueType& t = *ctx.input_type(i);
     if (t.dtype != dtype)
-      return ctx.Fail("start, limit and delta must share one dtype, got ", DTypeName(dtype),
-                      " and ", DTypeName(t.dtype));
+      return ctx.Fail("start, limit and delta must share one dtype, got ", DTypeName(dtype), " and ",
+                      DTypeName(t.dtype));
     if (t.has_rank() && !(t.rank() == 0 || (t.rank() == 1 && (*t.shape)[0] == Dim(1))))
       return ctx.Fail("input ", i, " must be a scalar, got ", t.ToString());
   }
@@ -119,15 +112,13 @@ Status InferRange(InferenceContext& ctx) {
     if (t->numel() != 1) return ctx.Fail("start, limit and delta must hold one value each");
   int64_t n = 0;
   if (IsIntegerType(dtype)) {
-    int64_t s = start->ElementAsInt64(0), l = limit->ElementAsInt64(0),
-            d = delta->ElementAsInt64(0);
+    int64_t s = start->ElementAsInt64(0), l = limit->ElementAsInt64(0), d = delta->ElementAsInt64(0);
     if (d == 0) return ctx.Fail("delta must not be zero");
     int64_t span = l - s;
     // ceil(span / d) in integers, for either sign.
     n = span / d + ((span % d != 0 && ((span > 0) == (d > 0))) ? 1 : 0);
   } else {
-    double s = start->ElementAsDouble(0), l = limit->ElementAsDouble(0),
-           d = delta->ElementAsDouble(0);
+    double s = start->ElementAsDouble(0), l = limit->ElementAsDouble(0), d = delta->ElementAsDouble(0);
     if (d == 0) return ctx.Fail("delta must not be zero");
     double count = std::ceil((l - s) / d);
     if (!std::isfinite(count)) return ctx.Fail("start, limit and delta give no finite length");
@@ -208,8 +199,7 @@ Status InferDropout(InferenceContext& ctx) {
       return ctx.Fail("training_mode must be bool, got ", DTypeName(ctx.input_type(2)->dtype));
   }
   ctx.set_output(0, in);
-  if (ctx.num_outputs() > 1)
-    ctx.set_output(1, ValueType(ctx.opset() < 10 ? in.dtype : DType::kBool, in.shape));
+  if (ctx.num_outputs() > 1) ctx.set_output(1, ValueType(ctx.opset() < 10 ? in.dtype : DType::kBool, in.shape));
   return Status::OK();
 }
 
@@ -228,8 +218,7 @@ bool DropoutIsTraining(const Node& node, int opset) {
 }
 
 Status CheckRandomDType(const InferenceContext& ctx, DType dtype) {
-  if (!IsFloatingPoint(dtype))
-    return ctx.Fail("random values must be a floating-point type, got ", DTypeName(dtype));
+  if (!IsFloatingPoint(dtype)) return ctx.Fail("random values must be a floating-point type, got ", DTypeName(dtype));
   return Status::OK();
 }
 

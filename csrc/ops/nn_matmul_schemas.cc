@@ -10,8 +10,8 @@ Status CheckSameDType(InferenceContext& ctx, int i, int j) {
   const ValueType* a = ctx.input_type(i);
   const ValueType* b = ctx.input_type(j);
   if (a && b && a->dtype != DType::kUndefined && b->dtype != DType::kUndefined && a->dtype != b->dtype)
-    return ctx.Fail("inputs ", i, " and ", j, " must have the same dtype, got ", DTypeName(a->dtype),
-                    " and ", DTypeName(b->dtype));
+    return ctx.Fail("inputs ", i, " and ", j, " must have the same dtype, got ", DTypeName(a->dtype), " and ",
+                    DTypeName(b->dtype));
   return Status::OK();
 }
 
@@ -32,8 +32,8 @@ Status InferMatMul(InferenceContext& ctx) {
   const Dim& ka = ad.back();
   const Dim& kb = bd[bd.size() - 2];
   if (ka.is_known() && kb.is_known() && ka.value != kb.value)
-    return ctx.Fail("inner dimensions do not match: ", a.ToString(), " x ", b.ToString(), " (K = ", ka.value,
-                    " vs ", kb.value, ")");
+    return ctx.Fail("inner dimensions do not match: ", a.ToString(), " x ", b.ToString(), " (K = ", ka.value, " vs ",
+                    kb.value, ")");
   Dims a_batch(ad.begin(), ad.end() - 2), b_batch(bd.begin(), bd.end() - 2);
   TOB_ASSIGN_OR_RETURN(Dims out, BroadcastDims(ctx, a_batch, b_batch));
   if (!a_vector) out.push_back(ad[ad.size() - 2]);
@@ -54,8 +54,7 @@ Status InferGemm(InferenceContext& ctx) {
     ctx.set_output(0, ValueType(a.dtype, Dims{Dim::Unknown(), Dim::Unknown()}));
     return Status::OK();
   }
-  if (a.rank() != 2 || b.rank() != 2)
-    return ctx.Fail("A and B must be 2-D, got ", a.ToString(), " and ", b.ToString());
+  if (a.rank() != 2 || b.rank() != 2) return ctx.Fail("A and B must be 2-D, got ", a.ToString(), " and ", b.ToString());
   const Dims& ad = *a.shape;
   const Dims& bd = *b.shape;
   Dim m = trans_a ? ad[1] : ad[0], ka = trans_a ? ad[0] : ad[1];
@@ -70,8 +69,8 @@ Status InferGemm(InferenceContext& ctx) {
       const Dim& cdim = cd[i];
       const Dim& t = target[target.size() - cd.size() + i];
       if (cdim.is_known() && t.is_known() && cdim.value != 1 && cdim.value != t.value)
-        return ctx.Fail("C of shape ", c->ToString(), " cannot be broadcast to [", m.ToString(), ", ",
-                        n.ToString(), "]");
+        return ctx.Fail("C of shape ", c->ToString(), " cannot be broadcast to [", m.ToString(), ", ", n.ToString(),
+                        "]");
     }
   }
   ctx.set_output(0, ValueType(a.dtype, Dims{m, n}));

@@ -87,8 +87,7 @@ Status InferLayerNorm(InferenceContext& ctx) {
 Status InferSkipLayerNorm(InferenceContext& ctx) {
   const ValueType& x = *ctx.input_type(0);
   const ValueType& skip = *ctx.input_type(1);
-  if (x.has_rank() && x.rank() != 2 && x.rank() != 3)
-    return ctx.Fail("input must be 2-D or 3-D, got ", x.ToString());
+  if (x.has_rank() && x.rank() != 2 && x.rank() != 3) return ctx.Fail("input must be 2-D or 3-D, got ", x.ToString());
   Dim hidden = x.has_rank() ? x.shape->back() : Dim::Unknown();
   if (x.has_rank()) {
     TOB_RETURN_IF_ERROR(CheckBroadcastsTo(ctx, "skip", &skip, *x.shape));

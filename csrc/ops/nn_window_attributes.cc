@@ -10,8 +10,8 @@ int64_t FloorDiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0
 
 Status CheckLength(const Node& node, const char* name, const std::vector<int64_t>& v, size_t expected) {
   if (!v.empty() && v.size() != expected)
-    return InvalidModel(node.Describe(), ": attribute '", name, "' has ", v.size(), " values, expected ",
-                        expected, " (one per spatial dim)");
+    return InvalidModel(node.Describe(), ": attribute '", name, "' has ", v.size(), " values, expected ", expected,
+                        " (one per spatial dim)");
   return Status::OK();
 }
 
@@ -66,8 +66,7 @@ StatusOr<WindowAttributes> WindowAttributes::Resolve(const Node& node, int64_t s
   if (!a.pads.empty() && a.pads.size() != 2 * r)
     return InvalidModel(node.Describe(), ": attribute 'pads' has ", a.pads.size(), " values, expected ", 2 * r);
   if (a.kernel_shape.empty()) {
-    if (kernel.size() != r)
-      return InvalidModel(node.Describe(), ": kernel_shape is required (", r, " spatial dims)");
+    if (kernel.size() != r) return InvalidModel(node.Describe(), ": kernel_shape is required (", r, " spatial dims)");
     a.kernel_shape = kernel;
   } else if (!kernel.empty()) {
     for (size_t i = 0; i < r; ++i)
@@ -103,9 +102,8 @@ StatusOr<WindowDim> SlidingWindowDim(const Node& node, const WindowAttributes& a
   }
   int64_t span = in + d.pad_begin + d.pad_end - window;
   if (span < 0)
-    return InvalidModel(node.Describe(), ": the window (kernel ", a.kernel_shape[i], ", dilation ",
-                        a.dilations[i], ") is larger than the padded input (", in + d.pad_begin + d.pad_end,
-                        ") along spatial dim ", i);
+    return InvalidModel(node.Describe(), ": the window (kernel ", a.kernel_shape[i], ", dilation ", a.dilations[i],
+                        ") is larger than the padded input (", in + d.pad_begin + d.pad_end, ") along spatial dim ", i);
   if (a.ceil_mode) {
     d.out = (span + stride - 1) / stride + 1;
     // The last window must start inside the input or its begin padding.
@@ -149,8 +147,7 @@ StatusOr<WindowDim> TransposedWindowDim(const Node& node, const WindowAttributes
       d.pad_begin = total - d.pad_end;
     }
   }
-  if (d.out <= 0)
-    return InvalidModel(node.Describe(), ": output size along spatial dim ", i, " would be ", d.out);
+  if (d.out <= 0) return InvalidModel(node.Describe(), ": output size along spatial dim ", i, " would be ", d.out);
   if (a.output_padding[i] > 0 && a.output_padding[i] >= stride && a.output_padding[i] >= a.dilations[i])
     return InvalidModel(node.Describe(), ": output_padding[", i, "] = ", a.output_padding[i],
                         " must be smaller than the stride or the dilation");

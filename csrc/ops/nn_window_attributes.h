@@ -35,8 +35,7 @@ struct WindowAttributes {
   // A copy with defaults filled for `spatial_rank` dims and `kernel` as kernel_shape (when the
   // attribute is absent); InvalidModel when an attribute's length does not match the rank or
   // kernel_shape disagrees with `kernel`.
-  StatusOr<WindowAttributes> Resolve(const Node& node, int64_t spatial_rank,
-                                     const std::vector<int64_t>& kernel) const;
+  StatusOr<WindowAttributes> Resolve(const Node& node, int64_t spatial_rank, const std::vector<int64_t>& kernel) const;
 };
 
 // Output size and begin/end padding along one spatial dim.

@@ -44,14 +44,13 @@ Status InferConvLike(InferenceContext& ctx, bool transposed) {
   TOB_RETURN_IF_ERROR(CheckImageRank(ctx, x));
   TOB_ASSIGN_OR_RETURN(WindowAttributes attrs, WindowAttributes::Read(ctx.node()));
   if (!x.has_rank() || !w.has_rank()) {
-    ctx.set_output(0, ValueType(x.dtype, x.has_rank() ? std::optional<Dims>(Dims(x.rank(), Dim::Unknown()))
-                                                      : std::nullopt));
+    ctx.set_output(
+        0, ValueType(x.dtype, x.has_rank() ? std::optional<Dims>(Dims(x.rank(), Dim::Unknown())) : std::nullopt));
     return Status::OK();
   }
   const Dims& xd = *x.shape;
   const Dims& wd = *w.shape;
-  if (wd.size() != xd.size())
-    return ctx.Fail("W must have the rank of X (", xd.size(), "), got ", w.ToString());
+  if (wd.size() != xd.size()) return ctx.Fail("W must have the rank of X (", xd.size(), "), got ", w.ToString());
   const int64_t group = attrs.group;
   Dim out_channels = Dim::Unknown();
   // Conv: W is [M, C/group, k...]; ConvTranspose: W is [C, M/group, k...].

@@ -63,14 +63,20 @@ StatusOr<Dims> BroadcastDims(const InferenceContext& ctx, const Dims& a, const D
   for (size_t i = 0; i < rank; ++i) {
     const Dim* da = i < rank - a.size() ? nullptr : &a[i - (rank - a.size())];
     const Dim* db = i < rank - b.size() ? nullptr : &b[i - (rank - b.size())];
-    if (!da) { out[i] = *db; continue; }
-    if (!db) { out[i] = *da; continue; }
+    if (!da) {
+      out[i] = *db;
+      continue;
+    }
+    if (!db) {
+      out[i] = *da;
+      continue;
+    }
     if (da->is_known() && db->is_known()) {
       if (da->value == db->value || db->value == 1) out[i] = *da;
       else if (da->value == 1) out[i] = *db;
       else
-        return ctx.Fail("shapes ", DimsToString(a), " and ", DimsToString(b),
-                        " cannot be broadcast (dimension ", i, ": ", da->value, " vs ", db->value, ")");
+        return ctx.Fail("shapes ", DimsToString(a), " and ", DimsToString(b), " cannot be broadcast (dimension ", i,
+                        ": ", da->value, " vs ", db->value, ")");
     } else if (da->is_known() && da->value == 1) {
       out[i] = *db;
     } else if (db->is_known() && db->value == 1) {

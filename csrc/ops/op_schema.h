@@ -22,8 +22,11 @@ class InferenceContext {
  public:
   InferenceContext(const Node& node, int opset, std::vector<const ValueType*> input_types,
                    std::vector<const Tensor*> input_values)
-      : node_(node), opset_(opset), input_types_(std::move(input_types)),
-        input_values_(std::move(input_values)), output_types_(node.outputs().size()) {}
+      : node_(node),
+        opset_(opset),
+        input_types_(std::move(input_types)),
+        input_values_(std::move(input_values)),
+        output_types_(node.outputs().size()) {}
 
   const Node& node() const { return node_; }
   int opset() const { return opset_; }  // opset of the node's domain in this model

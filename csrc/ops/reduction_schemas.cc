@@ -14,12 +14,11 @@ Status InferReduceUnknownAxes(InferenceContext& ctx, const ValueType& in, bool k
   const ValueType* axes_type = ctx.input_type(1);
   if (keepdims) {
     out.shape = Dims(static_cast<size_t>(in.rank()), Dim::Unknown());
-  } else if (axes_type && axes_type->has_rank() && axes_type->rank() == 1 &&
-             (*axes_type->shape)[0].is_known() && (*axes_type->shape)[0].value > 0) {
+  } else if (axes_type && axes_type->has_rank() && axes_type->rank() == 1 && (*axes_type->shape)[0].is_known() &&
+             (*axes_type->shape)[0].value > 0) {
     int64_t kept = in.rank() - (*axes_type->shape)[0].value;
     if (kept < 0)
-      return ctx.Fail("axes has ", (*axes_type->shape)[0].value, " entries for an input of rank ",
-                      in.rank());
+      return ctx.Fail("axes has ", (*axes_type->shape)[0].value, " entries for an input of rank ", in.rank());
     out.shape = Dims(static_cast<size_t>(kept), Dim::Unknown());
   }
   ctx.set_output(0, out);
@@ -32,8 +31,7 @@ Status InferReduce(InferenceContext& ctx, int axes_input_since) {
   TOB_RETURN_IF_ERROR(ctx.node().GetAttr("keepdims", &keepdims, 1));
   std::vector<int64_t> axes;
   if (ctx.opset() < axes_input_since) {
-    if (ctx.has_input(1))
-      return ctx.Fail("axes is an attribute before opset ", axes_input_since, ", not an input");
+    if (ctx.has_input(1)) return ctx.Fail("axes is an attribute before opset ", axes_input_since, ", not an input");
     TOB_RETURN_IF_ERROR(ctx.node().GetAttr("axes", &axes, std::vector<int64_t>{}));
   } else {
     TOB_RETURN_IF_ERROR(ctx.node().GetAttr("noop_with_empty_axes", &noop, 0));
@@ -41,8 +39,7 @@ Status InferReduce(InferenceContext& ctx, int axes_input_since) {
       return ctx.Fail("axes is an input from opset ", axes_input_since, ", not an attribute");
     if (ctx.has_input(1)) {
       const ValueType* axes_type = ctx.input_type(1);
-      if (axes_type->dtype != DType::kInt64)
-        return ctx.Fail("axes must be int64, got ", DTypeName(axes_type->dtype));
+      if (axes_type->dtype != DType::kInt64) return ctx.Fail("axes must be int64, got ", DTypeName(axes_type->dtype));
       if (axes_type->has_rank() && axes_type->rank() != 1)
         return ctx.Fail("axes must be 1-D, got rank ", axes_type->rank());
       const Tensor* value = ctx.input_value(1);
@@ -71,10 +68,8 @@ Status InferReduce(InferenceContext& ctx, int axes_input_since) {
   }
   Dims out;
   for (int64_t d = 0; d < rank; ++d) {
-    if (!reduced[d])
-      out.push_back(dims[d]);
-    else if (keepdims != 0)
-      out.push_back(Dim(1));
+    if (!reduced[d]) out.push_back(dims[d]);
+    else if (keepdims != 0) out.push_back(Dim(1));
   }
   ctx.set_output(0, ValueType(in.dtype, std::move(out)));
   return Status::OK();
@@ -94,10 +89,8 @@ Status InferArgReduce(InferenceContext& ctx) {
   TOB_RETURN_IF_ERROR(NormalizeAxis(ctx, axis, in.rank(), &a));
   Dims out;
   for (int64_t d = 0; d < in.rank(); ++d) {
-    if (d != a)
-      out.push_back((*in.shape)[d]);
-    else if (keepdims != 0)
-      out.push_back(Dim(1));
+    if (d != a) out.push_back((*in.shape)[d]);
+    else if (keepdims != 0) out.push_back(Dim(1));
   }
   ctx.set_output(0, ValueType(DType::kInt64, std::move(out)));
   return Status::OK();
@@ -112,8 +105,7 @@ Status InferCumSum(InferenceContext& ctx) {
     return ctx.Fail("axis must be a scalar, got rank ", axis_type.rank());
   const Tensor* axis_value = ctx.input_value(1);
   if (axis_value != nullptr && in.has_rank()) {
-    if (axis_value->numel() != 1)
-      return ctx.Fail("axis must hold one value, got ", axis_value->numel());
+    if (axis_value->numel() != 1) return ctx.Fail("axis must hold one value, got ", axis_value->numel());
     int64_t a = 0;
     TOB_RETURN_IF_ERROR(NormalizeAxis(ctx, axis_value->ElementAsInt64(0), in.rank(), &a));
   }
@@ -125,9 +117,7 @@ OpSchema Reduce(const char* op_type, int axes_input_since) {
   s.op_type = op_type;
   s.min_inputs = 1;
   s.max_inputs = 2;
-  s.infer = [axes_input_since](InferenceContext& ctx) {
-    return InferReduce(ctx, axes_input_since);
-  };
+  s.infer = [axes_input_since](InferenceContext& ctx) { return InferReduce(ctx, axes_input_since); };
   return s;
 }
 
@@ -135,11 +125,10 @@ OpSchema Reduce(const char* op_type, int axes_input_since) {
 
 void RegisterReductionSchemas(OpSchemaRegistry& registry) {
   registry.Register(Reduce("ReduceSum", 13));
-  for (const char* op : {"ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
-                         "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"})
+  for (const char* op : {"ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum",
+                         "ReduceLogSumExp", "ReduceSumSquare"})
     registry.Register(Reduce(op, 18));
-  for (const char* op : {"ArgMax", "ArgMin"})
-    registry.Register(OpSchema{"", op, 1, 1, 1, 1, InferArgReduce});
+  for (const char* op : {"ArgMax", "ArgMin"}) registry.Register(OpSchema{"", op, 1, 1, 1, 1, InferArgReduce});
   registry.Register(OpSchema{"", "CumSum", 2, 2, 1, 1, InferCumSum});
 }
 

@@ -10,8 +10,7 @@ namespace {
 
 Status CheckIndexType(const InferenceContext& ctx, int i) {
   DType t = InputDType(ctx, i);
-  if (t != DType::kInt32 && t != DType::kInt64)
-    return ctx.Fail("indices must be int32 or int64, got ", DTypeName(t));
+  if (t != DType::kInt32 && t != DType::kInt64) return ctx.Fail("indices must be int32 or int64, got ", DTypeName(t));
   return Status::OK();
 }
 
@@ -81,15 +80,13 @@ Status InferGatherND(InferenceContext& ctx) {
   }
   int64_t r = static_cast<int64_t>(data->size()), q = static_cast<int64_t>(idx->size());
   int64_t k = idx->back().value;
-  if (b < 0 || b >= std::min(r, q))
-    return ctx.Fail("batch_dims ", b, " must be in [0, ", std::min(r, q), ")");
+  if (b < 0 || b >= std::min(r, q)) return ctx.Fail("batch_dims ", b, " must be in [0, ", std::min(r, q), ")");
   if (k < 1 || k > r - b)
-    return ctx.Fail("the last dim of indices (", k, ") must be in [1, ", r - b, "] for data ",
-                    DimsToString(*data), " and batch_dims ", b);
+    return ctx.Fail("the last dim of indices (", k, ") must be in [1, ", r - b, "] for data ", DimsToString(*data),
+                    " and batch_dims ", b);
   for (int64_t i = 0; i < b; ++i)
     if ((*data)[i].is_known() && (*idx)[i].is_known() && (*data)[i].value != (*idx)[i].value)
-      return ctx.Fail("batch dims of data ", DimsToString(*data), " and indices ", DimsToString(*idx),
-                      " differ");
+      return ctx.Fail("batch dims of data ", DimsToString(*data), " and indices ", DimsToString(*idx), " differ");
   Dims out(idx->begin(), idx->end() - 1);
   out.insert(out.end(), data->begin() + b + k, data->end());
   ctx.set_output(0, ValueType(dtype, std::move(out)));
@@ -120,8 +117,7 @@ Status InferScatterElements(InferenceContext& ctx) {
     bool same = idx->size() == upd->size();
     for (size_t k = 0; same && k < idx->size(); ++k)
       same = !((*idx)[k].is_known() && (*upd)[k].is_known() && (*idx)[k].value != (*upd)[k].value);
-    if (!same)
-      return ctx.Fail("updates ", DimsToString(*upd), " must have the shape of indices ", DimsToString(*idx));
+    if (!same) return ctx.Fail("updates ", DimsToString(*upd), " must have the shape of indices ", DimsToString(*idx));
   }
   if (data != nullptr && idx != nullptr) {
     int64_t a;
@@ -148,8 +144,7 @@ Status InferScatterND(InferenceContext& ctx) {
     bool same = expected.size() == upd->size();
     for (size_t i = 0; same && i < upd->size(); ++i)
       same = !(expected[i].is_known() && (*upd)[i].is_known() && expected[i].value != (*upd)[i].value);
-    if (!same)
-      return ctx.Fail("updates ", DimsToString(*upd), " must have shape ", DimsToString(expected));
+    if (!same) return ctx.Fail("updates ", DimsToString(*upd), " must have shape ", DimsToString(expected));
   }
   return PropagateType(ctx);
 }

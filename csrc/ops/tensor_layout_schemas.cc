@@ -17,8 +17,7 @@ Status InferTranspose(InferenceContext& ctx) {
   TOB_RETURN_IF_ERROR(ctx.node().GetAttr("perm", &perm, std::vector<int64_t>{}));
   const Dims* in = InputDims(ctx, 0);
   if (in == nullptr) {
-    ctx.set_output(0, ValueType(dtype, perm.empty() ? std::nullopt
-                                                     : std::optional<Dims>(UnknownDims(perm.size()))));
+    ctx.set_output(0, ValueType(dtype, perm.empty() ? std::nullopt : std::optional<Dims>(UnknownDims(perm.size()))));
     return Status::OK();
   }
   std::vector<int64_t> p;
@@ -116,21 +115,21 @@ Status InferConcat(InferenceContext& ctx) {
       continue;
     }
     if (static_cast<int64_t>(d->size()) != rank)
-      return ctx.Fail("all inputs must have the same rank; input ", i, " is ", DimsToString(*d),
-                      ", input 0 is ", DimsToString(*first));
+      return ctx.Fail("all inputs must have the same rank; input ", i, " is ", DimsToString(*d), ", input 0 is ",
+                      DimsToString(*first));
     for (int64_t k = 0; k < rank; ++k) {
       if (k == a) continue;
       const Dim& x = (*d)[k];
       if (x.is_known() && out[k].is_known() && x.value != out[k].value)
-        return ctx.Fail("input ", i, " has shape ", DimsToString(*d), ", incompatible with ",
-                        DimsToString(out), " outside axis ", a);
+        return ctx.Fail("input ", i, " has shape ", DimsToString(*d), ", incompatible with ", DimsToString(out),
+                        " outside axis ", a);
       if (x.is_known() && !out[k].is_known()) out[k] = x;
     }
     const Dim& x = (*d)[a];
-    total = total.is_known() && x.is_known() ? Dim(total.value + x.value)
+    total = total.is_known() && x.is_known()       ? Dim(total.value + x.value)
             : total.is_known() && total.value == 0 ? x
-            : x.is_known() && x.value == 0 ? total
-                                         : Dim::Unknown();
+            : x.is_known() && x.value == 0         ? total
+                                                   : Dim::Unknown();
   }
   out[a] = total;
   ctx.set_output(0, ValueType(dtype, std::move(out)));
@@ -157,8 +156,7 @@ Status InferSplit(InferenceContext& ctx) {
     if (split_given) return ctx.Fail("give either the split input or num_outputs, not both");
     int64_t num_outputs;
     TOB_RETURN_IF_ERROR(ctx.node().GetAttr("num_outputs", &num_outputs));
-    if (num_outputs != n)
-      return ctx.Fail("num_outputs is ", num_outputs, " but the node has ", n, " outputs");
+    if (num_outputs != n) return ctx.Fail("num_outputs is ", num_outputs, " but the node has ", n, " outputs");
   }
   const Dims* in = InputDims(ctx, 0);
   if (in == nullptr) {
@@ -214,8 +212,8 @@ Status InferDepthToSpace(InferenceContext& ctx) {
   const Dim& c = (*in)[1];
   if (c.is_known() && c.value % (b * b) != 0)
     return ctx.Fail("channels (", c.value, ") must be a multiple of blocksize^2 (", b * b, ")");
-  ctx.set_output(0, ValueType(dtype, Dims{(*in)[0], DivDim(c, b * b), MulDim((*in)[2], Dim(b)),
-                                          MulDim((*in)[3], Dim(b))}));
+  ctx.set_output(
+      0, ValueType(dtype, Dims{(*in)[0], DivDim(c, b * b), MulDim((*in)[2], Dim(b)), MulDim((*in)[3], Dim(b))}));
   return Status::OK();
 }
 
@@ -234,8 +232,8 @@ Status InferSpaceToDepth(InferenceContext& ctx) {
     if (d.is_known() && d.value % b != 0)
       return ctx.Fail("spatial dim ", k, " (", d.value, ") must be a multiple of blocksize ", b);
   }
-  ctx.set_output(0, ValueType(dtype, Dims{(*in)[0], MulDim((*in)[1], Dim(b * b)), DivDim((*in)[2], b),
-                                          DivDim((*in)[3], b)}));
+  ctx.set_output(
+      0, ValueType(dtype, Dims{(*in)[0], MulDim((*in)[1], Dim(b * b)), DivDim((*in)[2], b), DivDim((*in)[3], b)}));
   return Status::OK();
 }
 

@@ -6,14 +6,12 @@ namespace tob {
 
 namespace {
 
-Status NormalizeAxisList(const std::vector<int64_t>& axes, int64_t rank, const char* what,
-                         std::vector<int64_t>* out) {
+Status NormalizeAxisList(const std::vector<int64_t>& axes, int64_t rank, const char* what, std::vector<int64_t>* out) {
   out->clear();
   std::vector<bool> seen(static_cast<size_t>(rank), false);
   for (int64_t a : axes) {
     int64_t n = a < 0 ? a + rank : a;
-    if (n < 0 || n >= rank)
-      return InvalidArgument(what, " axis ", a, " is out of range for rank ", rank);
+    if (n < 0 || n >= rank) return InvalidArgument(what, " axis ", a, " is out of range for rank ", rank);
     if (seen[n]) return InvalidArgument(what, " axis ", a, " is repeated");
     seen[n] = true;
     out->push_back(n);
@@ -23,8 +21,7 @@ Status NormalizeAxisList(const std::vector<int64_t>& axes, int64_t rank, const c
 
 }  // namespace
 
-Status ResolveSliceAxis(int64_t dim, int64_t start, int64_t end, int64_t step, int64_t* first,
-                        int64_t* length) {
+Status ResolveSliceAxis(int64_t dim, int64_t start, int64_t end, int64_t step, int64_t* first, int64_t* length) {
   if (step == 0) return InvalidArgument("slice step cannot be 0");
   if (dim <= 0) {
     *first = 0;
@@ -52,8 +49,7 @@ Status ResolveSliceAxis(int64_t dim, int64_t start, int64_t end, int64_t step, i
 
 Status NormalizeSliceArgs(const SliceArgs& args, int64_t rank, std::vector<int64_t>* axes_out) {
   size_t n = args.starts.size();
-  if (args.ends.size() != n)
-    return InvalidArgument("starts has ", n, " entries but ends has ", args.ends.size());
+  if (args.ends.size() != n) return InvalidArgument("starts has ", n, " entries but ends has ", args.ends.size());
   if (!args.steps.empty() && args.steps.size() != n)
     return InvalidArgument("starts has ", n, " entries but steps has ", args.steps.size());
   if (args.axes.empty()) {
@@ -63,8 +59,7 @@ Status NormalizeSliceArgs(const SliceArgs& args, int64_t rank, std::vector<int64
     for (size_t i = 0; i < n; ++i) (*axes_out)[i] = static_cast<int64_t>(i);
     return Status::OK();
   }
-  if (args.axes.size() != n)
-    return InvalidArgument("starts has ", n, " entries but axes has ", args.axes.size());
+  if (args.axes.size() != n) return InvalidArgument("starts has ", n, " entries but axes has ", args.axes.size());
   return NormalizeAxisList(args.axes, rank, "slice", axes_out);
 }
 
@@ -78,16 +73,15 @@ Status ResolveSlice(const std::vector<int64_t>& in_shape, const SliceArgs& args,
   for (size_t i = 0; i < axes.size(); ++i) {
     int64_t a = axes[i];
     int64_t step = args.steps.empty() ? 1 : args.steps[i];
-    TOB_RETURN_IF_ERROR(ResolveSliceAxis(in_shape[a], args.starts[i], args.ends[i], step,
-                                         &spec->first[a], &spec->length[a]));
+    TOB_RETURN_IF_ERROR(
+        ResolveSliceAxis(in_shape[a], args.starts[i], args.ends[i], step, &spec->first[a], &spec->length[a]));
     spec->step[a] = step;
   }
   return Status::OK();
 }
 
-Status ResolvePads(int64_t rank, const std::vector<int64_t>& pads,
-                   const std::optional<std::vector<int64_t>>& axes, std::vector<int64_t>* begin,
-                   std::vector<int64_t>* end) {
+Status ResolvePads(int64_t rank, const std::vector<int64_t>& pads, const std::optional<std::vector<int64_t>>& axes,
+                   std::vector<int64_t>* begin, std::vector<int64_t>* end) {
   std::vector<int64_t> dims;
   if (axes) {
     TOB_RETURN_IF_ERROR(NormalizeAxisList(*axes, rank, "pad", &dims));
@@ -97,8 +91,7 @@ Status ResolvePads(int64_t rank, const std::vector<int64_t>& pads,
   }
   size_t k = dims.size();
   if (pads.size() != 2 * k)
-    return InvalidArgument("pads has ", pads.size(), " entries; expected ", 2 * k, " (begin and end for ",
-                           k, " axes)");
+    return InvalidArgument("pads has ", pads.size(), " entries; expected ", 2 * k, " (begin and end for ", k, " axes)");
   begin->assign(static_cast<size_t>(rank), 0);
   end->assign(static_cast<size_t>(rank), 0);
   for (size_t i = 0; i < k; ++i) {
@@ -135,8 +128,7 @@ Status ResolveSplit(int64_t dim, const std::optional<std::vector<int64_t>>& spli
   int64_t chunk = dim / num_outputs + (dim % num_outputs != 0 ? 1 : 0);
   int64_t last = dim - chunk * (num_outputs - 1);
   if (last < 0)
-    return InvalidArgument("a dim of ", dim, " cannot be split into ", num_outputs, " parts of at most ",
-                           chunk);
+    return InvalidArgument("a dim of ", dim, " cannot be split into ", num_outputs, " parts of at most ", chunk);
   sizes->assign(static_cast<size_t>(num_outputs), chunk);
   sizes->back() = last;
   return Status::OK();
@@ -152,8 +144,7 @@ Status ResolvePerm(const std::vector<int64_t>& perm, int64_t rank, std::vector<i
     return InvalidArgument("perm has ", perm.size(), " entries but the input has rank ", rank);
   std::vector<bool> seen(static_cast<size_t>(rank), false);
   for (int64_t p : perm) {
-    if (p < 0 || p >= rank || seen[p])
-      return InvalidArgument("perm is not a permutation of 0..", rank - 1);
+    if (p < 0 || p >= rank || seen[p]) return InvalidArgument("perm is not a permutation of 0..", rank - 1);
     seen[p] = true;
   }
   *out = perm;

@@ -15,8 +15,7 @@ namespace tob {
 // One sliced axis of length `dim`, ONNX Slice semantics (negative start/end count from the end,
 // then clamped: [0, dim] for positive steps, [-1, dim - 1] for negative ones). Gives the first
 // index read and the number of elements produced.
-Status ResolveSliceAxis(int64_t dim, int64_t start, int64_t end, int64_t step, int64_t* first,
-                        int64_t* length);
+Status ResolveSliceAxis(int64_t dim, int64_t start, int64_t end, int64_t step, int64_t* first, int64_t* length);
 
 // Per-input-dim slice parameters from ONNX starts/ends/axes/steps (axes and steps may be empty,
 // meaning 0..n-1 and all ones). Dims not named by axes are taken whole.
@@ -34,9 +33,8 @@ Status NormalizeSliceArgs(const SliceArgs& args, int64_t rank, std::vector<int64
 Status ResolveSlice(const std::vector<int64_t>& in_shape, const SliceArgs& args, SliceSpec* spec);
 
 // Per-dim begin/end pads from ONNX `pads` ([b_0..b_k, e_0..e_k]) and optional `axes`.
-Status ResolvePads(int64_t rank, const std::vector<int64_t>& pads,
-                   const std::optional<std::vector<int64_t>>& axes, std::vector<int64_t>* begin,
-                   std::vector<int64_t>* end);
+Status ResolvePads(int64_t rank, const std::vector<int64_t>& pads, const std::optional<std::vector<int64_t>>& axes,
+                   std::vector<int64_t>* begin, std::vector<int64_t>* end);
 
 enum class PadMode { kConstant, kReflect, kEdge, kWrap };
 Status ParsePadMode(const std::string& mode, PadMode* out);

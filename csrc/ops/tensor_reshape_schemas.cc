@@ -33,13 +33,12 @@ Status InferMinusOne(const InferenceContext& ctx, const Dims& in, Dims* out, siz
     for (int k = 0; k < n; ++k) left.push_back(s);
   if (left.empty()) {
     if (out_known == 0) {
-      if (in_known == 0) return ctx.Fail("cannot infer the -1 dim of a reshape to ", DimsToString(*out),
-                                         " from an empty input");
+      if (in_known == 0)
+        return ctx.Fail("cannot infer the -1 dim of a reshape to ", DimsToString(*out), " from an empty input");
       return ctx.Fail("cannot reshape ", DimsToString(in), " to ", DimsToString(*out));
     }
     if (in_known % out_known != 0)
-      return ctx.Fail("cannot reshape ", DimsToString(in), " (", in_known, " elements) to ",
-                      DimsToString(*out));
+      return ctx.Fail("cannot reshape ", DimsToString(in), " (", in_known, " elements) to ", DimsToString(*out));
     (*out)[at] = Dim(in_known / out_known);
   } else if (left.size() == 1 && in_known == out_known) {
     (*out)[at] = Dim::Symbol(left[0]);
@@ -70,8 +69,7 @@ Status InferReshape(InferenceContext& ctx) {
       minus_one = static_cast<int64_t>(i);
     } else if (v == 0 && allowzero == 0) {
       if (in == nullptr) continue;  // copies an unknown dim
-      if (i >= in->size())
-        return ctx.Fail("target dim ", i, " is 0 (copy) but the input has rank ", in->size());
+      if (i >= in->size()) return ctx.Fail("target dim ", i, " is 0 (copy) but the input has rank ", in->size());
       out[i] = (*in)[i];
     } else if (v < 0) {
       return ctx.Fail("invalid target dim ", v, " (dims must be >= -1)");

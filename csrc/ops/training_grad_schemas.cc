@@ -52,8 +52,8 @@ Status InferLayerNormGrad(InferenceContext& ctx) {
   for (int i : {3, 4}) {
     const DType t = ctx.input_type(i)->dtype;
     if (t != DType::kFloat32 && t != DType::kFloat64)
-      return ctx.Fail(i == 3 ? "mean" : "inv_std_dev", " must be float32 or float64 (LayerNormalization's stash_type), got ",
-                      DTypeName(t));
+      return ctx.Fail(i == 3 ? "mean" : "inv_std_dev",
+                      " must be float32 or float64 (LayerNormalization's stash_type), got ", DTypeName(t));
   }
   int64_t axis = -1;
   TOB_RETURN_IF_ERROR(ctx.node().GetAttr("axis", &axis, int64_t{-1}));
@@ -112,8 +112,8 @@ Status InferGatherGrad(InferenceContext& ctx) {
       for (size_t i = 0; ok && i < expected.size(); ++i)
         ok = !(expected[i].is_known() && (*dy.shape)[i].is_known() && expected[i].value != (*dy.shape)[i].value);
       if (!ok)
-        return ctx.Fail("dY ", dy.ToString(), " is not the Gather output shape ", DimsToString(expected),
-                        " of shape ", DimsToString(*out), ", indices ", idx.ToString(), " and axis ", axis);
+        return ctx.Fail("dY ", dy.ToString(), " is not the Gather output shape ", DimsToString(expected), " of shape ",
+                        DimsToString(*out), ", indices ", idx.ToString(), " and axis ", axis);
     }
   }
   ctx.set_output(0, ValueType(dy.dtype, std::move(out)));
@@ -168,9 +168,11 @@ void RegisterTrainingGradSchemas(OpSchemaRegistry& registry) {
   for (const char* op : {"ReluGrad", "SigmoidGrad", "TanhGrad", "GeluGrad", "FastGeluGrad"})
     registry.Register(OpSchema{kMicrosoftDomain, op, 2, 2, 1, 1, InferElementwiseGrad});
   for (const char* op : {"SoftmaxGrad_13", "LogSoftmaxGrad_13"})
-    registry.Register(OpSchema{kMicrosoftDomain, op, 2, 2, 1, 1, [](InferenceContext& c) { return InferSoftmaxGrad(c, -1); }});
+    registry.Register(
+        OpSchema{kMicrosoftDomain, op, 2, 2, 1, 1, [](InferenceContext& c) { return InferSoftmaxGrad(c, -1); }});
   for (const char* op : {"SoftmaxGrad", "LogSoftmaxGrad"})
-    registry.Register(OpSchema{kMicrosoftDomain, op, 2, 2, 1, 1, [](InferenceContext& c) { return InferSoftmaxGrad(c, 1); }});
+    registry.Register(
+        OpSchema{kMicrosoftDomain, op, 2, 2, 1, 1, [](InferenceContext& c) { return InferSoftmaxGrad(c, 1); }});
   registry.Register(OpSchema{kMicrosoftDomain, "LayerNormalizationGrad", 5, 5, 1, 3, InferLayerNormGrad});
   registry.Register(OpSchema{kMicrosoftDomain, "GatherGrad", 3, 3, 1, 1, InferGatherGrad});
   registry.Register(OpSchema{kMicrosoftDomain, "BatchNormInternal", 5, 5, 1, 5, InferBatchNormInternal});

@@ -30,11 +30,13 @@ Status CheckLossOperands(const InferenceContext& ctx, int input, int target, int
       const Dim& td = (*t.shape)[i];
       const Dim& xd = (*x.shape)[i == 0 ? 0 : i + 1];
       if (td.is_known() && xd.is_known() && td.value != xd.value)
-        return ctx.Fail("target ", t.ToString(), " does not match input ", x.ToString(), " ([N, d1, ...] of [N, C, d1, ...])");
+        return ctx.Fail("target ", t.ToString(), " does not match input ", x.ToString(),
+                        " ([N, d1, ...] of [N, C, d1, ...])");
     }
   }
   if (const ValueType* w = ctx.input_type(weight); w != nullptr) {
-    if (w->dtype != x.dtype) return ctx.Fail("weight has dtype ", DTypeName(w->dtype), ", input has ", DTypeName(x.dtype));
+    if (w->dtype != x.dtype)
+      return ctx.Fail("weight has dtype ", DTypeName(w->dtype), ", input has ", DTypeName(x.dtype));
     if (w->has_rank() && w->rank() != 1) return ctx.Fail("weight must be 1-D [C], got ", w->ToString());
     if (w->has_rank() && x.has_rank()) {
       const Dim& wc = (*w->shape)[0];
@@ -87,7 +89,8 @@ Status InferNllLossGrad(InferenceContext& ctx) {
         const Dim& b = (*t.shape)[i];
         ok = !(a.is_known() && b.is_known() && a.value != b.value);
       }
-      if (!ok) return ctx.Fail("dY ", dy.ToString(), " must have the target's shape ", t.ToString(), " for reduction 'none'");
+      if (!ok)
+        return ctx.Fail("dY ", dy.ToString(), " must have the target's shape ", t.ToString(), " for reduction 'none'");
     }
   }
   ctx.set_output(0, x);

@@ -105,9 +105,10 @@ Status InferAdam(InferenceContext& ctx) {
 // The last group may leave its optional last input / output off.
 Status InferLamb(InferenceContext& ctx) {
   if (ctx.num_inputs() < 9 || ctx.num_outputs() < 5)
-    return ctx.Fail("expects 5 + 5 k inputs and 1 + 5 k outputs for k >= 1 weight groups (the last mixed-precision "
-                    "input and output may be left off), got ", ctx.num_inputs(), " inputs and ", ctx.num_outputs(),
-                    " outputs");
+    return ctx.Fail(
+        "expects 5 + 5 k inputs and 1 + 5 k outputs for k >= 1 weight groups (the last mixed-precision "
+        "input and output may be left off), got ",
+        ctx.num_inputs(), " inputs and ", ctx.num_outputs(), " outputs");
   const int groups = (ctx.num_inputs() - 5 + 4) / 5;
   if ((ctx.num_outputs() - 1 + 4) / 5 != groups)
     return ctx.Fail("has ", groups, " weight groups (5 + 5 k inputs) but ", ctx.num_outputs(),

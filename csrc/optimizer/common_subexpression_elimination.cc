@@ -31,8 +31,7 @@ size_t NodeHash(const Node& node) {
 
 bool Equivalent(const Node& a, const Node& b) {
   return a.op_type() == b.op_type() && a.domain() == b.domain() && a.provider() == b.provider() &&
-         a.inputs() == b.inputs() && a.outputs().size() == b.outputs().size() &&
-         a.attributes() == b.attributes();
+         a.inputs() == b.inputs() && a.outputs().size() == b.outputs().size() && a.attributes() == b.attributes();
 }
 
 class CommonSubexpressionElimination final : public GraphPass {
@@ -47,11 +46,15 @@ class CommonSubexpressionElimination final : public GraphPass {
     std::unordered_map<size_t, std::vector<Node*>> seen;
     int merged = 0;
     for (Node* node : order) {
-      if (IsNonDeterministic(graph, *node, *ctx.schemas) || HasSideEffects(*node, *ctx.schemas) || HasSubgraph(*node)) continue;
+      if (IsNonDeterministic(graph, *node, *ctx.schemas) || HasSideEffects(*node, *ctx.schemas) || HasSubgraph(*node))
+        continue;
       std::vector<Node*>& bucket = seen[NodeHash(*node)];
       Node* original = nullptr;
       for (Node* candidate : bucket)
-        if (Equivalent(*candidate, *node)) { original = candidate; break; }
+        if (Equivalent(*candidate, *node)) {
+          original = candidate;
+          break;
+        }
       bool keeps_name = false;
       for (const Value* out : node->outputs()) keeps_name = keeps_name || kept.ContainsName(out->name());
       if (original == nullptr || keeps_name) {

@@ -22,9 +22,8 @@ constexpr size_t kMaxFoldGrowthBytes = size_t{1} << 20;
 // statistics). A parameter is read whole on every run, so leaving its producer in the graph
 // re-creates the same bytes each run and hides the constant from folds such as Conv+BN.
 bool FeedsOnlyParameterSlots(const Node& node) {
-  static const char* const kParameterOps[] = {"Conv", "ConvTranspose", "Gemm", "MatMul",
-                                              "BatchNormalization", "InstanceNormalization",
-                                              "LayerNormalization"};
+  static const char* const kParameterOps[] = {
+      "Conv", "ConvTranspose", "Gemm", "MatMul", "BatchNormalization", "InstanceNormalization", "LayerNormalization"};
   for (const Value* out : node.outputs()) {
     if (out->is_graph_output()) return false;
     for (const Use& use : out->uses()) {

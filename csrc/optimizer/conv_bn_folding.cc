@@ -22,8 +22,7 @@ Node* FoldableBatchNorm(const Node& conv, const KeptValues& kept) {
   const Value* y = conv.output(0);
   if (y->uses().size() != 1 || kept.Contains(y)) return nullptr;
   Node* bn = y->uses()[0].node;
-  if (bn->op_type() != "BatchNormalization" || !bn->domain().empty() || y->uses()[0].input_index != 0)
-    return nullptr;
+  if (bn->op_type() != "BatchNormalization" || !bn->domain().empty() || y->uses()[0].input_index != 0) return nullptr;
   int64_t training = 0;
   if (!bn->GetAttr("training_mode", &training, 0).ok() || training != 0) return nullptr;
   for (size_t i = 1; i < bn->outputs().size(); ++i)  // running statistics must be unused

@@ -32,7 +32,8 @@ bool IsNoOp(const Graph& graph, const Node& node, const OpSchemaRegistry& schema
   }
   if (op == "Dropout") {
     const Value* mask = node.output(1);
-    return !IsNonDeterministic(graph, node, schemas) && (mask == nullptr || (mask->uses().empty() && !mask->is_graph_output()));
+    return !IsNonDeterministic(graph, node, schemas) &&
+           (mask == nullptr || (mask->uses().empty() && !mask->is_graph_output()));
   }
   return false;
 }

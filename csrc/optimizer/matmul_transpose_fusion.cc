@@ -22,8 +22,7 @@ Value* TransposeSource(const Value* v) {
   const Node& t = *v->producer();
   if (t.op_type() != "Transpose" || !t.domain().empty() || !IsRank2(t.input(0))) return nullptr;
   std::vector<int64_t> perm;
-  if (!t.GetAttr("perm", &perm, std::vector<int64_t>{1, 0}).ok() || perm != std::vector<int64_t>{1, 0})
-    return nullptr;
+  if (!t.GetAttr("perm", &perm, std::vector<int64_t>{1, 0}).ok() || perm != std::vector<int64_t>{1, 0}) return nullptr;
   return t.input(0);
 }
 
@@ -70,8 +69,18 @@ class MatMulTransposeFusion final : public GraphPass {
       if (!IsCandidateProduct(*n)) continue;
       TOB_ASSIGN_OR_RETURN(GemmSpec s, ReadProduct(*n));
       bool fused = false;
-      if (Value* src = TransposeSource(s.a)) { s.a = src; s.trans_a ^= 1; fused = true; ++operands; }
-      if (Value* src = TransposeSource(s.b)) { s.b = src; s.trans_b ^= 1; fused = true; ++operands; }
+      if (Value* src = TransposeSource(s.a)) {
+        s.a = src;
+        s.trans_a ^= 1;
+        fused = true;
+        ++operands;
+      }
+      if (Value* src = TransposeSource(s.b)) {
+        s.b = src;
+        s.trans_b ^= 1;
+        fused = true;
+        ++operands;
+      }
       Value* result = n->output(0);
       // The product's only reader transposes it back: produce the transposed result directly.
       if (s.c == nullptr && result->uses().size() == 1 && !kept.Contains(result)) {
@@ -95,8 +104,7 @@ class MatMulTransposeFusion final : public GraphPass {
     for (auto it = dead.rbegin(); it != dead.rend(); ++it) TOB_RETURN_IF_ERROR(graph.RemoveNode(*it));
     if (operands + outputs == 0) return Status::OK();
     *changed = true;
-    summary_ = StrCat("folded ", operands, " operand transpose(s) and ", outputs,
-                      " result transpose(s) into Gemm");
+    summary_ = StrCat("folded ", operands, " operand transpose(s) and ", outputs, " result transpose(s) into Gemm");
     return Status::OK();
   }
 

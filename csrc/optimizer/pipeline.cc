@@ -19,8 +19,8 @@ Status PassManager::Run(Graph& graph, PassContext& ctx, int max_rounds) {
       if (ctx.verify_after_each_pass) {
         Status valid = VerifyGraph(graph, *ctx.schemas);
         if (!valid.ok())
-          return Status(valid.code(), StrCat("the graph is invalid after optimizer pass ", pass->name(), ": ",
-                                             valid.message()));
+          return Status(valid.code(),
+                        StrCat("the graph is invalid after optimizer pass ", pass->name(), ": ", valid.message()));
       }
     }
     if (!any_change) break;

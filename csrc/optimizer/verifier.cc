@@ -36,13 +36,19 @@ Status CheckAcyclic(const Graph& graph, const std::unordered_set<const Node*>& m
   if (sorted == graph.num_nodes()) return Status::OK();
   const Node* start = nullptr;
   for (const Node* n : graph.nodes())
-    if (pending[n] > 0) { start = n; break; }
+    if (pending[n] > 0) {
+      start = n;
+      break;
+    }
   std::unordered_set<const Node*> visited;
   const Node* n = start;
   while (visited.insert(n).second) {
     const Node* next = nullptr;
     for (const Value* in : n->inputs())
-      if (in && members.count(in->producer()) && pending[in->producer()] > 0) { next = in->producer(); break; }
+      if (in && members.count(in->producer()) && pending[in->producer()] > 0) {
+        next = in->producer();
+        break;
+      }
     if (next == nullptr) break;  // cannot happen: an unsorted node waits on an unsorted producer
     n = next;
   }
@@ -70,10 +76,10 @@ Status CheckNodeEdges(const Node& node, const std::unordered_set<const Node*>& m
   for (const Value* out : node.outputs()) {
     auto [it, inserted] = producers.emplace(out, &node);
     if (!inserted || out->is_graph_input() || out->initializer() != nullptr || out->producer() != &node) {
-      std::string other = !inserted ? it->second->Describe()
+      std::string other = !inserted                                     ? it->second->Describe()
                           : out->producer() != &node && out->producer() ? out->producer()->Describe()
-                          : out->is_graph_input() ? std::string("a graph input")
-                                                  : std::string("an initializer");
+                          : out->is_graph_input()                       ? std::string("a graph input")
+                                                                        : std::string("an initializer");
       return InvalidModel("value '", out->name(), "' is produced twice: by ", node.Describe(), " and by ", other);
     }
   }
@@ -84,8 +90,8 @@ Status CheckSchema(const Graph& graph, const Node& node, const OpSchemaRegistry&
   const std::string domain = node.domain().empty() ? "ai.onnx" : node.domain();
   const OpSchema* schema = schemas.Find(node.domain(), node.op_type());
   if (schema == nullptr)
-    return NotImplemented(node.Describe(), ": no schema for op '", node.op_type(), "' in domain '", domain,
-                          "' (opset ", NodeOpset(graph, node), ")");
+    return NotImplemented(node.Describe(), ": no schema for op '", node.op_type(), "' in domain '", domain, "' (opset ",
+                          NodeOpset(graph, node), ")");
   int n_in = static_cast<int>(node.inputs().size());
   int n_out = static_cast<int>(node.outputs().size());
   auto bound = [](int max) { return max == INT_MAX ? std::string("n") : std::to_string(max); };
@@ -112,7 +118,8 @@ Status VerifyGraph(const Graph& graph, const OpSchemaRegistry& schemas) {
   for (size_t i = 0; i < graph.outputs().size(); ++i) {
     const Value* out = graph.outputs()[i];
     if (out == nullptr || !Defined(out, members))
-      return InvalidModel("graph output '", graph.output_names()[i], "' is not produced by any node, graph input "
+      return InvalidModel("graph output '", graph.output_names()[i],
+                          "' is not produced by any node, graph input "
                           "or initializer");
   }
   return Status::OK();

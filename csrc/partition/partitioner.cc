@@ -14,7 +14,6 @@ namespace tob {
 
 namespace {
 
-
 bool IsCopy(const Node& node, const char* op) { return node.domain() == kMicrosoftDomain && node.op_type() == op; }
 
 std::string OpLabel(const Node& node) {
@@ -103,20 +102,26 @@ Status PartitionGraph(Graph& graph, const std::vector<const ExecutionProvider*>&
     const ExecutionProvider* chosen = nullptr;
     for (const ExecutionProvider* ep : providers) {
       // A node placed before partitioning (a copy from an earlier run, a pinned node) stays.
-      if (!node->provider().empty() && node->provider() == ep->name()) { chosen = ep; break; }
+      if (!node->provider().empty() && node->provider() == ep->name()) {
+        chosen = ep;
+        break;
+      }
     }
     for (size_t i = 0; chosen == nullptr && i < providers.size(); ++i) {
       const ExecutionProvider* ep = providers[i];
       std::string why;
-      if (ep->CanRun(*node, opset, registry, &why)) { chosen = ep; break; }
+      if (ep->CanRun(*node, opset, registry, &why)) {
+        chosen = ep;
+        break;
+      }
       if (why.empty()) why = "declined";
       if (why.rfind(ep->name(), 0) != 0) why = ep->name() + ": " + why;
       reasons += (reasons.empty() ? "" : "; ") + why;
     }
     if (chosen == nullptr)
       return NotImplemented(node->Describe(), ": no execution provider can run ",
-                            node->domain().empty() ? "ai.onnx" : node->domain(), "::", node->op_type(),
-                            " at opset ", opset, " (", reasons, ")");
+                            node->domain().empty() ? "ai.onnx" : node->domain(), "::", node->op_type(), " at opset ",
+                            opset, " (", reasons, ")");
     node->set_provider(chosen->name());
     if (report) report->nodes.push_back({node->name(), OpLabel(*node), chosen->name(), reasons});
   }

@@ -15,8 +15,8 @@
 #include "runtime/session.h"
 #ifdef TOB_WITH_TORCH
 #include "providers/torch/aten_op_policy.h"
-#include "providers/torch/torch_provider.h"
 #include "providers/torch/torch_parallel.h"
+#include "providers/torch/torch_provider.h"
 #endif
 
 namespace py = pybind11;
@@ -29,8 +29,8 @@ namespace {
 Tensor ToTensor(const py::handle& obj, const std::string& what) {
   if (py::isinstance<py::capsule>(obj)) return TensorFromDLPack(py::reinterpret_borrow<py::capsule>(obj), what);
   if (py::isinstance<py::array>(obj)) return TensorFromNumpy(py::reinterpret_borrow<py::array>(obj), what);
-  throw py::type_error(StrCat(what, ": expected a numpy array or a DLPack capsule, got ",
-                              std::string(py::str(obj.get_type()))));
+  throw py::type_error(
+      StrCat(what, ": expected a numpy array or a DLPack capsule, got ", std::string(py::str(obj.get_type()))));
 }
 
 std::optional<Dims> ToDims(const py::object& dims) {
@@ -206,7 +206,8 @@ class PySession {
   // capsule) is bound without a copy; runs write the state's updates into it.
   void BindState(const std::string& name, const py::handle& value) {
     if (py::isinstance<py::array>(value) && !py::reinterpret_borrow<py::array>(value).writeable())
-      throw py::value_error(StrCat("state '", name, "': the numpy array is read-only; runs write state updates into it"));
+      throw py::value_error(
+          StrCat("state '", name, "': the numpy array is read-only; runs write state updates into it"));
     Tensor t = ToTensor(value, StrCat("state '", name, "'"));
     Check(session_->BindState(name, std::move(t)));
   }
@@ -247,11 +248,14 @@ PYBIND11_MODULE(_C, m) {
   m.def("aten_op_refusal", &AtenOpRefusal, py::arg("name"), py::arg("overload") = "",
         "Why an ATen node of a session without allow_unsafe_aten_ops may not call this torch operator; '' when "
         "it may (docs/security.md).");
-  m.def("aten_policy_entries", [] {
-    std::vector<std::tuple<std::string, bool, std::string>> out;
-    for (const AtenPolicyEntry& e : AtenPolicyEntries()) out.emplace_back(e.name, e.allowed, e.reason);
-    return out;
-  }, "The explicit allow and refusal lists of the ATen policy: (name, allowed, reason).");
+  m.def(
+      "aten_policy_entries",
+      [] {
+        std::vector<std::tuple<std::string, bool, std::string>> out;
+        for (const AtenPolicyEntry& e : AtenPolicyEntries()) out.emplace_back(e.name, e.allowed, e.reason);
+        return out;
+      },
+      "The explicit allow and refusal lists of the ATen policy: (name, allowed, reason).");
   m.attr("built_with_torch") = true;
 #else
   m.attr("built_with_torch") = false;
@@ -269,8 +273,7 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("shape", [](const PyTensor& t) { return t.tensor.shape(); })
       .def_property_readonly("dtype", [](const PyTensor& t) { return static_cast<int>(t.tensor.dtype()); })
       .def("data_ptr", [](const PyTensor& t) { return reinterpret_cast<uintptr_t>(t.tensor.raw_data()); })
-      .def("__dlpack__",
-           [](const PyTensor& t, py::kwargs) { return TensorToDLPack(t.tensor); })
+      .def("__dlpack__", [](const PyTensor& t, py::kwargs) { return TensorToDLPack(t.tensor); })
       .def("__dlpack_device__", [](const PyTensor& t) {
         Device d = t.tensor.device();
         return py::make_tuple(d.type == DeviceType::kCPU ? 1 : 2, d.index);
@@ -283,33 +286,35 @@ PYBIND11_MODULE(_C, m) {
            [](GraphBuilder& b, const std::string& name, int dtype, const py::object& dims) {
              Unwrap(b.graph().AddInput(name, ValueType(DTypeFromOnnx(dtype), ToDims(dims))));
            })
-      .def("add_initializer",
-           [](GraphBuilder& b, const std::string& name, const py::object& value, int dtype) {
-             Tensor t = ToTensor(value, StrCat("initializer '", name, "'"));
-             if (dtype != 0) {  // reinterpret (bfloat16 arrives as uint16 from numpy)
-               DType want = DTypeFromOnnx(dtype);
-               if (want == DType::kUndefined || DTypeSize(want) != DTypeSize(t.dtype()))
-                 throw py::value_error(StrCat("initializer '", name, "': cannot view ", DTypeName(t.dtype()),
-                                              " data as ONNX dtype ", dtype));
-               t = Tensor(want, t.shape(), t.buffer(), t.byte_offset());
-             }
-             Unwrap(b.graph().AddInitializer(name, std::move(t)));
-           },
-           py::arg("name"), py::arg("value"), py::arg("dtype") = 0)
-      .def("add_node",
-           [](GraphBuilder& b, const std::string& op_type, const std::string& domain,
-              const std::vector<std::string>& inputs, const std::vector<std::string>& outputs,
-              const py::list& attrs, const std::string& name) {
-             AttributeMap map;
-             for (const py::handle& a : attrs) {
-               auto tup = a.cast<py::tuple>();
-               std::string an = tup[0].cast<std::string>();
-               map[an] = ToAttribute(name, an, tup[1].cast<int>(), tup[2]);
-             }
-             Unwrap(b.graph().AddNode(op_type, domain, inputs, outputs, std::move(map), name));
-           },
-           py::arg("op_type"), py::arg("domain"), py::arg("inputs"), py::arg("outputs"),
-           py::arg("attributes"), py::arg("name") = "")
+      .def(
+          "add_initializer",
+          [](GraphBuilder& b, const std::string& name, const py::object& value, int dtype) {
+            Tensor t = ToTensor(value, StrCat("initializer '", name, "'"));
+            if (dtype != 0) {  // reinterpret (bfloat16 arrives as uint16 from numpy)
+              DType want = DTypeFromOnnx(dtype);
+              if (want == DType::kUndefined || DTypeSize(want) != DTypeSize(t.dtype()))
+                throw py::value_error(StrCat("initializer '", name, "': cannot view ", DTypeName(t.dtype()),
+                                             " data as ONNX dtype ", dtype));
+              t = Tensor(want, t.shape(), t.buffer(), t.byte_offset());
+            }
+            Unwrap(b.graph().AddInitializer(name, std::move(t)));
+          },
+          py::arg("name"), py::arg("value"), py::arg("dtype") = 0)
+      .def(
+          "add_node",
+          [](GraphBuilder& b, const std::string& op_type, const std::string& domain,
+             const std::vector<std::string>& inputs, const std::vector<std::string>& outputs, const py::list& attrs,
+             const std::string& name) {
+            AttributeMap map;
+            for (const py::handle& a : attrs) {
+              auto tup = a.cast<py::tuple>();
+              std::string an = tup[0].cast<std::string>();
+              map[an] = ToAttribute(name, an, tup[1].cast<int>(), tup[2]);
+            }
+            Unwrap(b.graph().AddNode(op_type, domain, inputs, outputs, std::move(map), name));
+          },
+          py::arg("op_type"), py::arg("domain"), py::arg("inputs"), py::arg("outputs"), py::arg("attributes"),
+          py::arg("name") = "")
       .def("declare_value_type",
            [](GraphBuilder& b, const std::string& name, int dtype, const py::object& dims) {
              // value_info: a type the model states for a node output. Inference refines it; ops
@@ -319,12 +324,11 @@ PYBIND11_MODULE(_C, m) {
              if (v != nullptr && v->producer() != nullptr && dtype != 0)
                v->set_type(ValueType(DTypeFromOnnx(dtype), ToDims(dims)));
            })
-      .def("add_output",
-           [](GraphBuilder& b, const std::string& name, int dtype, const py::object& dims) {
-             std::optional<ValueType> declared;
-             if (dtype != 0) declared = ValueType(DTypeFromOnnx(dtype), ToDims(dims));
-             Check(b.graph().AddOutput(name, declared));
-           });
+      .def("add_output", [](GraphBuilder& b, const std::string& name, int dtype, const py::object& dims) {
+        std::optional<ValueType> declared;
+        if (dtype != 0) declared = ValueType(DTypeFromOnnx(dtype), ToDims(dims));
+        Check(b.graph().AddOutput(name, declared));
+      });
 
   py::class_<SessionOptions>(m, "SessionOptions")
       .def(py::init<>())
@@ -362,12 +366,13 @@ PYBIND11_MODULE(_C, m) {
       .def("outputs", [](const PySession& s) { return s.IO(false); })
       .def("optimized_graph", &PySession::OptimizedGraph)
       .def("partition_report", [](PySession& s) { return s.session().partition_report().ToString(); })
-      .def("partition", [](PySession& s) {
-        py::list l;
-        for (const auto& e : s.session().partition_report().nodes)
-          l.append(py::make_tuple(e.node, e.op_type, e.provider, e.why_not_earlier));
-        return l;
-      })
+      .def("partition",
+           [](PySession& s) {
+             py::list l;
+             for (const auto& e : s.session().partition_report().nodes)
+               l.append(py::make_tuple(e.node, e.op_type, e.provider, e.why_not_earlier));
+             return l;
+           })
       .def("log", [](PySession& s) { return s.session().log(); })
       .def("applied_passes", [](PySession& s) { return s.session().applied_passes(); })
       .def("end_profiling", [](PySession& s) { return s.session().EndProfiling(); })
@@ -393,15 +398,14 @@ PYBIND11_MODULE(_C, m) {
     }
     return l;
   });
-  m.def("find_kernel",
-        [](const std::string& provider, const std::string& domain, const std::string& op_type, int opset,
-           const std::vector<int>& input_dtypes) {
-          std::vector<DType> types;
-          for (int t : input_dtypes) types.push_back(DTypeFromOnnx(t));
-          std::string why;
-          const KernelDef* d = KernelRegistry::Global().Find(provider, domain, op_type, opset, types, &why);
-          return py::make_tuple(d != nullptr, why);
-        });
+  m.def("find_kernel", [](const std::string& provider, const std::string& domain, const std::string& op_type, int opset,
+                          const std::vector<int>& input_dtypes) {
+    std::vector<DType> types;
+    for (int t : input_dtypes) types.push_back(DTypeFromOnnx(t));
+    std::string why;
+    const KernelDef* d = KernelRegistry::Global().Find(provider, domain, op_type, opset, types, &why);
+    return py::make_tuple(d != nullptr, why);
+  });
   m.def("has_schema", [](const std::string& domain, const std::string& op_type) {
     return OpSchemaRegistry::Global().Find(domain, op_type) != nullptr;
   });

@@ -102,8 +102,8 @@ void MultiTensorAdamCuda(int dtype, const std::vector<uintptr_t>& params, const 
                                   training::MakeAdamScalars(h, step), reinterpret_cast<cudaStream_t>(stream));
   }
   if (err == cudaErrorInvalidValue)
-    Check(InvalidArgument("multi_tensor_adam_cuda: parameters must be float32, float16 or bfloat16 (ONNX code ",
-                               dtype, ") with non-negative sizes"));
+    Check(InvalidArgument("multi_tensor_adam_cuda: parameters must be float32, float16 or bfloat16 (ONNX code ", dtype,
+                          ") with non-negative sizes"));
   if (err != cudaSuccess) Check(RuntimeError("multi_tensor_adam_cuda: ", cudaGetErrorString(err)));
 }
 #endif

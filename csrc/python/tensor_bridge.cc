@@ -15,30 +15,68 @@ bool DTypeFromDL(const DLDataType& t, DType* out) {
   if (t.lanes != 1) return false;
   switch (t.code) {
     case kDLFloat:
-      if (t.bits == 32) { *out = DType::kFloat32; return true; }
-      if (t.bits == 64) { *out = DType::kFloat64; return true; }
-      if (t.bits == 16) { *out = DType::kFloat16; return true; }
+      if (t.bits == 32) {
+        *out = DType::kFloat32;
+        return true;
+      }
+      if (t.bits == 64) {
+        *out = DType::kFloat64;
+        return true;
+      }
+      if (t.bits == 16) {
+        *out = DType::kFloat16;
+        return true;
+      }
       return false;
     case kDLBfloat:
-      if (t.bits == 16) { *out = DType::kBFloat16; return true; }
+      if (t.bits == 16) {
+        *out = DType::kBFloat16;
+        return true;
+      }
       return false;
     case kDLInt:
-      if (t.bits == 8) { *out = DType::kInt8; return true; }
-      if (t.bits == 16) { *out = DType::kInt16; return true; }
-      if (t.bits == 32) { *out = DType::kInt32; return true; }
-      if (t.bits == 64) { *out = DType::kInt64; return true; }
+      if (t.bits == 8) {
+        *out = DType::kInt8;
+        return true;
+      }
+      if (t.bits == 16) {
+        *out = DType::kInt16;
+        return true;
+      }
+      if (t.bits == 32) {
+        *out = DType::kInt32;
+        return true;
+      }
+      if (t.bits == 64) {
+        *out = DType::kInt64;
+        return true;
+      }
       return false;
     case kDLUInt:
-      if (t.bits == 8) { *out = DType::kUInt8; return true; }
-      if (t.bits == 16) { *out = DType::kUInt16; return true; }
-      if (t.bits == 32) { *out = DType::kUInt32; return true; }
-      if (t.bits == 64) { *out = DType::kUInt64; return true; }
+      if (t.bits == 8) {
+        *out = DType::kUInt8;
+        return true;
+      }
+      if (t.bits == 16) {
+        *out = DType::kUInt16;
+        return true;
+      }
+      if (t.bits == 32) {
+        *out = DType::kUInt32;
+        return true;
+      }
+      if (t.bits == 64) {
+        *out = DType::kUInt64;
+        return true;
+      }
       return false;
     case kDLBool:
-      if (t.bits == 8) { *out = DType::kBool; return true; }
+      if (t.bits == 8) {
+        *out = DType::kBool;
+        return true;
+      }
       return false;
-    default:
-      return false;
+    default: return false;
   }
 }
 
@@ -108,10 +146,8 @@ DType DTypeFromNumpy(const py::dtype& dt) {
 Tensor TensorFromNumpy(const py::array& array, const std::string& what) {
   DType dtype = DTypeFromNumpy(array.dtype());
   if (dtype == DType::kUndefined)
-    throw py::value_error(StrCat(what, ": numpy dtype ", std::string(py::str(array.dtype())),
-                                 " is not supported"));
-  if (!(array.flags() & py::array::c_style))
-    throw py::value_error(StrCat(what, ": array must be C-contiguous"));
+    throw py::value_error(StrCat(what, ": numpy dtype ", std::string(py::str(array.dtype())), " is not supported"));
+  if (!(array.flags() & py::array::c_style)) throw py::value_error(StrCat(what, ": array must be C-contiguous"));
   Shape shape(array.shape(), array.shape() + array.ndim());
   auto* keep = new py::object(array);
   void* data = const_cast<void*>(array.data());
@@ -130,8 +166,8 @@ Tensor TensorFromDLPack(const py::capsule& capsule, const std::string& what) {
   const DLTensor& dl = m->dl_tensor;
   DType dtype;
   if (!DTypeFromDL(dl.dtype, &dtype))
-    throw py::value_error(StrCat(what, ": DLPack dtype (code ", int(dl.dtype.code), ", bits ",
-                                 int(dl.dtype.bits), ") is not supported"));
+    throw py::value_error(
+        StrCat(what, ": DLPack dtype (code ", int(dl.dtype.code), ", bits ", int(dl.dtype.bits), ") is not supported"));
   Device device;
   if (dl.device.device_type == kDLCPU || dl.device.device_type == kDLCUDAHost) {
     device = Device{};

@@ -15,8 +15,10 @@ namespace {
 std::string JsonEscape(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '"' || c == '\\') { out += '\\'; out += c; }
-    else if (static_cast<unsigned char>(c) < 0x20) out += ' ';
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) out += ' ';
     else out += c;
   }
   return out;
@@ -49,9 +51,8 @@ std::string Profiler::WriteChromeTrace(const std::string& prefix) {
     const ProfileEvent& e = events[i];
     f << "{\"name\":\"" << JsonEscape(e.name) << "\",\"cat\":\"" << e.category
       << "\",\"ph\":\"X\",\"pid\":0,\"tid\":0,\"ts\":" << e.start_us << ",\"dur\":" << e.duration_us
-      << ",\"args\":{\"op_type\":\"" << JsonEscape(e.op_type) << "\",\"provider\":\""
-      << JsonEscape(e.provider) << "\",\"output_shapes\":\"" << JsonEscape(e.shapes) << "\"}}"
-      << (i + 1 < events.size() ? ",\n" : "\n");
+      << ",\"args\":{\"op_type\":\"" << JsonEscape(e.op_type) << "\",\"provider\":\"" << JsonEscape(e.provider)
+      << "\",\"output_shapes\":\"" << JsonEscape(e.shapes) << "\"}}" << (i + 1 < events.size() ? ",\n" : "\n");
   }
   f << "]\n";
   return path;

@@ -16,9 +16,7 @@ namespace {
 
 constexpr size_t kMaxMemoryPatterns = 16;
 
-std::string OpsetLabel(const Graph& g, const Node& n) {
-  return StrCat("opset ", g.Opset(n.domain()));
-}
+std::string OpsetLabel(const Graph& g, const Node& n) { return StrCat("opset ", g.Opset(n.domain())); }
 
 }  // namespace
 
@@ -64,8 +62,7 @@ Status Session::Initialize() {
   TOB_RETURN_IF_ERROR(InferShapes(g, schemas));
   // IO types as the user declared them (before passes may re-point outputs).
   for (const Value* v : g.inputs()) input_info_.push_back({v->name(), v->type()});
-  for (size_t i = 0; i < g.outputs().size(); ++i)
-    output_info_.push_back({g.output_names()[i], g.outputs()[i]->type()});
+  for (size_t i = 0; i < g.outputs().size(); ++i) output_info_.push_back({g.output_names()[i], g.outputs()[i]->type()});
   TOB_RETURN_IF_ERROR(VerifyStateUpdates(g, options_.state_updates));
   bound_states_.assign(g.inputs().size(), Tensor());
 
@@ -82,8 +79,7 @@ Status Session::Initialize() {
   TOB_RETURN_IF_ERROR(PartitionGraph(g, eps, KernelRegistry::Global(), &partition_report_));
   log_.push_back(partition_report_.ToString());
   TOB_RETURN_IF_ERROR(BuildPlan());
-  profiler_->Record(ProfileEvent{"session_initialization", "Session", "", "", "", t0,
-                                 profiler_->NowUs() - t0});
+  profiler_->Record(ProfileEvent{"session_initialization", "Session", "", "", "", t0, profiler_->NowUs() - t0});
   return Status::OK();
 }
 
@@ -113,10 +109,9 @@ Status Session::BuildPlan() {
     TOB_ENFORCE(ep_it != by_name.end(), "node without a provider after partitioning: ", node->Describe());
     step.provider = ep_it->second;
     std::string why;
-    step.def = KernelRegistry::Global().Find(node->provider(), node->domain(), node->op_type(),
-                                             step.opset, InputDTypes(*node), &why);
-    if (step.def == nullptr)
-      return NotImplemented(node->Describe(), " (", OpsetLabel(g, *node), "): ", why);
+    step.def = KernelRegistry::Global().Find(node->provider(), node->domain(), node->op_type(), step.opset,
+                                             InputDTypes(*node), &why);
+    if (step.def == nullptr) return NotImplemented(node->Describe(), " (", OpsetLabel(g, *node), "): ", why);
     auto kernel = step.provider->CreateKernel(*step.def, *node, permissions);
     if (!kernel.ok()) return kernel.status();
     step.kernel = std::move(kernel).value();
@@ -175,8 +170,8 @@ Status Session::BuildPlan() {
   for (const Value* v : g.initializers()) persistent[slot_of_[v]] = true;
   for (int s = 0; s < n; ++s)
     if (!persistent[s] && last_use[s] >= 0) steps_[last_use[s]].free_after.push_back(s);
-  log_.push_back(StrCat("execution plan: ", steps_.size(), " steps, ", n, " values, ", pool_->num_threads(),
-                        " intra-op threads"));
+  log_.push_back(
+      StrCat("execution plan: ", steps_.size(), " steps, ", n, " values, ", pool_->num_threads(), " intra-op threads"));
   return Status::OK();
 }
 
@@ -208,15 +203,15 @@ Status Session::CheckInput(size_t index, const char* kind, const Tensor& t,
     if (dims[d].is_symbolic() && symbols != nullptr) {
       auto [it, fresh] = symbols->emplace(dims[d].symbol, t.shape()[d]);
       if (!fresh && it->second != t.shape()[d])
-        return InvalidArgument(kind, " '", name, "': dimension ", d, " ('", dims[d].symbol, "') is ",
-                               t.shape()[d], " but another input bound '", dims[d].symbol, "' to ", it->second);
+        return InvalidArgument(kind, " '", name, "': dimension ", d, " ('", dims[d].symbol, "') is ", t.shape()[d],
+                               " but another input bound '", dims[d].symbol, "' to ", it->second);
     }
   }
   return Status::OK();
 }
 
-Status Session::BindFeeds(const std::vector<std::string>& names, std::vector<Tensor>& feeds,
-                          std::vector<Tensor>& slots, std::string* signature) const {
+Status Session::BindFeeds(const std::vector<std::string>& names, std::vector<Tensor>& feeds, std::vector<Tensor>& slots,
+                          std::string* signature) const {
   if (names.size() != feeds.size())
     return InvalidArgument("got ", names.size(), " feed names but ", feeds.size(), " tensors");
   const Graph& g = *graph_;
@@ -289,8 +284,7 @@ Status Session::RunStep(Step& step, std::vector<Tensor>& slots, const std::share
     const ValueType& t = ictx.output_types()[j];
     auto shape = t.shape ? ConcreteShape(*t.shape) : std::nullopt;
     if (!shape || t.dtype == DType::kUndefined)
-      return RuntimeError(node.Describe(), ": could not determine output ", j, " (",
-                          t.ToString(), ") from the inputs");
+      return RuntimeError(node.Describe(), ": could not determine output ", j, " (", t.ToString(), ") from the inputs");
     const int s = step.outputs[j];
     Tensor& out = slots[s];
     if (const int u = step.inplace_update[j]; u >= 0 && bound_states_[planned_updates_[u].input_index].defined()) {
@@ -299,8 +293,8 @@ Status Session::RunStep(Step& step, std::vector<Tensor>& slots, const std::share
       const int state_input = step.inplace_input[j];
       const Tensor& state = *in_ptrs[state_input];
       if (state.dtype() != t.dtype || state.shape() != *shape)
-        return RuntimeError(node.Describe(), ": output ", j, " '", slot_values_[s]->name(), "' is ",
-                            DTypeName(t.dtype), ShapeToString(*shape), " but is written in place over '",
+        return RuntimeError(node.Describe(), ": output ", j, " '", slot_values_[s]->name(), "' is ", DTypeName(t.dtype),
+                            ShapeToString(*shape), " but is written in place over '",
                             slot_values_[step.inputs[state_input]]->name(), "' (", DTypeName(state.dtype()),
                             ShapeToString(state.shape()), "), the memory of state '",
                             options_.state_updates[u].state_input, "'");
@@ -321,9 +315,9 @@ Status Session::RunStep(Step& step, std::vector<Tensor>& slots, const std::share
     }
     if (!aliased) {
       const bool host_memory = on_host || step.def->IsHostOutput(static_cast<int>(j));
-      std::shared_ptr<Allocator> alloc = !host_memory          ? step.provider->allocator()
+      std::shared_ptr<Allocator> alloc = !host_memory             ? step.provider->allocator()
                                          : owns_output_memory_[s] ? CpuAllocator::Default()
-                                                              : run_alloc;
+                                                                  : run_alloc;
       TOB_ASSIGN_OR_RETURN(out, Tensor::Allocate(t.dtype, *shape, alloc));
     }
     out_ptrs[j] = &out;
@@ -333,14 +327,13 @@ Status Session::RunStep(Step& step, std::vector<Tensor>& slots, const std::share
   const int64_t t0 = profiling ? profiler_->NowUs() : 0;
   Status st = step.kernel->Compute(kctx);
   if (!st.ok()) return st.WithContext(StrCat("while running ", node.Describe()));
-  if (kernel_allocates)
-    TOB_RETURN_IF_ERROR(AdoptKernelOutputs(step, ictx.output_types(), in_ptrs, slots));
+  if (kernel_allocates) TOB_RETURN_IF_ERROR(AdoptKernelOutputs(step, ictx.output_types(), in_ptrs, slots));
   if (profiling) {
     std::string shapes;
     for (Tensor* o : out_ptrs)
       if (o != nullptr) shapes += (shapes.empty() ? "" : " ") + ShapeToString(o->shape());
-    profiler_->Record(ProfileEvent{node.name(), "Node", node.op_type(), node.provider(), shapes, t0,
-                                   profiler_->NowUs() - t0});
+    profiler_->Record(
+        ProfileEvent{node.name(), "Node", node.op_type(), node.provider(), shapes, t0, profiler_->NowUs() - t0});
   }
   for (int s : step.outputs)
     if (slots[s].defined()) memory.outside.Hold(slots[s], in_ptrs, *memory.allocator);
@@ -382,16 +375,15 @@ Status Session::AdoptKernelOutputs(const Step& step, const std::vector<ValueType
     }
     const ValueType& want = declared[j];
     if (want.dtype != DType::kUndefined && out.dtype() != want.dtype)
-      return RuntimeError(node.Describe(), ": output ", j, " '", value->name(), "' is declared ",
-                          want.ToString(), " but the kernel produced ", DTypeName(out.dtype()),
-                          ShapeToString(out.shape()));
+      return RuntimeError(node.Describe(), ": output ", j, " '", value->name(), "' is declared ", want.ToString(),
+                          " but the kernel produced ", DTypeName(out.dtype()), ShapeToString(out.shape()));
     if (want.shape) {
       bool match = static_cast<int64_t>(want.shape->size()) == out.rank();
       for (size_t d = 0; match && d < want.shape->size(); ++d)
         match = !(*want.shape)[d].is_known() || (*want.shape)[d].value == out.shape()[d];
       if (!match)
-        return RuntimeError(node.Describe(), ": output ", j, " '", value->name(), "' is declared ",
-                            want.ToString(), " but the kernel produced shape ", ShapeToString(out.shape()));
+        return RuntimeError(node.Describe(), ": output ", j, " '", value->name(), "' is declared ", want.ToString(),
+                            " but the kernel produced shape ", ShapeToString(out.shape()));
     }
     if (!is_output_slot_[s] || out.device().type != DeviceType::kCPU) continue;
     bool views_engine_memory = false;
@@ -410,8 +402,7 @@ Status Session::AdoptKernelOutputs(const Step& step, const std::vector<ValueType
 }
 
 Status Session::Run(const std::vector<std::string>& feed_names, std::vector<Tensor> feeds,
-                    const std::vector<std::string>& fetch_names, std::vector<Tensor>* fetches,
-                    RunStats* stats) {
+                    const std::vector<std::string>& fetch_names, std::vector<Tensor>* fetches, RunStats* stats) {
   // Resolve fetches first so a typo fails before any work.
   std::vector<int> fetch_slots;
   const auto& out_names = graph_->output_names();
@@ -446,8 +437,8 @@ Status Session::Run(const std::vector<std::string>& feed_names, std::vector<Tens
     if (!pattern->arena) {
       pattern->arena = AllocateBuffer(host, pattern->plan.arena_bytes);
       if (!pattern->arena)
-        return Status(StatusCode::kOutOfMemory, StrCat("out of memory allocating the ",
-                                                       pattern->plan.arena_bytes, "-byte arena"));
+        return Status(StatusCode::kOutOfMemory,
+                      StrCat("out of memory allocating the ", pattern->plan.arena_bytes, "-byte arena"));
     }
     run_alloc = std::make_shared<RunAllocator>(host, &pattern->plan, &pattern->lifetimes, pattern->arena->data());
   } else {
@@ -466,8 +457,7 @@ Status Session::Run(const std::vector<std::string>& feed_names, std::vector<Tens
 
   fetches->clear();
   for (int s : fetch_slots) {
-    if (!slots[s].defined())
-      return RuntimeError("output '", slot_values_[s]->name(), "' was not computed");
+    if (!slots[s].defined()) return RuntimeError("output '", slot_values_[s]->name(), "' was not computed");
     fetches->push_back(slots[s]);
   }
   if (!planned_updates_.empty()) TOB_RETURN_IF_ERROR(WriteBackStates(slots, fetches));
@@ -491,8 +481,6 @@ Status Session::Run(const std::vector<std::string>& feed_names, std::vector<Tens
   return Status::OK();
 }
 
-std::string Session::EndProfiling() {
-  return profiler_->WriteChromeTrace(options_.profile_file_prefix);
-}
+std::string Session::EndProfiling() { return profiler_->WriteChromeTrace(options_.profile_file_prefix); }
 
 }  // namespace tob

@@ -42,7 +42,7 @@ struct SessionOptions {
 };
 
 struct RunStats {
-  size_t peak_bytes = 0;   // most bytes of intermediates and scratch live at once
+  size_t peak_bytes = 0;  // most bytes of intermediates and scratch live at once
   // Most bytes the run held at once: intermediates, scratch, tensors kernels allocated themselves
   // and the graph outputs made so far (graph inputs, states and constants are the caller's).
   size_t peak_live_bytes = 0;
@@ -66,8 +66,7 @@ class Session {
 
   // fetch_names empty: all graph outputs in order. Errors name the offending feed or fetch.
   Status Run(const std::vector<std::string>& feed_names, std::vector<Tensor> feeds,
-             const std::vector<std::string>& fetch_names, std::vector<Tensor>* fetches,
-             RunStats* stats = nullptr);
+             const std::vector<std::string>& fetch_names, std::vector<Tensor>* fetches, RunStats* stats = nullptr);
 
   // Session state (docs/architecture.md, "State values"). BindState binds graph input
   // `input_name` to `t` (checked like a feed) for every later run: feeds then omit it, and a run
@@ -93,10 +92,10 @@ class Session {
     std::unique_ptr<OpKernel> kernel;
     const ExecutionProvider* provider = nullptr;
     int opset = 0;
-    std::vector<int> inputs;     // slot per input, -1 when omitted
-    std::vector<int> outputs;    // slot per output
-    std::vector<bool> unused;    // per output: nobody reads it and it is not a graph output
-    std::vector<int> free_after; // slots whose last reader is this step
+    std::vector<int> inputs;          // slot per input, -1 when omitted
+    std::vector<int> outputs;         // slot per output
+    std::vector<bool> unused;         // per output: nobody reads it and it is not a graph output
+    std::vector<int> free_after;      // slots whose last reader is this step
     std::vector<int> inplace_update;  // per output: the planned update it writes in place, or -1
     std::vector<int> inplace_input;   // per such output: the input whose memory it is written into
   };
@@ -109,8 +108,8 @@ class Session {
   Session() = default;
   Status Initialize();
   Status BuildPlan();
-  Status BindFeeds(const std::vector<std::string>& names, std::vector<Tensor>& feeds,
-                   std::vector<Tensor>& slots, std::string* signature) const;
+  Status BindFeeds(const std::vector<std::string>& names, std::vector<Tensor>& feeds, std::vector<Tensor>& slots,
+                   std::string* signature) const;
   // Checks a feed or state `t` for graph input `index` against its declared type; `symbols`
   // (when given) binds symbolic dims across the inputs of one run.
   Status CheckInput(size_t index, const char* kind, const Tensor& t,
@@ -142,9 +141,9 @@ class Session {
 
   std::map<const Value*, int> slot_of_;
   std::vector<const Value*> slot_values_;
-  std::vector<Tensor> constants_;        // by slot; defined for initializers
-  std::vector<int> input_slots_;         // graph inputs, in order
-  std::vector<int> output_slots_;        // graph outputs, in order
+  std::vector<Tensor> constants_;  // by slot; defined for initializers
+  std::vector<int> input_slots_;   // graph inputs, in order
+  std::vector<int> output_slots_;  // graph outputs, in order
   std::vector<bool> is_output_slot_;
   std::vector<bool> owns_output_memory_;  // outputs, and values outputs alias (allocated outside the arena)
   std::vector<Step> steps_;

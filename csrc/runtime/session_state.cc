@@ -41,9 +41,8 @@ StatusOr<Tensor> Session::State(const std::string& input_name) const {
     std::string bound;
     for (size_t i = 0; i < bound_states_.size(); ++i)
       if (bound_states_[i].defined()) bound += (bound.empty() ? "'" : ", '") + input_info_[i].name + "'";
-    return InvalidArgument(idx < 0 ? "unknown input '" : "input '", input_name,
-                           idx < 0 ? "'" : "' has no bound state", "; the bound states are ",
-                           bound.empty() ? "(none)" : bound);
+    return InvalidArgument(idx < 0 ? "unknown input '" : "input '", input_name, idx < 0 ? "'" : "' has no bound state",
+                           "; the bound states are ", bound.empty() ? "(none)" : bound);
   }
   return bound_states_[idx];
 }
@@ -126,8 +125,8 @@ Status Session::StateFailure(Status failed, size_t failed_step) const {
       written += (written.empty() ? "'" : ", '") + options_.state_updates[u].state_input + "'";
   }
   if (written.empty()) return Status(failed.code(), StrCat(failed.message(), " (no session state was changed)"));
-  return Status(failed.code(), StrCat(failed.message(), " (states ", written,
-                                      " were already updated in place by earlier steps)"));
+  return Status(failed.code(),
+                StrCat(failed.message(), " (states ", written, " were already updated in place by earlier steps)"));
 }
 
 // After the last step: the updates not written in place are copied into their states. All are
@@ -142,8 +141,9 @@ Status Session::WriteBackStates(std::vector<Tensor>& slots, std::vector<Tensor>*
     Tensor& state = bound_states_[p.input_index];
     if (!state.defined()) continue;  // fed, not bound: nothing persists
     const Tensor& update = slots[p.update_slot];
-    if (!update.defined()) return RuntimeError("state '", declared.state_input, "': its update '",
-                                               declared.update_output, "' was not computed; no state was changed");
+    if (!update.defined())
+      return RuntimeError("state '", declared.state_input, "': its update '", declared.update_output,
+                          "' was not computed; no state was changed");
     if (update.dtype() != state.dtype() || update.shape() != state.shape())
       return RuntimeError("state '", declared.state_input, "' is ", DTypeName(state.dtype()),
                           ShapeToString(state.shape()), " but its update '", declared.update_output, "' is ",

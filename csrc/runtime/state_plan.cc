@@ -66,8 +66,8 @@ Status VerifyStateUpdates(const Graph& graph, const std::vector<StateUpdate>& up
       return InvalidArgument(entry, ": the state is ", want.ToString(), " but the update is ", got.ToString(),
                              "; their shapes must agree");
     if (auto [it, fresh] = state_entry.emplace(u.state_input, i); !fresh)
-      return InvalidArgument(entry, ": state '", u.state_input, "' is already updated by state_updates[",
-                             it->second, "]; a state is updated at most once per run");
+      return InvalidArgument(entry, ": state '", u.state_input, "' is already updated by state_updates[", it->second,
+                             "]; a state is updated at most once per run");
     if (auto [it, fresh] = update_entry.emplace(u.update_output, i); !fresh)
       return InvalidArgument(entry, ": output '", u.update_output, "' is already the update of state_updates[",
                              it->second, "]; each state needs its own update output");
@@ -82,8 +82,7 @@ struct Dataflow {
   std::vector<std::vector<int>> readers;
   std::vector<int> producer;
 
-  Dataflow(const std::vector<ScheduleStep>& steps, int num_slots)
-      : readers(num_slots), producer(num_slots, -1) {
+  Dataflow(const std::vector<ScheduleStep>& steps, int num_slots) : readers(num_slots), producer(num_slots, -1) {
     for (int i = 0; i < static_cast<int>(steps.size()); ++i) {
       for (int s : steps[i].inputs)
         if (s >= 0 && (readers[s].empty() || readers[s].back() != i)) readers[s].push_back(i);
@@ -104,7 +103,8 @@ std::vector<int> MayViewSlot(const std::vector<ScheduleStep>& steps, const Dataf
       for (size_t o = 0; o < step.outputs.size(); ++o) {
         bool view = step.outputs_may_view_inputs;
         for (const auto& [ai, ao] : step.aliases)
-          view = view || (ao == static_cast<int>(o) && ai < static_cast<int>(step.inputs.size()) && step.inputs[ai] == v);
+          view =
+              view || (ao == static_cast<int>(o) && ai < static_cast<int>(step.inputs.size()) && step.inputs[ai] == v);
         if (view && seen.insert(step.outputs[o]).second) views.push_back(step.outputs[o]);
       }
     }
@@ -179,8 +179,9 @@ StateSchedule ScheduleStateUpdates(const std::vector<ScheduleStep>& steps, int n
       const ScheduleStep& writer = steps[links[k].step];
       for (int v : MayViewSlot(steps, flow, consumed[k])) {
         if (is_graph_output[v]) {
-          w.reason = "the state (or a value in its memory, or a view of one) is also a graph output, which must "
-                     "show the value before the update";
+          w.reason =
+              "the state (or a value in its memory, or a view of one) is also a graph output, which must "
+              "show the value before the update";
           break;
         }
         for (int r : flow.readers[v]) {

@@ -8,8 +8,8 @@
 #include <immintrin.h>
 #endif
 
-#include "core/half.h"
 #include "core/float_convert.h"
+#include "core/half.h"
 #include "training/multi_tensor_apply.h"
 
 namespace tob::training {
@@ -26,8 +26,8 @@ namespace {
 // the "undefined" pass-through operand inside its AVX-512 intrinsics.)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-__attribute__((target("avx512f"))) int64_t AdamFloat32Avx512(const AdamScalars& s, float* p, const float* g,
-                                                               float* m, float* v, int64_t n) {
+__attribute__((target("avx512f"))) int64_t AdamFloat32Avx512(const AdamScalars& s, float* p, const float* g, float* m,
+                                                             float* v, int64_t n) {
   const __m512 beta1 = _mm512_set1_ps(s.beta1), one_minus_beta1 = _mm512_set1_ps(s.one_minus_beta1);
   const __m512 beta2 = _mm512_set1_ps(s.beta2), one_minus_beta2 = _mm512_set1_ps(s.one_minus_beta2);
   const __m512 eps = _mm512_set1_ps(s.eps), grad_scale = _mm512_set1_ps(s.grad_scale);
@@ -160,8 +160,7 @@ Status MultiTensorAdam(DType dtype, const AdamTensorLists& lists, const AdamHype
     });
   });
   if (!supported)
-    return InvalidArgument("MultiTensorAdam: parameters must be float32, float16 or bfloat16, got ",
-                           DTypeName(dtype));
+    return InvalidArgument("MultiTensorAdam: parameters must be float32, float16 or bfloat16, got ", DTypeName(dtype));
   return Status::OK();
 }
 

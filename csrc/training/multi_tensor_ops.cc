@@ -9,8 +9,8 @@
 #include <immintrin.h>
 #endif
 
-#include "core/half.h"
 #include "core/float_convert.h"
+#include "core/half.h"
 #include "training/multi_tensor_apply.h"
 
 namespace tob::training {
@@ -126,8 +126,7 @@ bool DispatchStorageType(DType dtype, Fn&& fn) {
 
 Status CheckLists(const char* op, size_t num_tensors, size_t num_numels, std::span<const int64_t> numels,
                   std::span<const void* const> buffers) {
-  if (num_tensors != num_numels)
-    return InvalidArgument(op, ": ", num_tensors, " tensors but ", num_numels, " numels");
+  if (num_tensors != num_numels) return InvalidArgument(op, ": ", num_tensors, " tensors but ", num_numels, " numels");
   for (size_t i = 0; i < numels.size(); ++i) {
     if (numels[i] < 0) return InvalidArgument(op, ": tensor ", i, " has numel ", numels[i]);
     if (numels[i] > 0 && buffers[i] == nullptr) return InvalidArgument(op, ": tensor ", i, " has a null buffer");

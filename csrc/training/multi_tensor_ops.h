@@ -15,8 +15,8 @@
 namespace tob::training {
 
 struct L2NormResult {
-  double total = 0.0;               // sqrt of the sum of squares of every element of every tensor
-  std::vector<double> per_tensor;   // the same for each tensor alone
+  double total = 0.0;              // sqrt of the sum of squares of every element of every tensor
+  std::vector<double> per_tensor;  // the same for each tensor alone
 };
 
 // Squares are summed in float64, so the result does not depend on the order of the elements or

@@ -54,8 +54,10 @@ StatusOr<AdamOpAttributes> ReadAdamAttributes(const Node& node) {
   TOB_RETURN_IF_ERROR(CheckNonNegative(node, "epsilon", a.epsilon));
   TOB_RETURN_IF_ERROR(CheckClip(node, a.max_norm_clip));
   if (a.weight_decay_mode != 0 && a.weight_decay_mode != 1)
-    return InvalidModel(node.Describe(), ": weight_decay_mode must be 0 (decay before the weight update, as "
-                        "torch.optim.AdamW) or 1 (after it, as transformers' AdamW), got ", a.weight_decay_mode);
+    return InvalidModel(node.Describe(),
+                        ": weight_decay_mode must be 0 (decay before the weight update, as "
+                        "torch.optim.AdamW) or 1 (after it, as transformers' AdamW), got ",
+                        a.weight_decay_mode);
   return a;
 }
 

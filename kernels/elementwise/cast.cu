@@ -31,8 +31,7 @@ bool CastSupported(ElementType from, ElementType to) {
   return DispatchCastType(from, count) && DispatchCastType(to, count);
 }
 
-cudaError_t launch_cast(ElementType from, ElementType to, const void* src, void* dst, int64_t n,
-                        cudaStream_t stream) {
+cudaError_t launch_cast(ElementType from, ElementType to, const void* src, void* dst, int64_t n, cudaStream_t stream) {
   if (!CastSupported(from, to)) return cudaErrorNotSupported;
   if (n == 0) return cudaSuccess;
   if (from == to) {
@@ -42,8 +41,8 @@ cudaError_t launch_cast(ElementType from, ElementType to, const void* src, void*
   }
   DispatchCastType(from, [&]<typename From>() {
     DispatchCastType(to, [&]<typename To>() {
-      CastKernel<From, To><<<BlocksFor(n), kThreadsPerBlock, 0, stream>>>(static_cast<const From*>(src),
-                                                                          static_cast<To*>(dst), n);
+      CastKernel<From, To>
+          <<<BlocksFor(n), kThreadsPerBlock, 0, stream>>>(static_cast<const From*>(src), static_cast<To*>(dst), n);
     });
   });
   return cudaGetLastError();

@@ -14,7 +14,6 @@ namespace tob::cuda {
 bool CastSupported(ElementType from, ElementType to);
 
 // dst[i] = Cast<to>(src[i]) for n elements; cudaErrorNotSupported for an unsupported pair.
-cudaError_t launch_cast(ElementType from, ElementType to, const void* src, void* dst, int64_t n,
-                        cudaStream_t stream);
+cudaError_t launch_cast(ElementType from, ElementType to, const void* src, void* dst, int64_t n, cudaStream_t stream);
 
 }  // namespace tob::cuda

@@ -17,8 +17,8 @@ namespace {
 
 // a (or b) is a single element when a_scalar (b_scalar); otherwise both have n elements.
 template <typename T, typename Op, int N>
-__global__ void BinaryContiguousKernel(Op op, const T* __restrict__ a, const T* __restrict__ b,
-                                       T* __restrict__ out, int64_t n, bool a_scalar, bool b_scalar) {
+__global__ void BinaryContiguousKernel(Op op, const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out,
+                                       int64_t n, bool a_scalar, bool b_scalar) {
   const T a0 = a_scalar ? a[0] : T();
   const T b0 = b_scalar ? b[0] : T();
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -29,20 +29,17 @@ __global__ void BinaryContiguousKernel(Op op, const T* __restrict__ a, const T* 
       if (!a_scalar) pa = *reinterpret_cast<const Pack<T, N>*>(a + base);
       if (!b_scalar) pb = *reinterpret_cast<const Pack<T, N>*>(b + base);
 #pragma unroll
-      for (int k = 0; k < N; ++k)
-        po.v[k] = ApplyBinary(op, a_scalar ? a0 : pa.v[k], b_scalar ? b0 : pb.v[k]);
+      for (int k = 0; k < N; ++k) po.v[k] = ApplyBinary(op, a_scalar ? a0 : pa.v[k], b_scalar ? b0 : pb.v[k]);
       *reinterpret_cast<Pack<T, N>*>(out + base) = po;
     } else {
-      for (int64_t i = base; i < n; ++i)
-        out[i] = ApplyBinary(op, a_scalar ? a0 : a[i], b_scalar ? b0 : b[i]);
+      for (int64_t i = base; i < n; ++i) out[i] = ApplyBinary(op, a_scalar ? a0 : a[i], b_scalar ? b0 : b[i]);
     }
   }
 }
 
 // Offsets of output element i into two broadcast inputs.
 template <typename Index>
-__device__ __forceinline__ void BroadcastOffsets(const BroadcastIndexing& idx, Index i, Index* a_off,
-                                                 Index* b_off) {
+__device__ __forceinline__ void BroadcastOffsets(const BroadcastIndexing& idx, Index i, Index* a_off, Index* b_off) {
   Index rem = i, ao = 0, bo = 0;
 #pragma unroll
   for (int d = kMaxBroadcastRank - 1; d >= 0; --d) {
@@ -60,8 +57,8 @@ __device__ __forceinline__ void BroadcastOffsets(const BroadcastIndexing& idx, I
 // Index is uint32_t when n < 2^31 (so i + step cannot wrap), int64_t otherwise: 64-bit division
 // is many times slower on the GPU.
 template <typename T, typename Op, typename Index>
-__global__ void BinaryBroadcastKernel(Op op, const T* __restrict__ a, const T* __restrict__ b,
-                                      T* __restrict__ out, Index n, BroadcastIndexing idx) {
+__global__ void BinaryBroadcastKernel(Op op, const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out,
+                                      Index n, BroadcastIndexing idx) {
   const Index step = static_cast<Index>(gridDim.x) * blockDim.x;
   for (Index i = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
     Index ao, bo;
@@ -88,8 +85,7 @@ __global__ void UnaryKernel(Op op, const T* __restrict__ x, T* __restrict__ y, i
 }
 
 template <typename T, typename Index>
-__global__ void BroadcastCopyKernel(const T* __restrict__ src, T* __restrict__ dst, Index n,
-                                    BroadcastIndexing idx) {
+__global__ void BroadcastCopyKernel(const T* __restrict__ src, T* __restrict__ dst, Index n, BroadcastIndexing idx) {
   const Index step = static_cast<Index>(gridDim.x) * blockDim.x;
   for (Index i = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
     Index so, unused;
@@ -105,10 +101,9 @@ void LaunchBinary(Op op, const T* a, int64_t a_numel, const T* b, int64_t b_nume
                   const BroadcastIndexing* idx, cudaStream_t stream) {
   if (idx != nullptr) {
     if (n <= kMaxIndex32)
-      BinaryBroadcastKernel<T, Op, uint32_t><<<BlocksFor(n), kThreadsPerBlock, 0, stream>>>(
-          op, a, b, out, static_cast<uint32_t>(n), *idx);
-    else
-      BinaryBroadcastKernel<T, Op, int64_t><<<BlocksFor(n), kThreadsPerBlock, 0, stream>>>(op, a, b, out, n, *idx);
+      BinaryBroadcastKernel<T, Op, uint32_t>
+          <<<BlocksFor(n), kThreadsPerBlock, 0, stream>>>(op, a, b, out, static_cast<uint32_t>(n), *idx);
+    else BinaryBroadcastKernel<T, Op, int64_t><<<BlocksFor(n), kThreadsPerBlock, 0, stream>>>(op, a, b, out, n, *idx);
     return;
   }
   const bool a_scalar = a_numel == 1 && n != 1;
@@ -116,11 +111,11 @@ void LaunchBinary(Op op, const T* a, int64_t a_numel, const T* b, int64_t b_nume
   constexpr int kWidth = kPackWidth<T>;
   const bool aligned = VectorAligned(out) && (a_scalar || VectorAligned(a)) && (b_scalar || VectorAligned(b));
   if (aligned && kWidth > 1)
-    BinaryContiguousKernel<T, Op, kWidth><<<BlocksFor((n + kWidth - 1) / kWidth), kThreadsPerBlock, 0, stream>>>(
-        op, a, b, out, n, a_scalar, b_scalar);
+    BinaryContiguousKernel<T, Op, kWidth>
+        <<<BlocksFor((n + kWidth - 1) / kWidth), kThreadsPerBlock, 0, stream>>>(op, a, b, out, n, a_scalar, b_scalar);
   else
-    BinaryContiguousKernel<T, Op, 1><<<BlocksFor(n), kThreadsPerBlock, 0, stream>>>(op, a, b, out, n, a_scalar,
-                                                                                    b_scalar);
+    BinaryContiguousKernel<T, Op, 1>
+        <<<BlocksFor(n), kThreadsPerBlock, 0, stream>>>(op, a, b, out, n, a_scalar, b_scalar);
 }
 
 template <typename T, typename Op>
@@ -128,8 +123,7 @@ void LaunchUnary(Op op, const T* x, T* y, int64_t n, cudaStream_t stream) {
   constexpr int kWidth = kPackWidth<T>;
   if (kWidth > 1 && VectorAligned(x) && VectorAligned(y))
     UnaryKernel<T, Op, kWidth><<<BlocksFor((n + kWidth - 1) / kWidth), kThreadsPerBlock, 0, stream>>>(op, x, y, n);
-  else
-    UnaryKernel<T, Op, 1><<<BlocksFor(n), kThreadsPerBlock, 0, stream>>>(op, x, y, n);
+  else UnaryKernel<T, Op, 1><<<BlocksFor(n), kThreadsPerBlock, 0, stream>>>(op, x, y, n);
 }
 
 template <typename T>
@@ -137,24 +131,24 @@ void LaunchBroadcastCopy(const void* src, void* dst, int64_t n, const BroadcastI
   const T* s = static_cast<const T*>(src);
   T* d = static_cast<T*>(dst);
   if (n <= kMaxIndex32)
-    BroadcastCopyKernel<T, uint32_t><<<BlocksFor(n), kThreadsPerBlock, 0, stream>>>(s, d, static_cast<uint32_t>(n), idx);
-  else
-    BroadcastCopyKernel<T, int64_t><<<BlocksFor(n), kThreadsPerBlock, 0, stream>>>(s, d, n, idx);
+    BroadcastCopyKernel<T, uint32_t>
+        <<<BlocksFor(n), kThreadsPerBlock, 0, stream>>>(s, d, static_cast<uint32_t>(n), idx);
+  else BroadcastCopyKernel<T, int64_t><<<BlocksFor(n), kThreadsPerBlock, 0, stream>>>(s, d, n, idx);
 }
 
 }  // namespace
 
-cudaError_t launch_binary_elementwise(BinaryOp op, ElementType type, const void* a, int64_t a_numel,
-                                      const void* b, int64_t b_numel, void* out, int64_t n,
-                                      const BroadcastIndexing* indexing, cudaStream_t stream) {
+cudaError_t launch_binary_elementwise(BinaryOp op, ElementType type, const void* a, int64_t a_numel, const void* b,
+                                      int64_t b_numel, void* out, int64_t n, const BroadcastIndexing* indexing,
+                                      cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   const bool ok = DispatchElementType<float, double, Float16, BFloat16, int32_t, int64_t>(type, [&]<typename T>() {
     const T* ta = static_cast<const T*>(a);
     const T* tb = static_cast<const T*>(b);
     T* to = static_cast<T*>(out);
     switch (op) {
-#define TOB_CUDA_BINARY_OP(op, functor, onnx_name)                                     \
-  case BinaryOp::op:                                                                   \
+#define TOB_CUDA_BINARY_OP(op, functor, onnx_name)                                  \
+  case BinaryOp::op:                                                                \
     LaunchBinary(ew::functor{}, ta, a_numel, tb, b_numel, to, n, indexing, stream); \
     break;
 #define TOB_CUDA_UNARY_OP(op, functor, onnx_name)
@@ -175,8 +169,8 @@ cudaError_t launch_unary_elementwise(UnaryOp op, ElementType type, const void* x
     T* ty = static_cast<T*>(y);
     switch (op) {
 #define TOB_CUDA_BINARY_OP(op, functor, onnx_name)
-#define TOB_CUDA_UNARY_OP(op, functor, onnx_name)              \
-  case UnaryOp::op:                                            \
+#define TOB_CUDA_UNARY_OP(op, functor, onnx_name)  \
+  case UnaryOp::op:                                \
     LaunchUnary(ew::functor{}, tx, ty, n, stream); \
     break;
 #include "kernels/elementwise/elementwise_ops.inc"

@@ -32,9 +32,9 @@ enum class UnaryOp {
 // or one of them has exactly 1 (a scalar), given by a_numel / b_numel. Otherwise the general
 // strided broadcast. Returns the launch error (cudaErrorNotSupported for an unsupported type).
 // Types: float32, float64, float16, bfloat16, int32, int64.
-cudaError_t launch_binary_elementwise(BinaryOp op, ElementType type, const void* a, int64_t a_numel,
-                                      const void* b, int64_t b_numel, void* out, int64_t n,
-                                      const BroadcastIndexing* indexing, cudaStream_t stream);
+cudaError_t launch_binary_elementwise(BinaryOp op, ElementType type, const void* a, int64_t a_numel, const void* b,
+                                      int64_t b_numel, void* out, int64_t n, const BroadcastIndexing* indexing,
+                                      cudaStream_t stream);
 
 // y[i] = op(x[i]). Types: float32, float64, float16, bfloat16.
 cudaError_t launch_unary_elementwise(UnaryOp op, ElementType type, const void* x, void* y, int64_t n,

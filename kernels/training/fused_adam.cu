@@ -84,9 +84,8 @@ __global__ void __launch_bounds__(kThreads) FusedAdamKernel(AdamLaunchTable<T> t
 }
 
 template <typename T>
-cudaError_t LaunchAll(void* const* params, const void* const* grads, float* const* exp_avgs,
-                      float* const* exp_avg_sqs, const int64_t* numels, int num_tensors,
-                      const training::AdamScalars& s, cudaStream_t stream) {
+cudaError_t LaunchAll(void* const* params, const void* const* grads, float* const* exp_avgs, float* const* exp_avg_sqs,
+                      const int64_t* numels, int num_tensors, const training::AdamScalars& s, cudaStream_t stream) {
   int last = -1;
   for (int t = 0; t < num_tensors; ++t) {
     if (numels[t] < 0) return cudaErrorInvalidValue;

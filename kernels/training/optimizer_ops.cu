@@ -101,9 +101,9 @@ cudaError_t launch_sgd_optimizer(float eta, const float* w, const float* g, floa
   return cudaGetLastError();
 }
 
-cudaError_t launch_adam_optimizer(const training::AdamScalars& s, ElementType grad_type, const float* w,
-                                  const void* g, const float* m1, const float* m2, float* nw, void* ng, float* nm1,
-                                  float* nm2, ElementType mixed_type, void* nmixed, int64_t n, cudaStream_t stream) {
+cudaError_t launch_adam_optimizer(const training::AdamScalars& s, ElementType grad_type, const float* w, const void* g,
+                                  const float* m1, const float* m2, float* nw, void* ng, float* nm1, float* nm2,
+                                  ElementType mixed_type, void* nmixed, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   bool launched = false;
   DispatchStorage(grad_type, [&]<typename G>() {
@@ -118,13 +118,13 @@ cudaError_t launch_adam_optimizer(const training::AdamScalars& s, ElementType gr
   return launched ? cudaGetLastError() : cudaErrorInvalidValue;
 }
 
-cudaError_t launch_lamb_direction(const training::LambScalars& s, ElementType grad_type, const float* w,
-                                  const void* g, const float* m1, const float* m2, float* direction, float* nm1,
-                                  float* nm2, int64_t n, cudaStream_t stream) {
+cudaError_t launch_lamb_direction(const training::LambScalars& s, ElementType grad_type, const float* w, const void* g,
+                                  const float* m1, const float* m2, float* direction, float* nm1, float* nm2, int64_t n,
+                                  cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   const bool known = DispatchStorage(grad_type, [&]<typename G>() {
-    LambDirectionKernel<G><<<BlocksFor(n), kThreadsPerBlock, 0, stream>>>(s, w, static_cast<const G*>(g), m1, m2,
-                                                                          direction, nm1, nm2, n);
+    LambDirectionKernel<G>
+        <<<BlocksFor(n), kThreadsPerBlock, 0, stream>>>(s, w, static_cast<const G*>(g), m1, m2, direction, nm1, nm2, n);
   });
   return known ? cudaGetLastError() : cudaErrorInvalidValue;
 }
@@ -159,8 +159,8 @@ cudaError_t launch_square_sum_partials(ElementType type, const void* x, int64_t 
   const int64_t blocks = SquareSumPartialCount(n);
   if (blocks == 0) return cudaSuccess;
   const bool known = DispatchStorage(type, [&]<typename T>() {
-    SquareSumKernel<T><<<static_cast<unsigned>(blocks), kThreadsPerBlock, 0, stream>>>(static_cast<const T*>(x), n,
-                                                                                       partials);
+    SquareSumKernel<T>
+        <<<static_cast<unsigned>(blocks), kThreadsPerBlock, 0, stream>>>(static_cast<const T*>(x), n, partials);
   });
   return known ? cudaGetLastError() : cudaErrorInvalidValue;
 }

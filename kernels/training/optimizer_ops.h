@@ -21,14 +21,14 @@ cudaError_t launch_sgd_optimizer(float eta, const float* w, const float* g, floa
                                  cudaStream_t stream);
 
 // One AdamUpdate per element; ng = new w - w; nmixed = new w cast to mixed_type (float16/bfloat16).
-cudaError_t launch_adam_optimizer(const training::AdamScalars& s, ElementType grad_type, const float* w,
-                                  const void* g, const float* m1, const float* m2, float* nw, void* ng, float* nm1,
-                                  float* nm2, ElementType mixed_type, void* nmixed, int64_t n, cudaStream_t stream);
+cudaError_t launch_adam_optimizer(const training::AdamScalars& s, ElementType grad_type, const float* w, const void* g,
+                                  const float* m1, const float* m2, float* nw, void* ng, float* nm1, float* nm2,
+                                  ElementType mixed_type, void* nmixed, int64_t n, cudaStream_t stream);
 
 // Lamb stage 1: d = LambDirection(...) into `direction`, the moments into nm1 / nm2.
-cudaError_t launch_lamb_direction(const training::LambScalars& s, ElementType grad_type, const float* w,
-                                  const void* g, const float* m1, const float* m2, float* direction, float* nm1,
-                                  float* nm2, int64_t n, cudaStream_t stream);
+cudaError_t launch_lamb_direction(const training::LambScalars& s, ElementType grad_type, const float* w, const void* g,
+                                  const float* m1, const float* m2, float* direction, float* nm1, float* nm2, int64_t n,
+                                  cudaStream_t stream);
 
 // Lamb stage 3: nw = LambApply(ratio, w, d), ng = the applied delta (grad_type), nmixed = nw cast.
 cudaError_t launch_lamb_apply(float ratio, const float* w, const float* direction, float* nw, ElementType grad_type,

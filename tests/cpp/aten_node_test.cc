@@ -62,7 +62,9 @@ class TestAtenProvider final : public ExecutionProvider {
   std::string name() const override { return kTestProvider; }
   Device device() const override { return Device{}; }
   std::shared_ptr<Allocator> allocator() const override { return CpuAllocator::Default(); }
-  Status CopyTensor(const Tensor& src, Tensor& dst) const override { return CpuExecutionProvider().CopyTensor(src, dst); }
+  Status CopyTensor(const Tensor& src, Tensor& dst) const override {
+    return CpuExecutionProvider().CopyTensor(src, dst);
+  }
   // As the torch provider does for operators off its allow-list: "test::unsafe_twice" needs the
   // session's permission.
   StatusOr<std::unique_ptr<OpKernel>> CreateKernel(const KernelDef& def, const Node& node,
@@ -80,7 +82,9 @@ void RegisterTestProvider() {
   std::call_once(once, [] {
     ProviderRegistry::Global().Register(
         kTestProvider,
-        []() -> StatusOr<std::unique_ptr<ExecutionProvider>> { return std::unique_ptr<ExecutionProvider>(new TestAtenProvider()); },
+        []() -> StatusOr<std::unique_ptr<ExecutionProvider>> {
+          return std::unique_ptr<ExecutionProvider>(new TestAtenProvider());
+        },
         /*fallback=*/true);
     KernelDef def = Def("ATen");
     def.Domain(kMicrosoftDomain).Provider(kTestProvider).KernelAllocatesOutputs().Kernel<TestAtenKernel>();
@@ -132,7 +136,8 @@ TEST(AtenNode, GraphOutputViewingAnIntermediateIsCopiedOutOfTheArena) {
   auto g = NewGraph();
   ASSERT_TRUE(g->AddInput("x", ValueType(DType::kFloat32, Dims{3, 2})).ok());
   ASSERT_TRUE(g->AddNode("Neg", "", {"x"}, {"neg"}, {}, "neg").ok());
-  ASSERT_TRUE(g->AddNode("ATen", kMicrosoftDomain, {"neg"}, {"from_intermediate"}, AtenOp("test::rows_view"), "v1").ok());
+  ASSERT_TRUE(
+      g->AddNode("ATen", kMicrosoftDomain, {"neg"}, {"from_intermediate"}, AtenOp("test::rows_view"), "v1").ok());
   ASSERT_TRUE(g->AddNode("ATen", kMicrosoftDomain, {"x"}, {"from_input"}, AtenOp("test::rows_view"), "v2").ok());
   ASSERT_TRUE(g->AddOutput("from_intermediate").ok());
   ASSERT_TRUE(g->AddOutput("from_input").ok());
@@ -165,7 +170,8 @@ TEST(AtenNode, ProducedOutputsAreCheckedAgainstDeclaredTypes) {
   std::vector<Tensor> out;
   Status st = s->Run({"x"}, {Tensor::FromVector<float>({1, 2}, {1, 2})}, {}, &out);
   ASSERT_EQ(st.code(), StatusCode::kRuntimeError);
-  EXPECT_NE(st.message().find("ATen node 'cast': output 0 'i' is declared float32[n, 2]"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("ATen node 'cast': output 0 'i' is declared float32[n, 2]"), std::string::npos)
+      << st.message();
   EXPECT_NE(st.message().find("int64"), std::string::npos) << st.message();
 }
 
@@ -181,7 +187,8 @@ TEST(AtenNode, ShapeMismatchWithDeclarationIsAnError) {
   Status st = s->Run({"x"}, {Tensor::FromVector<float>({1, 2}, {1, 2})}, {}, &out);
   ASSERT_EQ(st.code(), StatusCode::kRuntimeError);
   EXPECT_NE(st.message().find("output 0 't' is declared float32[n, 3] but the kernel produced shape [1, 2]"),
-            std::string::npos) << st.message();
+            std::string::npos)
+      << st.message();
 }
 
 TEST(AtenNode, UndefinedOutputIsAnErrorOnlyWhenRead) {
@@ -198,7 +205,8 @@ TEST(AtenNode, UndefinedOutputIsAnErrorOnlyWhenRead) {
   Status st = s->Run({"x"}, {Tensor::FromVector<float>({1, 2}, {2})}, {}, &out);
   ASSERT_EQ(st.code(), StatusCode::kRuntimeError);
   EXPECT_NE(st.message().find("ATen node 'read': output 0 'n' was not produced by the kernel but the graph reads it"),
-            std::string::npos) << st.message();
+            std::string::npos)
+      << st.message();
   EXPECT_EQ(st.message().find("'unread'"), std::string::npos) << st.message();
 }
 
@@ -230,7 +238,8 @@ TEST(AtenNode, SchemaRequiresOperatorAndConsistentListLengths) {
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), StatusCode::kInvalidModel);
   EXPECT_NE(s.status().message().find("ATen node 'anonymous': needs a non-empty string attribute 'operator'"),
-            std::string::npos) << s.status().message();
+            std::string::npos)
+      << s.status().message();
 
   g = NewGraph();
   ASSERT_TRUE(g->AddInput("x", ValueType(DType::kFloat32, Dims{2})).ok());
@@ -241,7 +250,8 @@ TEST(AtenNode, SchemaRequiresOperatorAndConsistentListLengths) {
   s = Session::Create(std::move(g), SessionOptions{});
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("tensor_list_lengths places 3 inputs in tensor lists but the node has only 2"),
-            std::string::npos) << s.status().message();
+            std::string::npos)
+      << s.status().message();
 }
 
 TEST(AtenNode, DeclaredTypesSurviveShapeInference) {
@@ -263,8 +273,10 @@ TEST(ProviderRegistry, FallbackProvidersComeAfterCpuAndUnknownNamesListTheAvaila
   EXPECT_NE(std::find(fallbacks.begin(), fallbacks.end(), kTestProvider), fallbacks.end());
   auto missing = ProviderRegistry::Global().Create("NoSuchProvider");
   ASSERT_FALSE(missing.ok());
-  EXPECT_NE(missing.status().message().find("unknown execution provider 'NoSuchProvider'; available: CPUExecutionProvider"),
-            std::string::npos) << missing.status().message();
+  EXPECT_NE(
+      missing.status().message().find("unknown execution provider 'NoSuchProvider'; available: CPUExecutionProvider"),
+      std::string::npos)
+      << missing.status().message();
   // A Relu goes to CPU even though the fallback provider comes too.
   auto g = NewGraph();
   ASSERT_TRUE(g->AddInput("x", ValueType(DType::kFloat32, Dims{2})).ok());

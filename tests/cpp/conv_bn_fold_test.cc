@@ -102,7 +102,8 @@ std::unique_ptr<Graph> FilledConstantGraph(const Shape& shape, bool as_conv_weig
   g->SetOpset("", 17);
   Shape x_shape = as_conv_weight ? Shape{1, shape[1], 4, 4} : shape;
   EXPECT_TRUE(g->AddInput("x", ValueType(DType::kFloat32, DimsFromShape(x_shape))).ok());
-  EXPECT_TRUE(g->AddInitializer("shape", Tensor::FromVector<int64_t>(shape, {static_cast<int64_t>(shape.size())})).ok());
+  EXPECT_TRUE(
+      g->AddInitializer("shape", Tensor::FromVector<int64_t>(shape, {static_cast<int64_t>(shape.size())})).ok());
   AttributeMap fill{{"value", Attribute::TensorValue(Tensor::FromVector<float>({0.02f}, {1}))}};
   EXPECT_TRUE(g->AddNode("ConstantOfShape", "", {"shape"}, {"w"}, fill, "fill").ok());
   if (as_conv_weight) EXPECT_TRUE(g->AddNode("Conv", "", {"x", "w"}, {"y"}, {}, "conv").ok());

@@ -73,10 +73,14 @@ void CheckUnary(const Op& op, Ref ref, const std::string& name, double lo = -6.0
 
 template <typename T>
 void CheckArithmetic() {
-  CheckBinary<T>(ew::AddOp{}, [](double a, double b) { return a + b; }, "Add");
-  CheckBinary<T>(ew::SubOp{}, [](double a, double b) { return a - b; }, "Sub");
-  CheckBinary<T>(ew::MulOp{}, [](double a, double b) { return a * b; }, "Mul");
-  CheckBinary<T>(ew::DivOp{}, [](double a, double b) { return a / b; }, "Div");
+  CheckBinary<T>(
+      ew::AddOp{}, [](double a, double b) { return a + b; }, "Add");
+  CheckBinary<T>(
+      ew::SubOp{}, [](double a, double b) { return a - b; }, "Sub");
+  CheckBinary<T>(
+      ew::MulOp{}, [](double a, double b) { return a * b; }, "Mul");
+  CheckBinary<T>(
+      ew::DivOp{}, [](double a, double b) { return a / b; }, "Div");
 }
 
 double RefSigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
@@ -90,9 +94,11 @@ void CheckActivations() {
   // Transcendentals in float32 are a few ulp off the exact value; near zero crossings an
   // absolute term covers the relative error of tiny results.
   const double abs_tol = std::is_same_v<T, double> ? 1e-14 : 1e-6;
-  CheckUnary<T>(ew::ReluOp{}, [](double x) { return x < 0 ? 0.0 : x; }, "Relu");
+  CheckUnary<T>(
+      ew::ReluOp{}, [](double x) { return x < 0 ? 0.0 : x; }, "Relu");
   CheckUnary<T>(ew::SigmoidOp{}, RefSigmoid, "Sigmoid", -30, 30, abs_tol);
-  CheckUnary<T>(ew::TanhOp{}, [](double x) { return std::tanh(x); }, "Tanh", -6, 6, abs_tol);
+  CheckUnary<T>(
+      ew::TanhOp{}, [](double x) { return std::tanh(x); }, "Tanh", -6, 6, abs_tol);
   CheckUnary<T>(ew::GeluOp{}, RefGelu, "Gelu", -6, 6, abs_tol);
   CheckUnary<T>(ew::GeluTanhOp{}, RefGeluTanh, "GeluTanh", -6, 6, abs_tol);
 }

@@ -122,7 +122,8 @@ TEST(CudaProvider, KernelRejectsHostTensors) {
   ASSERT_TRUE(g.AddInput("b", ValueType{DType::kFloat32, std::nullopt}).ok());
   auto node = g.AddNode("Add", "", {"a", "b"}, {"y"}, {}, "add");
   ASSERT_TRUE(node.ok());
-  const KernelDef* def = KernelRegistry::Global().Find(kCudaProvider, "", "Add", 17, {DType::kFloat32, DType::kFloat32});
+  const KernelDef* def =
+      KernelRegistry::Global().Find(kCudaProvider, "", "Add", 17, {DType::kFloat32, DType::kFloat32});
   ASSERT_NE(def, nullptr);
   auto kernel = def->factory(*node.value());
   ASSERT_TRUE(kernel.ok());
@@ -192,8 +193,8 @@ double Tol() {
 template <typename T>
 void CheckBinaryBroadcast(const char* op, double (*ref)(double, double)) {
   const std::vector<std::pair<Shape, Shape>> cases = {
-      {{2, 3, 4}, {2, 3, 4}}, {{2, 3, 4}, {4}}, {{2, 3, 4}, {}}, {{}, {5}}, {{2, 1, 4}, {1, 3, 1}},
-      {{1030}, {1030}},  // a vector tail past the last full 16-byte pack
+      {{2, 3, 4}, {2, 3, 4}}, {{2, 3, 4}, {4}}, {{2, 3, 4}, {}}, {{}, {5}},
+      {{2, 1, 4}, {1, 3, 1}}, {{1030}, {1030}},  // a vector tail past the last full 16-byte pack
   };
   for (const auto& [sa, sb] : cases) {
     Tensor a = RandomTensor<T>(sa, -3, 3, 5), b = RandomTensor<T>(sb, -3, 3, 6);
@@ -250,10 +251,18 @@ void CheckActivations() {
     return r;
   };
   const double tol = std::max(Tol<T>(), 1e-5);
-  OpTester("Relu", 14).Input("x", x).Output("y", {3, 257}, apply([](double a) { return a < 0 ? 0 : a; }), tol, tol).Run();
-  OpTester("Sigmoid", 13).Input("x", x).Output("y", {3, 257}, apply([](double a) { return 1 / (1 + std::exp(-a)); }),
-                                            tol, tol).Run();
-  OpTester("Tanh", 13).Input("x", x).Output("y", {3, 257}, apply([](double a) { return std::tanh(a); }), tol, tol).Run();
+  OpTester("Relu", 14)
+      .Input("x", x)
+      .Output("y", {3, 257}, apply([](double a) { return a < 0 ? 0 : a; }), tol, tol)
+      .Run();
+  OpTester("Sigmoid", 13)
+      .Input("x", x)
+      .Output("y", {3, 257}, apply([](double a) { return 1 / (1 + std::exp(-a)); }), tol, tol)
+      .Run();
+  OpTester("Tanh", 13)
+      .Input("x", x)
+      .Output("y", {3, 257}, apply([](double a) { return std::tanh(a); }), tol, tol)
+      .Run();
   auto gelu = apply([](double a) { return 0.5 * a * (1 + std::erf(a / std::sqrt(2.0))); });
   OpTester("Gelu", 20).Input("x", x).Output("y", {3, 257}, gelu, tol, tol).Run();
   OpTester("Gelu", 1, kMicrosoftDomain).Input("x", x).Output("y", {3, 257}, gelu, tol, tol).Run();
@@ -262,27 +271,49 @@ void CheckActivations() {
       .Input("x", x)
       .Output("y", {3, 257}, apply([](double a) {
                 return 0.5 * a * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (a + 0.044715 * a * a * a)));
-              }), tol, tol)
+              }),
+              tol, tol)
       .Run();
 }
 
-TEST(CudaKernels, ActivationsFloat32) { TOB_REQUIRE_CUDA_DEVICE(); CheckActivations<float>(); }
-TEST(CudaKernels, ActivationsFloat16) { TOB_REQUIRE_CUDA_DEVICE(); CheckActivations<Float16>(); }
-TEST(CudaKernels, ActivationsBFloat16) { TOB_REQUIRE_CUDA_DEVICE(); CheckActivations<BFloat16>(); }
+TEST(CudaKernels, ActivationsFloat32) {
+  TOB_REQUIRE_CUDA_DEVICE();
+  CheckActivations<float>();
+}
+TEST(CudaKernels, ActivationsFloat16) {
+  TOB_REQUIRE_CUDA_DEVICE();
+  CheckActivations<Float16>();
+}
+TEST(CudaKernels, ActivationsBFloat16) {
+  TOB_REQUIRE_CUDA_DEVICE();
+  CheckActivations<BFloat16>();
+}
 
 TEST(CudaKernels, CastConvertsLikeNumpy) {
   TOB_REQUIRE_CUDA_DEVICE();
   const double nan = std::nan("");
   Tensor x = Tensor::FromVector<float>({1.5f, -2.7f, 0.0f, static_cast<float>(nan), 300.0f, -0.25f}, {6});
-  OpTester("Cast", 13).Attr("to", Attribute::Int(static_cast<int64_t>(DType::kInt32))).Input("x", x)
-      .Output("y", {6}, {1, -2, 0, 0, 300, 0}, 0, 0).Run();
-  OpTester("Cast", 13).Attr("to", Attribute::Int(static_cast<int64_t>(DType::kBool))).Input("x", x)
-      .Output("y", {6}, {1, 1, 0, 1, 1, 1}, 0, 0).Run();
-  OpTester("Cast", 13).Attr("to", Attribute::Int(static_cast<int64_t>(DType::kFloat16))).Input("x", x)
-      .Output("y", {6}, {1.5, -2.69921875, 0, nan, 300, -0.25}, 0, 0).Run();
+  OpTester("Cast", 13)
+      .Attr("to", Attribute::Int(static_cast<int64_t>(DType::kInt32)))
+      .Input("x", x)
+      .Output("y", {6}, {1, -2, 0, 0, 300, 0}, 0, 0)
+      .Run();
+  OpTester("Cast", 13)
+      .Attr("to", Attribute::Int(static_cast<int64_t>(DType::kBool)))
+      .Input("x", x)
+      .Output("y", {6}, {1, 1, 0, 1, 1, 1}, 0, 0)
+      .Run();
+  OpTester("Cast", 13)
+      .Attr("to", Attribute::Int(static_cast<int64_t>(DType::kFloat16)))
+      .Input("x", x)
+      .Output("y", {6}, {1.5, -2.69921875, 0, nan, 300, -0.25}, 0, 0)
+      .Run();
   Tensor h = RandomTensor<Float16>({1000}, -100, 100, 4);
-  OpTester("Cast", 13).Attr("to", Attribute::Int(static_cast<int64_t>(DType::kFloat32))).Input("x", h)
-      .Output("y", {1000}, ToDoubles(h), 0, 0).Run();
+  OpTester("Cast", 13)
+      .Attr("to", Attribute::Int(static_cast<int64_t>(DType::kFloat32)))
+      .Input("x", h)
+      .Output("y", {1000}, ToDoubles(h), 0, 0)
+      .Run();
 }
 
 // Row-major reference: y[b] = a[b] x b[b] with numpy batch broadcasting.
@@ -307,8 +338,14 @@ std::vector<double> MatMulRef(const Tensor& a, const Tensor& b, Shape* out_shape
       int64_t c = rem % batch[d];
       rem /= batch[d];
       size_t k2 = batch.size() - 1 - d;
-      if (k2 < ba.size()) { if (ba[ba.size() - 1 - k2] != 1) ia += c * sa_mul; sa_mul *= ba[ba.size() - 1 - k2]; }
-      if (k2 < bb.size()) { if (bb[bb.size() - 1 - k2] != 1) ib += c * sb_mul; sb_mul *= bb[bb.size() - 1 - k2]; }
+      if (k2 < ba.size()) {
+        if (ba[ba.size() - 1 - k2] != 1) ia += c * sa_mul;
+        sa_mul *= ba[ba.size() - 1 - k2];
+      }
+      if (k2 < bb.size()) {
+        if (bb[bb.size() - 1 - k2] != 1) ib += c * sb_mul;
+        sb_mul *= bb[bb.size() - 1 - k2];
+      }
     }
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) {
@@ -323,8 +360,8 @@ std::vector<double> MatMulRef(const Tensor& a, const Tensor& b, Shape* out_shape
 template <typename T>
 void CheckMatMul() {
   const std::vector<std::pair<Shape, Shape>> cases = {
-      {{3, 4}, {4, 5}},       {{2, 3, 4}, {4, 5}},       {{2, 3, 4}, {2, 4, 5}}, {{3, 4}, {2, 4, 5}},
-      {{2, 1, 3, 4}, {1, 3, 4, 5}}, {{4}, {2, 4, 5}},   {{3, 4}, {4}},          {{64, 96}, {96, 33}},
+      {{3, 4}, {4, 5}}, {{2, 3, 4}, {4, 5}}, {{2, 3, 4}, {2, 4, 5}}, {{3, 4}, {2, 4, 5}}, {{2, 1, 3, 4}, {1, 3, 4, 5}},
+      {{4}, {2, 4, 5}}, {{3, 4}, {4}},       {{64, 96}, {96, 33}},
   };
   for (const auto& [sa, sb] : cases) {
     Tensor a = RandomTensor<T>(sa, -1, 1, 21), b = RandomTensor<T>(sb, -1, 1, 22);
@@ -335,9 +372,18 @@ void CheckMatMul() {
   }
 }
 
-TEST(CudaKernels, MatMulFloat32) { TOB_REQUIRE_CUDA_DEVICE(); CheckMatMul<float>(); }
-TEST(CudaKernels, MatMulFloat16) { TOB_REQUIRE_CUDA_DEVICE(); CheckMatMul<Float16>(); }
-TEST(CudaKernels, MatMulBFloat16) { TOB_REQUIRE_CUDA_DEVICE(); CheckMatMul<BFloat16>(); }
+TEST(CudaKernels, MatMulFloat32) {
+  TOB_REQUIRE_CUDA_DEVICE();
+  CheckMatMul<float>();
+}
+TEST(CudaKernels, MatMulFloat16) {
+  TOB_REQUIRE_CUDA_DEVICE();
+  CheckMatMul<Float16>();
+}
+TEST(CudaKernels, MatMulBFloat16) {
+  TOB_REQUIRE_CUDA_DEVICE();
+  CheckMatMul<BFloat16>();
+}
 
 TEST(CudaKernels, GemmTransposesScalesAndBroadcastsC) {
   TOB_REQUIRE_CUDA_DEVICE();
@@ -364,7 +410,9 @@ TEST(CudaKernels, GemmTransposesScalesAndBroadcastsC) {
             .Attr("beta", Attribute::Float(-1.5f))
             .Attr("transA", Attribute::Int(trans_a))
             .Attr("transB", Attribute::Int(trans_b))
-            .Input("a", a).Input("b", b).Input("c", c)
+            .Input("a", a)
+            .Input("b", b)
+            .Input("c", c)
             .Output("y", {m, n}, y, 1e-5, 1e-5)
             .Run();
       }

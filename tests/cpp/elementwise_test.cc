@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "math/elementwise_math.h"
 #include "op_tester.h"
 #include "providers/cpu/elementwise/broadcast.h"
 #include "providers/cpu/elementwise/elementwise_loops.h"
-#include "math/elementwise_math.h"
 #include "providers/cpu/elementwise/vector_math.h"
 #include "providers/cpu/elementwise/vector_math_isa.h"
 
@@ -65,9 +65,7 @@ Tensor Values(std::vector<double> v, Shape shape = {}) {
 double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 double Gelu(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
 // 0.5 x (1 + tanh(z)) written as x sigmoid(2z), which keeps the negative tail exact in double.
-double GeluTanh(double x) {
-  return x / (1.0 + std::exp(-2.0 * std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
-}
+double GeluTanh(double x) { return x / (1.0 + std::exp(-2.0 * std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
 
 // ---------------------------------------------------------------- binary arithmetic
 
@@ -90,17 +88,22 @@ void RunBinaryFloat(const char* op, const Fn2& ref, const Shape& sa, const Shape
                     int threads = 2) {
   Tensor a = RandomTensor<float>(sa, -3, 3, 11);
   Tensor b = RandomTensor<float>(sb, -3, 3, 22);
-  OpTester(op, 14).Input("a", a).Input("b", b).Output("y", out, Ref2(a, b, out, ref), 1e-6, 1e-6).Threads(threads).Run();
+  OpTester(op, 14)
+      .Input("a", a)
+      .Input("b", b)
+      .Output("y", out, Ref2(a, b, out, ref), 1e-6, 1e-6)
+      .Threads(threads)
+      .Run();
 }
 
 TEST(ElementwiseBinary, SameShapeAndEveryBroadcastPath) {
   for (const auto& c : ArithmeticCases()) {
     SCOPED_TRACE(c.op);
-    RunBinaryFloat(c.op, c.ref, {3, 5}, {3, 5}, {3, 5});                // same shape
-    RunBinaryFloat(c.op, c.ref, {4, 7}, {}, {4, 7});                    // scalar right
-    RunBinaryFloat(c.op, c.ref, {1}, {4, 7}, {4, 7});                   // scalar left
-    RunBinaryFloat(c.op, c.ref, {6, 9}, {9}, {6, 9});                   // row vector
-    RunBinaryFloat(c.op, c.ref, {6, 1}, {6, 9}, {6, 9});                // column vector
+    RunBinaryFloat(c.op, c.ref, {3, 5}, {3, 5}, {3, 5});                    // same shape
+    RunBinaryFloat(c.op, c.ref, {4, 7}, {}, {4, 7});                        // scalar right
+    RunBinaryFloat(c.op, c.ref, {1}, {4, 7}, {4, 7});                       // scalar left
+    RunBinaryFloat(c.op, c.ref, {6, 9}, {9}, {6, 9});                       // row vector
+    RunBinaryFloat(c.op, c.ref, {6, 1}, {6, 9}, {6, 9});                    // column vector
     RunBinaryFloat(c.op, c.ref, {2, 3, 4, 5}, {1, 3, 1, 1}, {2, 3, 4, 5});  // per-channel bias
     RunBinaryFloat(c.op, c.ref, {2, 1, 4, 1}, {3, 1, 5}, {2, 3, 4, 5});     // both sides broadcast
     RunBinaryFloat(c.op, c.ref, {0, 3}, {3}, {0, 3});                       // empty
@@ -119,14 +122,25 @@ TEST(ElementwiseBinary, LargeTensorsSplitAcrossThreads) {
 
 TEST(ElementwiseBinary, Float64AndSixteenBitTypes) {
   Tensor a64 = RandomTensor<double>({5, 6}, -3, 3, 1), b64 = RandomTensor<double>({6}, -3, 3, 2);
-  OpTester("Mul", 14).Input("a", a64).Input("b", b64)
-      .Output("y", {5, 6}, Ref2(a64, b64, {5, 6}, [](double a, double b) { return a * b; }), 1e-14, 0).Run();
+  OpTester("Mul", 14)
+      .Input("a", a64)
+      .Input("b", b64)
+      .Output("y", {5, 6}, Ref2(a64, b64, {5, 6}, [](double a, double b) { return a * b; }), 1e-14, 0)
+      .Run();
   for (const auto& c : ArithmeticCases()) {
     SCOPED_TRACE(c.op);
     Tensor ah = RandomTensor<Float16>({3, 700}, -3, 3, 3), bh = RandomTensor<Float16>({700}, -3, 3, 4);
-    OpTester(c.op, 14).Input("a", ah).Input("b", bh).Output("y", {3, 700}, Ref2(ah, bh, {3, 700}, c.ref), 1e-3, 1e-3).Run();
+    OpTester(c.op, 14)
+        .Input("a", ah)
+        .Input("b", bh)
+        .Output("y", {3, 700}, Ref2(ah, bh, {3, 700}, c.ref), 1e-3, 1e-3)
+        .Run();
     Tensor ab = RandomTensor<BFloat16>({3, 700}, -3, 3, 5), bb = RandomTensor<BFloat16>({3, 1}, -3, 3, 6);
-    OpTester(c.op, 14).Input("a", ab).Input("b", bb).Output("y", {3, 700}, Ref2(ab, bb, {3, 700}, c.ref), 8e-3, 8e-3).Run();
+    OpTester(c.op, 14)
+        .Input("a", ab)
+        .Input("b", bb)
+        .Output("y", {3, 700}, Ref2(ab, bb, {3, 700}, c.ref), 8e-3, 8e-3)
+        .Run();
   }
 }
 
@@ -137,41 +151,78 @@ TEST(ElementwiseBinary, IntegerSemantics) {
   OpTester("Div", 14).Input("a", a).Input("b", b).Output("y", {8}, {3, -3, -3, 3, 0, INT32_MIN, 3, 0}).Run();
   // Mod (fmod=0): sign of the divisor; fmod=1: sign of the dividend.
   OpTester("Mod", 13).Input("a", a).Input("b", b).Output("y", {8}, {1, 1, -1, -1, 0, 0, 0, 0}).Run();
-  OpTester("Mod", 13).Attr("fmod", Attribute::Int(1)).Input("a", a).Input("b", b)
-      .Output("y", {8}, {1, -1, 1, -1, 0, 0, 0, 0}).Run();
+  OpTester("Mod", 13)
+      .Attr("fmod", Attribute::Int(1))
+      .Input("a", a)
+      .Input("b", b)
+      .Output("y", {8}, {1, -1, 1, -1, 0, 0, 0, 0})
+      .Run();
   // Wrapping arithmetic on narrow types.
-  OpTester("Add", 14).Input("a", Values<int8_t>({127, -128, 5})).Input("b", Values<int8_t>({1, -1, 3}))
-      .Output("y", {3}, {-128, 127, 8}).Run();
-  OpTester("Mul", 14).Input("a", Values<uint16_t>({65535, 300})).Input("b", Values<uint16_t>({65535, 300}))
-      .Output("y", {2}, {1, 24464}).Run();
-  OpTester("Sub", 14).Input("a", Values<uint8_t>({3, 10})).Input("b", Values<uint8_t>({5, 1}))
-      .Output("y", {2}, {254, 9}).Run();
+  OpTester("Add", 14)
+      .Input("a", Values<int8_t>({127, -128, 5}))
+      .Input("b", Values<int8_t>({1, -1, 3}))
+      .Output("y", {3}, {-128, 127, 8})
+      .Run();
+  OpTester("Mul", 14)
+      .Input("a", Values<uint16_t>({65535, 300}))
+      .Input("b", Values<uint16_t>({65535, 300}))
+      .Output("y", {2}, {1, 24464})
+      .Run();
+  OpTester("Sub", 14)
+      .Input("a", Values<uint8_t>({3, 10}))
+      .Input("b", Values<uint8_t>({5, 1}))
+      .Output("y", {2}, {254, 9})
+      .Run();
   Tensor a64 = RandomTensor<int64_t>({4, 50}, -1000, 1000, 9), b64 = RandomTensor<int64_t>({50}, -30, 30, 10, 1);
-  OpTester("Div", 14).Input("a", a64).Input("b", b64)
-      .Output("y", {4, 50}, Ref2(a64, b64, {4, 50}, [](double x, double y) { return std::trunc(x / y); })).Run();
+  OpTester("Div", 14)
+      .Input("a", a64)
+      .Input("b", b64)
+      .Output("y", {4, 50}, Ref2(a64, b64, {4, 50}, [](double x, double y) { return std::trunc(x / y); }))
+      .Run();
 }
 
 TEST(ElementwiseBinary, FloatMod) {
   Tensor a = RandomTensor<float>({40}, -10, 10, 3), b = RandomTensor<float>({40}, -3, 3, 4);
-  OpTester("Mod", 13).Attr("fmod", Attribute::Int(1)).Input("a", a).Input("b", b)
-      .Output("y", {40}, Ref2(a, b, {40}, [](double x, double y) { return std::fmod(x, y); }), 1e-5, 1e-5).Run();
-  OpTester("Mod", 13).Input("a", a).Input("b", b)
+  OpTester("Mod", 13)
+      .Attr("fmod", Attribute::Int(1))
+      .Input("a", a)
+      .Input("b", b)
+      .Output("y", {40}, Ref2(a, b, {40}, [](double x, double y) { return std::fmod(x, y); }), 1e-5, 1e-5)
+      .Run();
+  OpTester("Mod", 13)
+      .Input("a", a)
+      .Input("b", b)
       .Output("y", {40}, Ref2(a, b, {40}, [](double x, double y) { return x - std::floor(x / y) * y; }), 1e-5, 1e-5)
       .Run();
 }
 
 TEST(ElementwiseBinary, PowMixedTypes) {
   Tensor base = RandomTensor<float>({3, 4}, 0.5, 3, 1), expo = RandomTensor<float>({4}, -2, 2, 2);
-  OpTester("Pow", 15).Input("a", base).Input("b", expo)
-      .Output("y", {3, 4}, Ref2(base, expo, {3, 4}, [](double x, double y) { return std::pow(x, y); }), 1e-5).Run();
-  OpTester("Pow", 15).Input("a", Values<float>({1.5, -2, 3})).Input("b", Values<int64_t>({2, 3, -1}))
-      .Output("y", {3}, {2.25, -8, 1.0 / 3}).Run();
-  OpTester("Pow", 15).Input("a", Values<int32_t>({2, -3, 5, 1, -1, 2})).Input("b", Values<int32_t>({10, 3, 0, -4, -3, -1}))
-      .Output("y", {6}, {1024, -27, 1, 1, -1, 0}).Run();
-  OpTester("Pow", 15).Input("a", Values<int64_t>({4, 9, 2})).Input("b", Values<float>({0.5, 0.5, 1.5}))
-      .Output("y", {3}, {2, 3, 2}).Run();
-  OpTester("Pow", 7).Input("a", Values<Float16>({2, 0.5})).Input("b", Values<Float16>({3, 2}))
-      .Output("y", {2}, {8, 0.25}).Run();
+  OpTester("Pow", 15)
+      .Input("a", base)
+      .Input("b", expo)
+      .Output("y", {3, 4}, Ref2(base, expo, {3, 4}, [](double x, double y) { return std::pow(x, y); }), 1e-5)
+      .Run();
+  OpTester("Pow", 15)
+      .Input("a", Values<float>({1.5, -2, 3}))
+      .Input("b", Values<int64_t>({2, 3, -1}))
+      .Output("y", {3}, {2.25, -8, 1.0 / 3})
+      .Run();
+  OpTester("Pow", 15)
+      .Input("a", Values<int32_t>({2, -3, 5, 1, -1, 2}))
+      .Input("b", Values<int32_t>({10, 3, 0, -4, -3, -1}))
+      .Output("y", {6}, {1024, -27, 1, 1, -1, 0})
+      .Run();
+  OpTester("Pow", 15)
+      .Input("a", Values<int64_t>({4, 9, 2}))
+      .Input("b", Values<float>({0.5, 0.5, 1.5}))
+      .Output("y", {3}, {2, 3, 2})
+      .Run();
+  OpTester("Pow", 7)
+      .Input("a", Values<Float16>({2, 0.5}))
+      .Input("b", Values<Float16>({3, 2}))
+      .Output("y", {2}, {8, 0.25})
+      .Run();
 }
 
 TEST(ElementwiseBinary, PRelu) {
@@ -186,11 +237,20 @@ TEST(ElementwiseBinary, LegacyOpset6Broadcast) {
   Tensor a = RandomTensor<float>({2, 3, 4}, -2, 2, 1), b = RandomTensor<float>({3}, -2, 2, 2);
   std::vector<double> av = ToDoubles(a), bv = ToDoubles(b), expected;
   for (int64_t i = 0; i < 24; ++i) expected.push_back(av[i] + bv[(i / 4) % 3]);
-  OpTester("Add", 6).Attr("broadcast", Attribute::Int(1)).Attr("axis", Attribute::Int(1))
-      .Input("a", a).Input("b", b).Output("y", {2, 3, 4}, expected).Run();
+  OpTester("Add", 6)
+      .Attr("broadcast", Attribute::Int(1))
+      .Attr("axis", Attribute::Int(1))
+      .Input("a", a)
+      .Input("b", b)
+      .Output("y", {2, 3, 4}, expected)
+      .Run();
   Tensor b4 = RandomTensor<float>({4}, -2, 2, 3);
-  OpTester("Mul", 6).Attr("broadcast", Attribute::Int(1)).Input("a", a).Input("b", b4)
-      .Output("y", {2, 3, 4}, Ref2(a, b4, {2, 3, 4}, [](double x, double y) { return x * y; })).Run();
+  OpTester("Mul", 6)
+      .Attr("broadcast", Attribute::Int(1))
+      .Input("a", a)
+      .Input("b", b4)
+      .Output("y", {2, 3, 4}, Ref2(a, b4, {2, 3, 4}, [](double x, double y) { return x * y; }))
+      .Run();
   // Without broadcast=1, opset 6 needs equal shapes.
   auto r = OpTester("Add", 6).Input("a", a).Input("b", b4).Output("y", {2, 3, 4}, {}).Compute();
   EXPECT_FALSE(r.ok());
@@ -206,11 +266,18 @@ TEST(ElementwiseBinary, NonBroadcastableShapesAreErrors) {
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidModel) << r.status().ToString();
     EXPECT_NE(r.status().message().find("broadcast"), std::string::npos) << r.status().ToString();
   }
-  auto mixed = OpTester("Add", 14).Input("a", RandomTensor<float>({2})).Input("b", RandomTensor<double>({2}))
-                   .Output("y", {2}, {}).Compute();
+  auto mixed = OpTester("Add", 14)
+                   .Input("a", RandomTensor<float>({2}))
+                   .Input("b", RandomTensor<double>({2}))
+                   .Output("y", {2}, {})
+                   .Compute();
   EXPECT_FALSE(mixed.ok());
-  auto where = OpTester("Where", 16).Input("c", Values<bool>({1, 0, 1})).Input("x", RandomTensor<float>({2}))
-                   .Input("y", RandomTensor<float>({3})).Output("z", {3}, {}).Compute();
+  auto where = OpTester("Where", 16)
+                   .Input("c", Values<bool>({1, 0, 1}))
+                   .Input("x", RandomTensor<float>({2}))
+                   .Input("y", RandomTensor<float>({3}))
+                   .Output("z", {3}, {})
+                   .Compute();
   EXPECT_FALSE(where.ok());
 }
 
@@ -243,7 +310,8 @@ TEST(ElementwiseBroadcast, SymbolicShapeInference) {
   ASSERT_TRUE(node.ok());
   InferenceContext ctx(*node.value(), 17, {&g.FindValue("a")->type(), &g.FindValue("b")->type()}, {nullptr, nullptr});
   ASSERT_TRUE(OpSchemaRegistry::Global().Infer(ctx).ok());
-  EXPECT_EQ(DimsToString(*ctx.output_types()[0].shape), DimsToString(Dims{Dim::Symbol("batch"), Dim::Symbol("seq"), 8}));
+  EXPECT_EQ(DimsToString(*ctx.output_types()[0].shape),
+            DimsToString(Dims{Dim::Symbol("batch"), Dim::Symbol("seq"), 8}));
 }
 
 // ---------------------------------------------------------------- unary
@@ -279,8 +347,11 @@ const std::vector<UnaryCase>& UnaryCases() {
       {"Gelu", Gelu, -6, 6, 20},
       {"Elu", [](double x) { return x < 0 ? std::expm1(x) : x; }, -5, 5, 6},
       // Attribute defaults are float32 values, so the reference uses them rounded to float.
-      {"Selu", [](double x) { return double(1.05070102214813232421875f) *
-                                     (x <= 0 ? double(1.67326319217681884765625f) * std::expm1(x) : x); }, -5, 5, 6},
+      {"Selu",
+       [](double x) {
+         return double(1.05070102214813232421875f) * (x <= 0 ? double(1.67326319217681884765625f) * std::expm1(x) : x);
+       },
+       -5, 5, 6},
       {"HardSigmoid", [](double x) { return std::clamp(double(0.2f) * x + 0.5, 0.0, 1.0); }, -5, 5, 6},
       {"LeakyRelu", [](double x) { return x < 0 ? double(0.01f) * x : x; }, -5, 5, 16},
   };
@@ -337,8 +408,10 @@ void ExpectSpecial(OpTester& t, const std::vector<double>& expected) {
 }
 
 TEST(ElementwiseUnary, RoundHalfToEvenAndSpecialValues) {
-  OpTester("Round", 11).Input("x", Values<float>({0.5, 1.5, 2.5, -0.5, -2.5, 2.4, -2.6}))
-      .Output("y", {7}, {0, 2, 2, 0, -2, 2, -3}).Run();
+  OpTester("Round", 11)
+      .Input("x", Values<float>({0.5, 1.5, 2.5, -0.5, -2.5, 2.4, -2.6}))
+      .Output("y", {7}, {0, 2, 2, 0, -2, 2, -3})
+      .Run();
   const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
   Tensor special = Values<float>({inf, -inf, nan, 0.0});
   auto check = [](const char* op, Tensor x, std::vector<double> expected) {
@@ -356,9 +429,16 @@ TEST(ElementwiseUnary, RoundHalfToEvenAndSpecialValues) {
   check("Exp", Values<Float16>({12.0, -20.0}), {inf, 0});
   OpTester("IsNaN", 13).Input("x", special).Output("y", {4}, {0, 0, 1, 0}).Run();
   OpTester("IsInf", 20).Input("x", special).Output("y", {4}, {1, 1, 0, 0}).Run();
-  OpTester("IsInf", 10).Attr("detect_negative", Attribute::Int(0)).Input("x", special).Output("y", {4}, {1, 0, 0, 0}).Run();
-  OpTester("IsInf", 20).Attr("detect_positive", Attribute::Int(0)).Input("x", Values<Float16>({inf, -inf, 1}))
-      .Output("y", {3}, {0, 1, 0}).Run();
+  OpTester("IsInf", 10)
+      .Attr("detect_negative", Attribute::Int(0))
+      .Input("x", special)
+      .Output("y", {4}, {1, 0, 0, 0})
+      .Run();
+  OpTester("IsInf", 20)
+      .Attr("detect_positive", Attribute::Int(0))
+      .Input("x", Values<Float16>({inf, -inf, 1}))
+      .Output("y", {3}, {0, 1, 0})
+      .Run();
 }
 
 using ArrayFn = void (*)(const float*, float*, int64_t);
@@ -407,8 +487,7 @@ TEST(ElementwiseVectorMath, IsaVariantsAccuracy) {
   };
   const Variant variants[] = {
       {"avx2", ew::avx2::Available(), ew::avx2::ExpArray, ew::avx2::TanhArray, ew::avx2::SigmoidArray,
-       ew::avx2::ErfArray, ew::avx2::GeluArray, ew::avx2::GeluTanhArray, ew::avx2::LogArray,
-       ew::avx2::SoftplusArray},
+       ew::avx2::ErfArray, ew::avx2::GeluArray, ew::avx2::GeluTanhArray, ew::avx2::LogArray, ew::avx2::SoftplusArray},
       {"avx512", ew::avx512::Available(), ew::avx512::ExpArray, ew::avx512::TanhArray, ew::avx512::SigmoidArray,
        ew::avx512::ErfArray, ew::avx512::GeluArray, ew::avx512::GeluTanhArray, ew::avx512::LogArray,
        ew::avx512::SoftplusArray},
@@ -475,34 +554,66 @@ TEST(ElementwiseVectorMath, ScalarFunctorsMatchVectorisedPath) {
 
 TEST(ElementwiseActivation, AttributesAndGeluForms) {
   Tensor x = RandomTensor<float>({4, 33}, -4, 4, 3);
-  OpTester("LeakyRelu", 16).Attr("alpha", Attribute::Float(0.3f)).Input("x", x)
-      .Output("y", {4, 33}, Ref1(x, [](double v) { return v < 0 ? 0.3 * v : v; }), 1e-6, 1e-7).Run();
-  OpTester("Elu", 6).Attr("alpha", Attribute::Float(2.0f)).Input("x", x)
-      .Output("y", {4, 33}, Ref1(x, [](double v) { return v < 0 ? 2 * std::expm1(v) : v; }), 2e-6, 1e-6).Run();
-  OpTester("Selu", 6).Attr("alpha", Attribute::Float(2.0f)).Attr("gamma", Attribute::Float(3.0f)).Input("x", x)
-      .Output("y", {4, 33}, Ref1(x, [](double v) { return 3 * (v <= 0 ? 2 * std::expm1(v) : v); }), 2e-6, 1e-6).Run();
-  OpTester("HardSigmoid", 6).Attr("alpha", Attribute::Float(0.5f)).Attr("beta", Attribute::Float(0.6f)).Input("x", x)
-      .Output("y", {4, 33}, Ref1(x, [](double v) { return std::clamp(0.5 * v + 0.6, 0.0, 1.0); }), 1e-6, 1e-7).Run();
-  OpTester("Gelu", 20).Attr("approximate", Attribute::String("tanh")).Input("x", x)
-      .Output("y", {4, 33}, Ref1(x, GeluTanh), 2e-6, 1e-6).Run();
+  OpTester("LeakyRelu", 16)
+      .Attr("alpha", Attribute::Float(0.3f))
+      .Input("x", x)
+      .Output("y", {4, 33}, Ref1(x, [](double v) { return v < 0 ? 0.3 * v : v; }), 1e-6, 1e-7)
+      .Run();
+  OpTester("Elu", 6)
+      .Attr("alpha", Attribute::Float(2.0f))
+      .Input("x", x)
+      .Output("y", {4, 33}, Ref1(x, [](double v) { return v < 0 ? 2 * std::expm1(v) : v; }), 2e-6, 1e-6)
+      .Run();
+  OpTester("Selu", 6)
+      .Attr("alpha", Attribute::Float(2.0f))
+      .Attr("gamma", Attribute::Float(3.0f))
+      .Input("x", x)
+      .Output("y", {4, 33}, Ref1(x, [](double v) { return 3 * (v <= 0 ? 2 * std::expm1(v) : v); }), 2e-6, 1e-6)
+      .Run();
+  OpTester("HardSigmoid", 6)
+      .Attr("alpha", Attribute::Float(0.5f))
+      .Attr("beta", Attribute::Float(0.6f))
+      .Input("x", x)
+      .Output("y", {4, 33}, Ref1(x, [](double v) { return std::clamp(0.5 * v + 0.6, 0.0, 1.0); }), 1e-6, 1e-7)
+      .Run();
+  OpTester("Gelu", 20)
+      .Attr("approximate", Attribute::String("tanh"))
+      .Input("x", x)
+      .Output("y", {4, 33}, Ref1(x, GeluTanh), 2e-6, 1e-6)
+      .Run();
   OpTester("Gelu", 1, kMicrosoftDomain).Input("x", x).Output("y", {4, 33}, Ref1(x, Gelu), 2e-6, 1e-6).Run();
 
   Tensor bias = RandomTensor<float>({33}, -1, 1, 4);
   auto plus = [](const Fn1& f) { return [f](double a, double b) { return f(a + b); }; };
-  OpTester("FastGelu", 1, kMicrosoftDomain).Input("x", x).Input("b", bias)
-      .Output("y", {4, 33}, Ref2(x, bias, {4, 33}, plus(GeluTanh)), 2e-6, 1e-6).Run();
+  OpTester("FastGelu", 1, kMicrosoftDomain)
+      .Input("x", x)
+      .Input("b", bias)
+      .Output("y", {4, 33}, Ref2(x, bias, {4, 33}, plus(GeluTanh)), 2e-6, 1e-6)
+      .Run();
   OpTester("FastGelu", 1, kMicrosoftDomain).Input("x", x).Output("y", {4, 33}, Ref1(x, GeluTanh), 2e-6, 1e-6).Run();
-  OpTester("BiasGelu", 1, kMicrosoftDomain).Input("x", x).Input("b", bias)
-      .Output("y", {4, 33}, Ref2(x, bias, {4, 33}, plus(Gelu)), 2e-6, 1e-6).Run();
+  OpTester("BiasGelu", 1, kMicrosoftDomain)
+      .Input("x", x)
+      .Input("b", bias)
+      .Output("y", {4, 33}, Ref2(x, bias, {4, 33}, plus(Gelu)), 2e-6, 1e-6)
+      .Run();
   Tensor xh = RandomTensor<Float16>({4, 600}, -4, 4, 5), bh = RandomTensor<Float16>({600}, -1, 1, 6);
-  OpTester("BiasGelu", 1, kMicrosoftDomain).Input("x", xh).Input("b", bh)
-      .Output("y", {4, 600}, Ref2(xh, bh, {4, 600}, plus(Gelu)), 2e-3, 2e-3).Run();
+  OpTester("BiasGelu", 1, kMicrosoftDomain)
+      .Input("x", xh)
+      .Input("b", bh)
+      .Output("y", {4, 600}, Ref2(xh, bh, {4, 600}, plus(Gelu)), 2e-3, 2e-3)
+      .Run();
 
-  auto bad = OpTester("Gelu", 20).Attr("approximate", Attribute::String("fast")).Input("x", x).Output("y", {4, 33}, {})
+  auto bad = OpTester("Gelu", 20)
+                 .Attr("approximate", Attribute::String("fast"))
+                 .Input("x", x)
+                 .Output("y", {4, 33}, {})
                  .Compute();
   EXPECT_FALSE(bad.ok());
-  auto bad_bias = OpTester("BiasGelu", 1, kMicrosoftDomain).Input("x", x).Input("b", RandomTensor<float>({5}))
-                      .Output("y", {4, 33}, {}).Compute();
+  auto bad_bias = OpTester("BiasGelu", 1, kMicrosoftDomain)
+                      .Input("x", x)
+                      .Input("b", RandomTensor<float>({5}))
+                      .Output("y", {4, 33}, {})
+                      .Compute();
   EXPECT_FALSE(bad_bias.ok());
 }
 
@@ -547,14 +658,23 @@ TEST(ElementwiseWhere, ThreeWayBroadcastAllWidths) {
   Tensor xi = Values<int64_t>({10, 20, 30}), yi = Values<int64_t>({-1}, {});
   OpTester("Where", 9).Input("c", c).Input("x", xi).Input("y", yi).Output("z", {2, 3}, {10, -1, -1, 10, 20, -1}).Run();
   Tensor xh = Values<Float16>({1.5, 2.5, 3.5}), yh = Values<Float16>({-1.5}, {});
-  OpTester("Where", 16).Input("c", c).Input("x", xh).Input("y", yh).Output("z", {2, 3}, {1.5, -1.5, -1.5, 1.5, 2.5, -1.5})
+  OpTester("Where", 16)
+      .Input("c", c)
+      .Input("x", xh)
+      .Input("y", yh)
+      .Output("z", {2, 3}, {1.5, -1.5, -1.5, 1.5, 2.5, -1.5})
       .Run();
   Tensor xb = Values<bool>({1, 1, 1}), yb = Values<bool>({0});
   OpTester("Where", 16).Input("c", c).Input("x", xb).Input("y", yb).Output("z", {2, 3}, cv).Run();
   // Scalar condition over a large tensor (a copy) on several threads.
   Tensor big_x = RandomTensor<double>({100, 700}, -1, 1, 3), big_y = RandomTensor<double>({100, 700}, -1, 1, 4);
-  OpTester("Where", 16).Input("c", Values<bool>({0}, {})).Input("x", big_x).Input("y", big_y)
-      .Output("z", {100, 700}, ToDoubles(big_y)).Threads(4).Run();
+  OpTester("Where", 16)
+      .Input("c", Values<bool>({0}, {}))
+      .Input("x", big_x)
+      .Input("y", big_y)
+      .Output("z", {100, 700}, ToDoubles(big_y))
+      .Threads(4)
+      .Run();
 }
 
 // ---------------------------------------------------------------- cast
@@ -562,7 +682,8 @@ TEST(ElementwiseWhere, ThreeWayBroadcastAllWidths) {
 template <typename T>
 double CastRef(double v) {
   if constexpr (std::is_same_v<T, bool>) return v != 0;
-  else if constexpr (std::is_integral_v<T>) return static_cast<double>(static_cast<T>(static_cast<int64_t>(std::trunc(v))));
+  else if constexpr (std::is_integral_v<T>)
+    return static_cast<double>(static_cast<T>(static_cast<int64_t>(std::trunc(v))));
   else return static_cast<double>(static_cast<T>(static_cast<float>(v)));
 }
 
@@ -572,8 +693,11 @@ void CheckCast(const std::vector<double>& values) {
   for (double v : values) src_vals.push_back(CastRef<S>(std::is_unsigned_v<S> ? std::fabs(v) : v));
   for (double v : src_vals) expected.push_back(CastRef<D>(v));
   SCOPED_TRACE(std::string(DTypeName(DTypeOf<S>())) + " -> " + DTypeName(DTypeOf<D>()));
-  OpTester("Cast", 13).Attr("to", Attribute::Int(static_cast<int64_t>(DTypeOf<D>()))).Input("x", Values<S>(src_vals))
-      .Output("y", {static_cast<int64_t>(values.size())}, expected, 0, 0).Run();
+  OpTester("Cast", 13)
+      .Attr("to", Attribute::Int(static_cast<int64_t>(DTypeOf<D>())))
+      .Input("x", Values<S>(src_vals))
+      .Output("y", {static_cast<int64_t>(values.size())}, expected, 0, 0)
+      .Run();
 }
 
 TEST(ElementwiseCast, EveryPairOfSupportedTypes) {
@@ -589,16 +713,30 @@ TEST(ElementwiseCast, FloatToIntTruncatesAndCastLikeFollowsTarget) {
   const double nan = std::nan(""), inf = std::numeric_limits<double>::infinity();
   // NaN and out-of-range values are implementation-defined in ONNX; here they must not crash
   // and give a defined answer (0 and saturation).
-  OpTester("Cast", 19).Attr("to", Attribute::Int(6)).Input("x", Values<float>({2.9, -2.9, nan, inf, -1e20}))
-      .Output("y", {5}, {2, -2, 0, -1, 0}).Run();
-  OpTester("Cast", 13).Attr("to", Attribute::Int(9)).Input("x", Values<float>({0.0, -0.0, 0.1, nan}))
-      .Output("y", {4}, {0, 0, 1, 1}).Run();
-  OpTester("CastLike", 15).Input("x", Values<double>({1.5, -7.25})).Input("like", Values<Float16>({0}))
-      .Output("y", {2}, {1.5, -7.25}).Run();
+  OpTester("Cast", 19)
+      .Attr("to", Attribute::Int(6))
+      .Input("x", Values<float>({2.9, -2.9, nan, inf, -1e20}))
+      .Output("y", {5}, {2, -2, 0, -1, 0})
+      .Run();
+  OpTester("Cast", 13)
+      .Attr("to", Attribute::Int(9))
+      .Input("x", Values<float>({0.0, -0.0, 0.1, nan}))
+      .Output("y", {4}, {0, 0, 1, 1})
+      .Run();
+  OpTester("CastLike", 15)
+      .Input("x", Values<double>({1.5, -7.25}))
+      .Input("like", Values<Float16>({0}))
+      .Output("y", {2}, {1.5, -7.25})
+      .Run();
   Tensor big = RandomTensor<float>({250, 401}, -100, 100, 3);
   std::vector<double> expected;
   for (double v : ToDoubles(big)) expected.push_back(static_cast<float>(Float16(static_cast<float>(v))));
-  OpTester("Cast", 13).Attr("to", Attribute::Int(10)).Input("x", big).Output("y", {250, 401}, expected, 0, 0).Threads(4).Run();
+  OpTester("Cast", 13)
+      .Attr("to", Attribute::Int(10))
+      .Input("x", big)
+      .Output("y", {250, 401}, expected, 0, 0)
+      .Threads(4)
+      .Run();
   auto bad = OpTester("Cast", 13).Attr("to", Attribute::Int(17)).Input("x", big).Output("y", {250, 401}, {}).Compute();
   EXPECT_FALSE(bad.ok());
 }
@@ -608,22 +746,50 @@ TEST(ElementwiseCast, FloatToIntTruncatesAndCastLikeFollowsTarget) {
 TEST(ElementwiseClip, AttributesInputsAndTypes) {
   Tensor x = RandomTensor<float>({6, 50}, -5, 5, 1);
   auto clip = [](double lo, double hi) { return [lo, hi](double v) { return std::min(std::max(v, lo), hi); }; };
-  OpTester("Clip", 6).Attr("min", Attribute::Float(-1)).Attr("max", Attribute::Float(2)).Input("x", x)
-      .Output("y", {6, 50}, Ref1(x, clip(-1, 2))).Run();
-  OpTester("Clip", 6).Attr("max", Attribute::Float(0.5)).Input("x", x).Output("y", {6, 50}, Ref1(x, clip(-1e30, 0.5))).Run();
-  OpTester("Clip", 13).Input("x", x).Input("lo", Values<float>({-0.5}, {})).Input("hi", Values<float>({1.5}, {}))
-      .Output("y", {6, 50}, Ref1(x, clip(-0.5, 1.5))).Run();
-  OpTester("Clip", 13).Input("x", x).Input("", Tensor()).Input("hi", Values<float>({1.5}, {}))
-      .Output("y", {6, 50}, Ref1(x, clip(-1e30, 1.5))).Run();
+  OpTester("Clip", 6)
+      .Attr("min", Attribute::Float(-1))
+      .Attr("max", Attribute::Float(2))
+      .Input("x", x)
+      .Output("y", {6, 50}, Ref1(x, clip(-1, 2)))
+      .Run();
+  OpTester("Clip", 6)
+      .Attr("max", Attribute::Float(0.5))
+      .Input("x", x)
+      .Output("y", {6, 50}, Ref1(x, clip(-1e30, 0.5)))
+      .Run();
+  OpTester("Clip", 13)
+      .Input("x", x)
+      .Input("lo", Values<float>({-0.5}, {}))
+      .Input("hi", Values<float>({1.5}, {}))
+      .Output("y", {6, 50}, Ref1(x, clip(-0.5, 1.5)))
+      .Run();
+  OpTester("Clip", 13)
+      .Input("x", x)
+      .Input("", Tensor())
+      .Input("hi", Values<float>({1.5}, {}))
+      .Output("y", {6, 50}, Ref1(x, clip(-1e30, 1.5)))
+      .Run();
   OpTester("Clip", 13).Input("x", x).Output("y", {6, 50}, ToDoubles(x)).Run();
   // min > max: everything becomes max; NaN passes through.
-  OpTester("Clip", 13).Input("x", Values<float>({-3, 0, 3, std::nan("")})).Input("lo", Values<float>({2}, {}))
-      .Input("hi", Values<float>({1}, {})).Output("y", {4}, {1, 1, 1, std::nan("")}).Run();
-  OpTester("Clip", 12).Input("x", Values<int64_t>({-9, 4, 12})).Input("lo", Values<int64_t>({0}, {}))
-      .Input("hi", Values<int64_t>({10}, {})).Output("y", {3}, {0, 4, 10}).Run();
+  OpTester("Clip", 13)
+      .Input("x", Values<float>({-3, 0, 3, std::nan("")}))
+      .Input("lo", Values<float>({2}, {}))
+      .Input("hi", Values<float>({1}, {}))
+      .Output("y", {4}, {1, 1, 1, std::nan("")})
+      .Run();
+  OpTester("Clip", 12)
+      .Input("x", Values<int64_t>({-9, 4, 12}))
+      .Input("lo", Values<int64_t>({0}, {}))
+      .Input("hi", Values<int64_t>({10}, {}))
+      .Output("y", {3}, {0, 4, 10})
+      .Run();
   Tensor xh = RandomTensor<BFloat16>({600}, -3, 3, 2);
-  OpTester("Clip", 13).Input("x", xh).Input("lo", Values<BFloat16>({-1}, {})).Input("hi", Values<BFloat16>({1}, {}))
-      .Output("y", {600}, Ref1(xh, clip(-1, 1))).Run();
+  OpTester("Clip", 13)
+      .Input("x", xh)
+      .Input("lo", Values<BFloat16>({-1}, {}))
+      .Input("hi", Values<BFloat16>({1}, {}))
+      .Output("y", {600}, Ref1(xh, clip(-1, 1)))
+      .Run();
   auto bad = OpTester("Clip", 13).Input("x", x).Input("lo", Values<float>({0, 1})).Output("y", {6, 50}, {}).Compute();
   EXPECT_FALSE(bad.ok());
 }
@@ -648,17 +814,33 @@ TEST(ElementwiseVariadic, MinMaxSumMeanBroadcast) {
   run("Sum", 13, [](double x, double y, double z) { return x + y + z; });
   run("Mean", 13, [](double x, double y, double z) { return (x + y + z) / 3; });
   OpTester("Sum", 13).Input("a", a).Output("y", {2, 1, 5}, av).Run();
-  OpTester("Mean", 13).Input("a", a).Input("b", b).Output("y", out, [&] {
-    std::vector<double> r;
-    for (int64_t i = 0; i < 40; ++i) r.push_back((av[BroadcastOffset(a.shape(), out, i)] + bv[BroadcastOffset(b.shape(), out, i)]) / 2);
-    return r;
-  }()).Run();
-  OpTester("Max", 13).Input("a", Values<uint8_t>({3, 200})).Input("b", Values<uint8_t>({100})).Output("y", {2}, {100, 200}).Run();
-  OpTester("Min", 13).Input("a", Values<float>({1, std::nan("")})).Input("b", Values<float>({std::nan(""), 1}))
-      .Output("y", {2}, {std::nan(""), std::nan("")}).Run();
+  OpTester("Mean", 13)
+      .Input("a", a)
+      .Input("b", b)
+      .Output("y", out,
+              [&] {
+                std::vector<double> r;
+                for (int64_t i = 0; i < 40; ++i)
+                  r.push_back((av[BroadcastOffset(a.shape(), out, i)] + bv[BroadcastOffset(b.shape(), out, i)]) / 2);
+                return r;
+              }())
+      .Run();
+  OpTester("Max", 13)
+      .Input("a", Values<uint8_t>({3, 200}))
+      .Input("b", Values<uint8_t>({100}))
+      .Output("y", {2}, {100, 200})
+      .Run();
+  OpTester("Min", 13)
+      .Input("a", Values<float>({1, std::nan("")}))
+      .Input("b", Values<float>({std::nan(""), 1}))
+      .Output("y", {2}, {std::nan(""), std::nan("")})
+      .Run();
   Tensor ah = RandomTensor<Float16>({3, 300}, -3, 3, 4), bh = RandomTensor<Float16>({300}, -3, 3, 5);
-  OpTester("Mean", 13).Input("a", ah).Input("b", bh)
-      .Output("y", {3, 300}, Ref2(ah, bh, {3, 300}, [](double x, double y) { return (x + y) / 2; }), 1e-3, 1e-3).Run();
+  OpTester("Mean", 13)
+      .Input("a", ah)
+      .Input("b", bh)
+      .Output("y", {3, 300}, Ref2(ah, bh, {3, 300}, [](double x, double y) { return (x + y) / 2; }), 1e-3, 1e-3)
+      .Run();
   auto bad = OpTester("Sum", 13).Input("a", a).Input("b", RandomTensor<float>({3})).Output("y", out, {}).Compute();
   EXPECT_FALSE(bad.ok());
 }

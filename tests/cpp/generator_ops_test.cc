@@ -13,8 +13,7 @@ namespace tob::testing {
 namespace {
 
 // Runs the static shape function with no input values (what the optimizer sees).
-ValueType InferStatically(const std::string& op, int opset, std::vector<ValueType> inputs,
-                          AttributeMap attrs = {}) {
+ValueType InferStatically(const std::string& op, int opset, std::vector<ValueType> inputs, AttributeMap attrs = {}) {
   Graph g;
   g.SetOpset("", opset);
   std::vector<std::string> names;
@@ -26,8 +25,7 @@ ValueType InferStatically(const std::string& op, int opset, std::vector<ValueTyp
   EXPECT_TRUE(node.ok());
   std::vector<const ValueType*> types;
   for (auto& n : names) types.push_back(&g.FindValue(n)->type());
-  InferenceContext ctx(*node.value(), opset, types,
-                       std::vector<const Tensor*>(inputs.size(), nullptr));
+  InferenceContext ctx(*node.value(), opset, types, std::vector<const Tensor*>(inputs.size(), nullptr));
   Status s = OpSchemaRegistry::Global().Infer(ctx);
   EXPECT_TRUE(s.ok()) << s.ToString();
   return ctx.output_types()[0];
@@ -73,9 +71,7 @@ TEST(GeneratorOpsConstant, UnsupportedOrMissingValueIsAnError) {
   EXPECT_FALSE(none.Compute().ok());
 
   OpTester two("Constant", 13);
-  two.Attr("value_int", Attribute::Int(1))
-      .Attr("value_float", Attribute::Float(1))
-      .Output("y", {}, {});
+  two.Attr("value_int", Attribute::Int(1)).Attr("value_float", Attribute::Float(1)).Output("y", {}, {});
   EXPECT_FALSE(two.Compute().ok());
 }
 
@@ -134,8 +130,7 @@ void CheckRange(double start, double limit, double delta, double rtol = 0) {
       .Input("limit", Tensor::FromVector<T>({static_cast<T>(limit)}, {}))
       .Input("delta", Tensor::FromVector<T>({static_cast<T>(delta)}, {}));
   t.Output("y", {n}, expected, rtol, rtol);
-  SCOPED_TRACE(std::to_string(start) + ".." + std::to_string(limit) + " step " +
-               std::to_string(delta));
+  SCOPED_TRACE(std::to_string(start) + ".." + std::to_string(limit) + " step " + std::to_string(delta));
   t.Run();
 }
 
@@ -211,9 +206,7 @@ TEST(GeneratorOpsTrilu, UpperLowerAndK) {
             expected[at] = keep ? xs[at] : 0;
           }
       OpTester t("Trilu", 14);
-      t.Input("x", x)
-          .Input("k", Tensor::FromVector<int64_t>({k}, {}))
-          .Attr("upper", Attribute::Int(upper));
+      t.Input("x", x).Input("k", Tensor::FromVector<int64_t>({k}, {})).Attr("upper", Attribute::Int(upper));
       t.Output("y", {2, 4, 5}, expected, 0, 0);
       SCOPED_TRACE("upper " + std::to_string(upper) + " k " + std::to_string(k));
       t.Run();
@@ -229,9 +222,8 @@ TEST(GeneratorOpsTrilu, UpperLowerAndK) {
 
 // ---- OneHot ----
 
-std::vector<double> ReferenceOneHot(const std::vector<double>& idx, const Shape& shape,
-                                    int64_t depth, int64_t axis, double off, double on,
-                                    bool negative) {
+std::vector<double> ReferenceOneHot(const std::vector<double>& idx, const Shape& shape, int64_t depth, int64_t axis,
+                                    double off, double on, bool negative) {
   int64_t a = axis < 0 ? axis + static_cast<int64_t>(shape.size()) + 1 : axis;
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < a; ++d) outer *= shape[d];
@@ -255,12 +247,9 @@ TEST(GeneratorOpsOneHot, AxesNegativeAndOutOfRangeIndices) {
       Shape shape = {2, 3};
       shape.insert(shape.begin() + a, 5);
       OpTester t("OneHot", opset);
-      t.Input("indices", idx)
-          .Input("depth", Tensor::FromVector<float>({5.0f}, {}))
-          .Input("values", values);
+      t.Input("indices", idx).Input("depth", Tensor::FromVector<float>({5.0f}, {})).Input("values", values);
       t.Attr("axis", Attribute::Int(axis));
-      t.Output("y", shape, ReferenceOneHot(ToDoubles(idx), {2, 3}, 5, axis, -0.5, 2.0, opset >= 11),
-               0, 0);
+      t.Output("y", shape, ReferenceOneHot(ToDoubles(idx), {2, 3}, 5, axis, -0.5, 2.0, opset >= 11), 0, 0);
       SCOPED_TRACE("axis " + std::to_string(axis) + " opset " + std::to_string(opset));
       t.Run();
     }
@@ -299,9 +288,7 @@ TEST(GeneratorOpsDropout, InferenceIsIdentityWithAllKeptMask) {
   v7.Output("y", {3, 4, 5}, xs, 0, 0).Output("mask", {3, 4, 5}, std::vector<double>(60, 1), 0, 0);
   v7.Run();
   OpTester v10("Dropout", 10);
-  v10.Input("x", x)
-      .Output("y", {3, 4, 5}, xs, 0, 0)
-      .Output("mask", {3, 4, 5}, std::vector<double>(60, 1), 0, 0);
+  v10.Input("x", x).Output("y", {3, 4, 5}, xs, 0, 0).Output("mask", {3, 4, 5}, std::vector<double>(60, 1), 0, 0);
   auto outs = v10.Compute();
   ASSERT_TRUE(outs.ok()) << outs.status().ToString();
   EXPECT_EQ(outs.value()[1].dtype(), DType::kBool);
@@ -362,8 +349,7 @@ TEST(GeneratorOpsDropout, BadRatioIsAnError) {
   attr.Output("y", {4}, {});
   EXPECT_FALSE(attr.Compute().ok());
   OpTester input("Dropout", 13);
-  input.Input("x", RandomTensor<float>({4}, -1, 1, 1))
-      .Input("ratio", Tensor::FromVector<float>({-0.1f}, {}));
+  input.Input("x", RandomTensor<float>({4}, -1, 1, 1)).Input("ratio", Tensor::FromVector<float>({-0.1f}, {}));
   input.Input("training_mode", Tensor::FromVector<bool>({true}, {}));
   input.Output("y", {4}, {});
   EXPECT_FALSE(input.Compute().ok());
@@ -395,9 +381,7 @@ StatusOr<Tensor> RunRandom(OpTester& t, const Shape& shape, int threads = 2) {
 
 TEST(GeneratorOpsRandom, UniformAndNormalMoments) {
   OpTester u("RandomUniform", 1);
-  u.Attr("shape", Attribute::Ints({500, 400}))
-      .Attr("low", Attribute::Float(-1))
-      .Attr("high", Attribute::Float(3));
+  u.Attr("shape", Attribute::Ints({500, 400})).Attr("low", Attribute::Float(-1)).Attr("high", Attribute::Float(3));
   auto uniform = RunRandom(u, {500, 400}, 4);
   ASSERT_TRUE(uniform.ok()) << uniform.status().ToString();
   Moments mu = MomentsOf(uniform.value());
@@ -407,9 +391,7 @@ TEST(GeneratorOpsRandom, UniformAndNormalMoments) {
   EXPECT_NEAR(mu.stddev, 4.0 / std::sqrt(12.0), 0.01);
 
   OpTester nrm("RandomNormal", 1);
-  nrm.Attr("shape", Attribute::Ints({200001}))
-      .Attr("mean", Attribute::Float(2))
-      .Attr("scale", Attribute::Float(0.5));
+  nrm.Attr("shape", Attribute::Ints({200001})).Attr("mean", Attribute::Float(2)).Attr("scale", Attribute::Float(0.5));
   nrm.Attr("dtype", Attribute::Int(static_cast<int64_t>(DType::kFloat64)));
   auto normal = RunRandom(nrm, {200001}, 4);
   ASSERT_TRUE(normal.ok()) << normal.status().ToString();

@@ -25,8 +25,8 @@ namespace testing {
 
 inline ValueType F32(Dims dims) { return ValueType(DType::kFloat32, std::move(dims)); }
 
-inline OpSchema Schema(std::string op, int min_in, int max_in, ShapeFunction infer, int min_out = 1,
-                       int max_out = 1, std::string domain = "") {
+inline OpSchema Schema(std::string op, int min_in, int max_in, ShapeFunction infer, int min_out = 1, int max_out = 1,
+                       std::string domain = "") {
   OpSchema s;
   s.domain = std::move(domain);
   s.op_type = std::move(op);
@@ -57,11 +57,21 @@ class FloatMapKernel final : public OpKernel {
   }
 };
 
-struct AddFn { float operator()(float a, float b) const { return a + b; } };
-struct MulFn { float operator()(float a, float b) const { return a * b; } };
-struct ReluFn { float operator()(float a, float) const { return a > 0.f ? a : 0.f; } };
-struct NegFn { float operator()(float a, float) const { return -a; } };
-struct CopyFn { float operator()(float a, float) const { return a; } };
+struct AddFn {
+  float operator()(float a, float b) const { return a + b; }
+};
+struct MulFn {
+  float operator()(float a, float b) const { return a * b; }
+};
+struct ReluFn {
+  float operator()(float a, float) const { return a > 0.f ? a : 0.f; }
+};
+struct NegFn {
+  float operator()(float a, float) const { return -a; }
+};
+struct CopyFn {
+  float operator()(float a, float) const { return a; }
+};
 
 // Random values: a correct kernel, which the optimizer must still never evaluate ahead of time.
 class RandomLikeKernel final : public OpKernel {
@@ -131,18 +141,21 @@ struct TestRegistries {
                                                           : std::optional<Dims>(Dims{Dim::Unknown()})));
       return Status::OK();
     }));
-    OpSchema dropout = Schema("Dropout", 1, 3, [](InferenceContext& ctx) -> Status {
-      TOB_RETURN_IF_ERROR(PropagateType(ctx));
-      if (ctx.num_outputs() > 1) ctx.set_output(1, ValueType(DType::kBool, ctx.input_type(0)->shape));
-      return Status::OK();
-    }, 1, 2);
+    OpSchema dropout = Schema(
+        "Dropout", 1, 3,
+        [](InferenceContext& ctx) -> Status {
+          TOB_RETURN_IF_ERROR(PropagateType(ctx));
+          if (ctx.num_outputs() > 1) ctx.set_output(1, ValueType(DType::kBool, ctx.input_type(0)->shape));
+          return Status::OK();
+        },
+        1, 2);
     // When Dropout trains is the real schema's trait.
     dropout.nondeterministic = OpSchemaRegistry::Global().Find("", "Dropout")->nondeterministic;
     schemas.Register(std::move(dropout));
     // An op whose shape function knows nothing: declared graph-output types must survive it.
     schemas.Register(Schema("Opaque", 1, 1, [](InferenceContext&) { return Status::OK(); }));
-    OpSchema yield = Schema("YieldOp", 0, INT_MAX, [](InferenceContext&) { return Status::OK(); }, 0, INT_MAX,
-                            kMicrosoftDomain);
+    OpSchema yield = Schema(
+        "YieldOp", 0, INT_MAX, [](InferenceContext&) { return Status::OK(); }, 0, INT_MAX, kMicrosoftDomain);
     yield.side_effects = true;  // hands control to Python (onnxruntime-training's ORTModule)
     schemas.Register(std::move(yield));
     RegisterRuntimeSchemas(schemas);

@@ -58,11 +58,12 @@ TEST_P(GemmWrapper, MatchesReferenceWithPaddedLeadingDims) {
   for (int threads : {1, 2, 3}) {
     ThreadPool pool(threads);
     std::vector<float> af(A.begin(), A.end()), bf(B.begin(), B.end()), cf(C.begin(), C.end());
-    ASSERT_TRUE(Gemm(p.ta, p.tb, p.M, p.N, p.K, p.alpha, af.data(), lda, bf.data(), ldb, p.beta, cf.data(), ldc,
-                     &pool).ok());
+    ASSERT_TRUE(
+        Gemm(p.ta, p.tb, p.M, p.N, p.K, p.alpha, af.data(), lda, bf.data(), ldb, p.beta, cf.data(), ldc, &pool).ok());
     std::vector<double> ad(A), bd(B), cd(C);
     ASSERT_TRUE(Gemm(p.ta, p.tb, p.M, p.N, p.K, double(p.alpha), ad.data(), lda, bd.data(), ldb, double(p.beta),
-                     cd.data(), ldc, &pool).ok());
+                     cd.data(), ldc, &pool)
+                    .ok());
     std::vector<double> expected = C;
     ReferenceGemm(p.ta, p.tb, p.M, p.N, p.K, p.alpha, A, lda, B, ldb, p.beta, expected, ldc);
     for (int64_t m = 0; m < p.M; ++m) {
@@ -70,7 +71,8 @@ TEST_P(GemmWrapper, MatchesReferenceWithPaddedLeadingDims) {
         const int64_t i = m * ldc + n;
         // Padding columns of C must be untouched.
         double want = n < p.N ? expected[i] : C[i];
-        ASSERT_NEAR(cf[i], want, 1e-4 + 1e-4 * std::fabs(want)) << "float, threads " << threads << " at " << m << "," << n;
+        ASSERT_NEAR(cf[i], want, 1e-4 + 1e-4 * std::fabs(want))
+            << "float, threads " << threads << " at " << m << "," << n;
         ASSERT_NEAR(cd[i], want, 1e-10 + 1e-10 * std::fabs(want)) << "double, threads " << threads;
       }
     }
@@ -107,7 +109,8 @@ TEST(GemmWrapperTest, BatchedSplitsAcrossThreadsAndTiles) {
       cp.push_back(cf[i].data());
     }
     ThreadPool pool(2);
-    ASSERT_TRUE(BatchedGemm(false, false, M, N, K, 1.f, ap.data(), K, bp.data(), N, 0.f, cp.data(), N, batch, &pool).ok());
+    ASSERT_TRUE(
+        BatchedGemm(false, false, M, N, K, 1.f, ap.data(), K, bp.data(), N, 0.f, cp.data(), N, batch, &pool).ok());
     for (int64_t i = 0; i < batch; ++i) {
       ReferenceGemm(false, false, M, N, K, 1.0, A[i], K, B[i], N, 0.0, C[i], N);
       for (int64_t j = 0; j < M * N; ++j) ASSERT_NEAR(cf[i][j], C[i][j], 1e-4) << "batch " << batch << " item " << i;

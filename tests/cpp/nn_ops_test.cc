@@ -80,8 +80,8 @@ std::vector<double> RefConv(const Tensor& x, const Tensor& w, const Tensor* b, c
 }
 
 template <typename T = float>
-void RunConv(const Shape& x_shape, const Shape& w_shape, const Window& win, int64_t group, bool bias,
-             double tol = 1e-4, const std::string& auto_pad = "", const Window* ref_win = nullptr) {
+void RunConv(const Shape& x_shape, const Shape& w_shape, const Window& win, int64_t group, bool bias, double tol = 1e-4,
+             const std::string& auto_pad = "", const Window* ref_win = nullptr) {
   Tensor x = RandomTensor<T>(x_shape, -1, 1, 11), w = RandomTensor<T>(w_shape, -1, 1, 12);
   Tensor b = RandomTensor<T>({w_shape[0]}, -1, 1, 13);
   Shape out_shape;
@@ -253,7 +253,7 @@ TEST(NnConvTranspose, StridesPadsOutputPaddingGroups) {
   RunConvTranspose({{1, 2, 3, 3}, {2, 3, 3, 3}, {{}, {}, {}, {}}});
   RunConvTranspose({{2, 2, 4, 3}, {2, 2, 3, 2}, {{}, {3, 2}, {}, {1, 0, 1, 1}}, 1, {1, 1}});
   RunConvTranspose({{1, 4, 3, 4}, {4, 3, 3, 3}, {{}, {2, 2}, {2, 1}, {1, 1, 0, 1}}, 2});
-  RunConvTranspose({{2, 3, 7}, {3, 2, 3}, {{}, {2}, {}, {1, 0}}, 1, {1}});  // 1-D
+  RunConvTranspose({{2, 3, 7}, {3, 2, 3}, {{}, {2}, {}, {1, 0}}, 1, {1}});                        // 1-D
   RunConvTranspose({{1, 2, 2, 3, 2}, {2, 2, 2, 2, 3}, {{}, {2, 1, 2}, {}, {0, 1, 0, 1, 0, 1}}});  // 3-D
 }
 
@@ -406,7 +406,8 @@ TEST(NnAveragePool, CountIncludePadAndCeilMode) {
 }
 
 TEST(NnPool, MissingKernelShapeIsAnError) {
-  auto r = OpTester("MaxPool", 12).Input("X", RandomTensor<float>({1, 1, 4, 4})).Output("Y", {1, 1, 4, 4}, {}).Compute();
+  auto r =
+      OpTester("MaxPool", 12).Input("X", RandomTensor<float>({1, 1, 4, 4})).Output("Y", {1, 1, 4, 4}, {}).Compute();
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidModel);
   r = OpTester("AveragePool", 19)
           .Attr("kernel_shape", Ints({2, 2, 2}))
@@ -455,7 +456,11 @@ TEST(NnBatchNorm, InferenceMatchesReference) {
     }
     OpTester(std::string("BatchNormalization"), opset)
         .Attr("epsilon", Attribute::Float(1e-3f))
-        .Input("X", x).Input("scale", scale).Input("B", bias).Input("mean", mean).Input("var", var)
+        .Input("X", x)
+        .Input("scale", scale)
+        .Input("B", bias)
+        .Input("mean", mean)
+        .Input("var", var)
         .Output("Y", {2, 3, 4, 5}, y, 1e-5, 1e-5)
         .Run();
   }
@@ -482,7 +487,11 @@ TEST(NnBatchNorm, TrainingModeOutputsRunningStats) {
   OpTester("BatchNormalization", 15)
       .Attr("training_mode", Attribute::Int(1))
       .Attr("momentum", Attribute::Float(0.8f))
-      .Input("X", x).Input("scale", scale).Input("B", bias).Input("mean", mean).Input("var", var)
+      .Input("X", x)
+      .Input("scale", scale)
+      .Input("B", bias)
+      .Input("mean", mean)
+      .Input("var", var)
       .Output("Y", {3, 2, 4}, y, 1e-5, 1e-5)
       .Output("running_mean", {2}, rm, 1e-5, 1e-6)
       .Output("running_var", {2}, rv, 1e-5, 1e-6)
@@ -513,7 +522,9 @@ void RunInstanceNorm(double tol) {
     for (int i = 0; i < 20; ++i) y[p * 20 + i] = (xv[p * 20 + i] - mean) / std::sqrt(var + 1e-5) * s[p % 3] + b[p % 3];
   }
   OpTester("InstanceNormalization", 6)
-      .Input("X", x).Input("scale", scale).Input("B", bias)
+      .Input("X", x)
+      .Input("scale", scale)
+      .Input("B", bias)
       .Output("Y", {2, 3, 5, 4}, y, tol, tol)
       .Run();
 }
@@ -551,7 +562,9 @@ TEST(NnLayerNorm, LastAxisWithStatistics) {
   std::vector<double> b = ToDoubles(bias);
   LayerNormRef ref = RefLayerNorm(ToDoubles(x), 6, 96, ToDoubles(scale), &b, 1e-5);
   OpTester("LayerNormalization", 17)
-      .Input("X", x).Input("Scale", scale).Input("B", bias)
+      .Input("X", x)
+      .Input("Scale", scale)
+      .Input("B", bias)
       .Output("Y", {2, 3, 96}, ref.y, 1e-5, 1e-5)
       .Output("Mean", {2, 3, 1}, ref.mean, 1e-5, 1e-6)
       .Output("InvStdDev", {2, 3, 1}, ref.inv_std, 1e-5, 1e-6)
@@ -565,7 +578,8 @@ TEST(NnLayerNorm, InnerAxisNoBiasAndBroadcastScale) {
   OpTester("LayerNormalization", 17)
       .Attr("axis", Attribute::Int(1))
       .Attr("epsilon", Attribute::Float(1e-3f))
-      .Input("X", x).Input("Scale", scale)
+      .Input("X", x)
+      .Input("Scale", scale)
       .Output("Y", {4, 3, 5}, ref.y, 1e-5, 1e-5)
       .Run();
   // Scale [1, 5] broadcast over the normalized [3, 5] block.
@@ -574,7 +588,8 @@ TEST(NnLayerNorm, InnerAxisNoBiasAndBroadcastScale) {
   LayerNormRef ref2 = RefLayerNorm(ToDoubles(x), 4, 15, s15, nullptr, 1e-5);
   OpTester("LayerNormalization", 17)
       .Attr("axis", Attribute::Int(-2))
-      .Input("X", x).Input("Scale", scale15)
+      .Input("X", x)
+      .Input("Scale", scale15)
       .Output("Y", {4, 3, 5}, ref2.y, 1e-5, 1e-5)
       .Run();
 }
@@ -584,14 +599,16 @@ TEST(NnLayerNorm, DoubleAndHalf) {
   LayerNormRef ref = RefLayerNorm(ToDoubles(x), 3, 40, ToDoubles(scale), nullptr, 1e-5);
   OpTester("LayerNormalization", 17)
       .Attr("stash_type", Attribute::Int(11))
-      .Input("X", x).Input("Scale", scale)
+      .Input("X", x)
+      .Input("Scale", scale)
       .Output("Y", {3, 40}, ref.y, 1e-12, 1e-12)
       .Output("Mean", {3, 1}, ref.mean, 1e-12, 1e-12)
       .Run();
   Tensor xh = RandomTensor<Float16>({3, 40}, -2, 2, 89), sh = RandomTensor<Float16>({40}, 0.5, 1.5, 90);
   LayerNormRef refh = RefLayerNorm(ToDoubles(xh), 3, 40, ToDoubles(sh), nullptr, 1e-5);
   OpTester("LayerNormalization", 17)
-      .Input("X", xh).Input("Scale", sh)
+      .Input("X", xh)
+      .Input("Scale", sh)
       .Output("Y", {3, 40}, refh.y, 1e-2, 1e-2)
       .Output("Mean", {3, 1}, refh.mean, 1e-5, 1e-5)
       .Run();
@@ -615,7 +632,11 @@ TEST(NnSkipLayerNorm, SumBiasAndOutputs) {
   for (size_t i = 0; i < xv.size(); ++i) sum[i] = xv[i] + sv[i % 96] + bv[i % 32];
   LayerNormRef ref = RefLayerNorm(sum, 6, 32, ToDoubles(gamma), &be, 1e-12);
   OpTester("SkipLayerNormalization", 1, kMicrosoftDomain)
-      .Input("input", x).Input("skip", skip).Input("gamma", gamma).Input("beta", beta).Input("bias", bias)
+      .Input("input", x)
+      .Input("skip", skip)
+      .Input("gamma", gamma)
+      .Input("beta", beta)
+      .Input("bias", bias)
       .Output("output", {2, 3, 32}, ref.y, 1e-5, 1e-5)
       .Output("mean", {2, 3, 1}, ref.mean, 1e-5, 1e-5)
       .Output("inv_std_var", {2, 3, 1}, ref.inv_std, 1e-5, 1e-5)
@@ -725,7 +746,9 @@ TEST(NnShapeInference, SymbolicDimsFlowThrough) {
   ASSERT_TRUE(conv.ok()) << conv.status().ToString();
   EXPECT_EQ(DimsToString(*conv.value()[0].shape), "[batch, 8, ?, 16]");
 
-  auto pool = InferStatic("MaxPool", {F32({batch, 4, 9, 9})}, {{"kernel_shape", Ints({3, 3})}, {"ceil_mode", Attribute::Int(1)}, {"strides", Ints({2, 2})}});
+  auto pool =
+      InferStatic("MaxPool", {F32({batch, 4, 9, 9})},
+                  {{"kernel_shape", Ints({3, 3})}, {"ceil_mode", Attribute::Int(1)}, {"strides", Ints({2, 2})}});
   ASSERT_TRUE(pool.ok()) << pool.status().ToString();
   EXPECT_EQ(DimsToString(*pool.value()[0].shape), "[batch, 4, 4, 4]");
 
@@ -743,7 +766,8 @@ TEST(NnShapeInference, SymbolicDimsFlowThrough) {
 TEST(NnShapeInference, MalformedModelsFailStatically) {
   EXPECT_FALSE(InferStatic("MatMul", {F32({Dim::Symbol("b"), 4}), F32({5, 3})}, {}).ok());
   EXPECT_FALSE(InferStatic("Conv", {F32({1, 3, 8}), F32({4, 3, 3, 3})}, {}).ok());  // rank mismatch
-  EXPECT_FALSE(InferStatic("Conv", {F32({1, 3, 8, 8}), F32({4, 3, 3, 3})}, {{"auto_pad", Attribute::String("SAME")}}).ok());
+  EXPECT_FALSE(
+      InferStatic("Conv", {F32({1, 3, 8, 8}), F32({4, 3, 3, 3})}, {{"auto_pad", Attribute::String("SAME")}}).ok());
   EXPECT_FALSE(InferStatic("Gemm", {F32({2, 3, 4}), F32({4, 5})}, {}).ok());
   EXPECT_FALSE(InferStatic("Softmax", {F32({2, 3})}, {{"axis", Attribute::Int(-3)}}).ok());
 }

@@ -21,16 +21,18 @@ std::vector<float> RandomNonZero(size_t n, uint32_t seed) {
   std::uniform_real_distribution<float> dist(-2.f, 2.f);
   std::vector<float> v(n);
   for (auto& x : v) {
-    do x = dist(gen); while (std::fabs(x) < 0.05f);
+    do x = dist(gen);
+    while (std::fabs(x) < 0.05f);
   }
   return v;
 }
 
 // The path exists only on AVX-512 CPUs; elsewhere gemm.cc never calls it (EngineGemmOnPool still
 // checks the OpenBLAS path through the same entry points).
-#define SKIP_WITHOUT_AVX512()                                                               \
-  if (!small_gemm::avx512::Available()) GTEST_SKIP() << "this CPU has no AVX-512: the small-M " \
-                                                        "path is not used on it"
+#define SKIP_WITHOUT_AVX512()                             \
+  if (!small_gemm::avx512::Available())                   \
+  GTEST_SKIP() << "this CPU has no AVX-512: the small-M " \
+                  "path is not used on it"
 
 // One shape with padded strides: the float64 product, the sum of |terms| (for the tolerance),
 // and C's starting values. Columns of C past N hold a sentinel that must survive.
@@ -40,8 +42,7 @@ struct Case {
   std::vector<float> a, b, c0;
   std::vector<double> dot, abs_dot;
 
-  Case(bool ta_, bool tb_, int64_t M_, int64_t N_, int64_t K_, uint32_t seed)
-      : ta(ta_), tb(tb_), M(M_), N(N_), K(K_) {
+  Case(bool ta_, bool tb_, int64_t M_, int64_t N_, int64_t K_, uint32_t seed) : ta(ta_), tb(tb_), M(M_), N(N_), K(K_) {
     lda = (ta ? M : K) + 3;
     ldb = (tb ? K : N) + 5;
     ldc = N + 7;
@@ -92,10 +93,11 @@ struct Case {
         }
         double c_in = beta == 0.f ? 0.0 : double(c0[m * ldc + n]);
         double want = alpha * dot[m * N + n] + beta * c_in;
-        double tol = 1e-6 * std::sqrt(double(K)) * (std::fabs(alpha) * abs_dot[m * N + n] + std::fabs(beta * c_in)) + 1e-6;
+        double tol =
+            1e-6 * std::sqrt(double(K)) * (std::fabs(alpha) * abs_dot[m * N + n] + std::fabs(beta * c_in)) + 1e-6;
         if (!(std::fabs(got - want) <= tol)) {
-          ADD_FAILURE() << label << " at (" << m << ", " << n << "): got " << got << ", want " << want
-                        << " (tol " << tol << ")";
+          ADD_FAILURE() << label << " at (" << m << ", " << n << "): got " << got << ", want " << want << " (tol "
+                        << tol << ")";
           ++failures;
         }
       }
@@ -103,8 +105,8 @@ struct Case {
 };
 
 std::string Label(const Case& t, float alpha, float beta, const char* isa) {
-  return std::string(isa) + " ta=" + std::to_string(t.ta) + " tb=" + std::to_string(t.tb) + " M=" +
-         std::to_string(t.M) + " N=" + std::to_string(t.N) + " K=" + std::to_string(t.K) +
+  return std::string(isa) + " ta=" + std::to_string(t.ta) + " tb=" + std::to_string(t.tb) +
+         " M=" + std::to_string(t.M) + " N=" + std::to_string(t.N) + " K=" + std::to_string(t.K) +
          " alpha=" + std::to_string(alpha) + " beta=" + std::to_string(beta);
 }
 
@@ -170,7 +172,8 @@ TEST(SmallGemmTest, EngineGemmOnPool) {
         EXPECT_TRUE(SmallGemmApplies(t.M, t.N, t.K));
       for (float beta : {0.f, -0.75f})
         t.Check(0.5f, beta, Label(t, 0.5f, beta, "tob::Gemm"), [&](float* c) {
-          ASSERT_TRUE(Gemm(ta, tb, t.M, t.N, t.K, 0.5f, t.a.data(), t.lda, t.b.data(), t.ldb, beta, c, t.ldc, &pool).ok());
+          ASSERT_TRUE(
+              Gemm(ta, tb, t.M, t.N, t.K, 0.5f, t.a.data(), t.lda, t.b.data(), t.ldb, beta, c, t.ldc, &pool).ok());
         });
     }
   // Attention-like batch through BatchedGemm.
@@ -178,8 +181,9 @@ TEST(SmallGemmTest, EngineGemmOnPool) {
   for (uint32_t i = 0; i < 4; ++i) cases.emplace_back(false, true, 32, 48, 16, 300 + 5 * i);
   BatchPointers p(cases);
   const Case& t = cases[0];
-  ASSERT_TRUE(BatchedGemm(false, true, t.M, t.N, t.K, 1.f, p.a.data(), t.lda, p.b.data(), t.ldb, 1.f, p.c.data(),
-                          t.ldc, 4, &pool).ok());
+  ASSERT_TRUE(BatchedGemm(false, true, t.M, t.N, t.K, 1.f, p.a.data(), t.lda, p.b.data(), t.ldb, 1.f, p.c.data(), t.ldc,
+                          4, &pool)
+                  .ok());
   for (int i = 0; i < 4; ++i)
     cases[i].Check(1.f, 1.f, "tob::BatchedGemm batch " + std::to_string(i),
                    [&](float* dst) { cases[i].CopyColumns(p.out[i], dst); });

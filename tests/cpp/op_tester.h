@@ -46,14 +46,16 @@ inline std::vector<double> ToDoubles(const Tensor& t) {
   return r;
 }
 
-inline void ExpectClose(const Tensor& actual, const Shape& expected_shape,
-                        const std::vector<double>& expected, double rtol, double atol,
-                        const std::string& what = "") {
+inline void ExpectClose(const Tensor& actual, const Shape& expected_shape, const std::vector<double>& expected,
+                        double rtol, double atol, const std::string& what = "") {
   ASSERT_EQ(actual.shape(), expected_shape) << what << " shape " << ShapeToString(actual.shape());
   ASSERT_EQ(static_cast<size_t>(actual.numel()), expected.size()) << what;
   for (int64_t i = 0; i < actual.numel(); ++i) {
     double a = actual.ElementAsDouble(i), e = expected[i];
-    if (std::isnan(e)) { EXPECT_TRUE(std::isnan(a)) << what << " at " << i; continue; }
+    if (std::isnan(e)) {
+      EXPECT_TRUE(std::isnan(a)) << what << " at " << i;
+      continue;
+    }
     ASSERT_LE(std::fabs(a - e), atol + rtol * std::fabs(e))
         << what << " element " << i << ": got " << a << ", expected " << e;
   }
@@ -64,7 +66,10 @@ class OpTester {
   explicit OpTester(std::string op_type, int opset = 17, std::string domain = "")
       : op_type_(std::move(op_type)), domain_(std::move(domain)), opset_(opset) {}
 
-  OpTester& Attr(const std::string& name, Attribute a) { attrs_[name] = std::move(a); return *this; }
+  OpTester& Attr(const std::string& name, Attribute a) {
+    attrs_[name] = std::move(a);
+    return *this;
+  }
   // An omitted optional input: Input("", Tensor()).
   OpTester& Input(const std::string& name, Tensor t) {
     inputs_.push_back({name, std::move(t)});
@@ -75,12 +80,15 @@ class OpTester {
     inputs_.push_back({name, std::move(t), true});
     return *this;
   }
-  OpTester& Output(const std::string& name, Shape shape, std::vector<double> expected,
-                   double rtol = 1e-5, double atol = 1e-6) {
+  OpTester& Output(const std::string& name, Shape shape, std::vector<double> expected, double rtol = 1e-5,
+                   double atol = 1e-6) {
     outputs_.push_back({name, std::move(shape), std::move(expected), rtol, atol});
     return *this;
   }
-  OpTester& Threads(int n) { threads_ = n; return *this; }
+  OpTester& Threads(int n) {
+    threads_ = n;
+    return *this;
+  }
 
   // Runs on every provider that registers a kernel (and, for a device provider, has a device);
   // each must match. Fails the test if none.
@@ -88,14 +96,13 @@ class OpTester {
     int providers_run = 0;
     for (const char* provider : {kCpuProvider, kCudaProvider}) {
       auto outs = Compute(provider);
-      if (!outs.ok() && outs.status().code() == StatusCode::kNotImplemented &&
-          std::string(provider) != kCpuProvider)
+      if (!outs.ok() && outs.status().code() == StatusCode::kNotImplemented && std::string(provider) != kCpuProvider)
         continue;
       ASSERT_TRUE(outs.ok()) << op_type_ << " on " << provider << ": " << outs.status().ToString();
       ++providers_run;
       for (size_t i = 0; i < outputs_.size(); ++i)
-        ExpectClose(outs.value()[i], outputs_[i].shape, outputs_[i].expected, outputs_[i].rtol,
-                    outputs_[i].atol, op_type_ + " output '" + outputs_[i].name + "' on " + provider);
+        ExpectClose(outs.value()[i], outputs_[i].shape, outputs_[i].expected, outputs_[i].rtol, outputs_[i].atol,
+                    op_type_ + " output '" + outputs_[i].name + "' on " + provider);
     }
     EXPECT_GT(providers_run, 0) << "no provider ran " << op_type_;
   }
@@ -109,7 +116,10 @@ class OpTester {
     std::vector<const Tensor*> values;
     for (auto& in : inputs_) {
       in_names.push_back(in.name);
-      if (in.name.empty()) { values.push_back(nullptr); continue; }
+      if (in.name.empty()) {
+        values.push_back(nullptr);
+        continue;
+      }
       if (in.constant) {
         TOB_ASSIGN_OR_RETURN(auto v, graph_->AddInitializer(in.name, in.tensor));
         (void)v;
@@ -180,8 +190,17 @@ class OpTester {
     return NotImplemented(provider, " is not available in this build");
   }
 
-  struct In { std::string name; Tensor tensor; bool constant = false; };
-  struct Out { std::string name; Shape shape; std::vector<double> expected; double rtol, atol; };
+  struct In {
+    std::string name;
+    Tensor tensor;
+    bool constant = false;
+  };
+  struct Out {
+    std::string name;
+    Shape shape;
+    std::vector<double> expected;
+    double rtol, atol;
+  };
   std::string op_type_, domain_;
   int opset_;
   int threads_ = 2;

@@ -459,11 +459,10 @@ TEST(OptimizerPipeline, BasicPipelineReachesAFixpoint) {
 
   EXPECT_EQ(logged, pm.applied());
   EXPECT_EQ(pm.applied(), (std::vector<std::string>{
-                              "ShapeInference: refined value types",
-                              "ConstantFolding: folded 2 nodes into constants",
+                              "ShapeInference: refined value types", "ConstantFolding: folded 2 nodes into constants",
                               "IdentityElimination: removed 1 no-op node",  // Identity
                               "CommonSubexpressionElimination: merged 1 duplicate node",
-                              "ShapeInference: refined value types",  // Reshape's output is now static
+                              "ShapeInference: refined value types",        // Reshape's output is now static
                               "IdentityElimination: removed 1 no-op node",  // so the Reshape goes
                           }));
 

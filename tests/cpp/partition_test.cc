@@ -112,8 +112,7 @@ TEST(Partition, PlacesNodesByPriorityAndInsertsCopiesAtDeviceBorders) {
   std::string row = table.substr(neg_row + 1, table.find('\n', neg_row + 1) - neg_row - 1);
   EXPECT_NE(row.find(" Neg "), std::string::npos) << row;
   EXPECT_NE(row.find(" CPUExecutionProvider  FakeDeviceEP runs only Relu and Add"), std::string::npos) << row;
-  EXPECT_NE(table.find("7 nodes (1 on CPUExecutionProvider, 6 on FakeDeviceEP); 4 copies inserted"),
-            std::string::npos)
+  EXPECT_NE(table.find("7 nodes (1 on CPUExecutionProvider, 6 on FakeDeviceEP); 4 copies inserted"), std::string::npos)
       << table;
 }
 

@@ -74,8 +74,8 @@ double Apply(Ref op, const std::vector<double>& v) {
 
 // Reduces `x` (viewed as `shape`) over the axes set in `mask`; outputs in row-major order of the
 // kept dims.
-std::vector<double> ReferenceReduce(const std::vector<double>& x, const Shape& shape,
-                                    const std::vector<bool>& mask, Ref op) {
+std::vector<double> ReferenceReduce(const std::vector<double>& x, const Shape& shape, const std::vector<bool>& mask,
+                                    Ref op) {
   Shape kept;
   for (size_t d = 0; d < shape.size(); ++d) kept.push_back(mask[d] ? 1 : shape[d]);
   std::vector<std::vector<double>> buckets(static_cast<size_t>(NumElements(kept)));
@@ -97,30 +97,25 @@ std::vector<double> ReferenceReduce(const std::vector<double>& x, const Shape& s
 Shape ReducedShape(const Shape& shape, const std::vector<bool>& mask, bool keepdims) {
   Shape out;
   for (size_t d = 0; d < shape.size(); ++d) {
-    if (!mask[d])
-      out.push_back(shape[d]);
-    else if (keepdims)
-      out.push_back(1);
+    if (!mask[d]) out.push_back(shape[d]);
+    else if (keepdims) out.push_back(1);
   }
   return out;
 }
 
 // Element-wise equality that also accepts matching infinities and NaNs (ExpectClose cannot).
-void ExpectSameValues(const Tensor& actual, const Shape& shape,
-                      const std::vector<double>& expected) {
+void ExpectSameValues(const Tensor& actual, const Shape& shape, const std::vector<double>& expected) {
   ASSERT_EQ(actual.shape(), shape);
   for (int64_t i = 0; i < actual.numel(); ++i) {
     double a = actual.ElementAsDouble(i), e = expected[i];
-    if (std::isnan(e))
-      EXPECT_TRUE(std::isnan(a)) << "element " << i << ": got " << a;
-    else
-      EXPECT_EQ(a, e) << "element " << i;
+    if (std::isnan(e)) EXPECT_TRUE(std::isnan(a)) << "element " << i << ": got " << a;
+    else EXPECT_EQ(a, e) << "element " << i;
   }
 }
 
 // Runs one Reduce* node, passing the axes the way `opset` wants them.
-void CheckReduce(const ReduceCase& c, const Tensor& x, const std::vector<int64_t>& axes,
-                 bool keepdims, int opset, double rtol, int threads = 2) {
+void CheckReduce(const ReduceCase& c, const Tensor& x, const std::vector<int64_t>& axes, bool keepdims, int opset,
+                 double rtol, int threads = 2) {
   std::vector<bool> mask(x.rank(), axes.empty());
   for (int64_t a : axes) mask[a < 0 ? a + x.rank() : a] = true;
   OpTester t(c.op, opset);
@@ -130,10 +125,9 @@ void CheckReduce(const ReduceCase& c, const Tensor& x, const std::vector<int64_t
   } else if (!axes.empty()) {
     t.Attr("axes", Attribute::Ints(axes));
   }
-  t.Output("y", ReducedShape(x.shape(), mask, keepdims),
-           ReferenceReduce(ToDoubles(x), x.shape(), mask, c.ref), rtol, 1e-6);
-  SCOPED_TRACE(std::string(c.op) + " opset " + std::to_string(opset) + " keepdims " +
-               std::to_string(keepdims));
+  t.Output("y", ReducedShape(x.shape(), mask, keepdims), ReferenceReduce(ToDoubles(x), x.shape(), mask, c.ref), rtol,
+           1e-6);
+  SCOPED_TRACE(std::string(c.op) + " opset " + std::to_string(opset) + " keepdims " + std::to_string(keepdims));
   t.Run();
 }
 
@@ -161,8 +155,7 @@ TEST(ReductionReduce, LongRowsStayAccurateInFloat32) {
     if (c.ref == Ref::kProd) continue;
     double lo = std::max(c.lo, 0.05);
     // Contiguous rows, strided columns, one long row (chunked over threads), tall columns.
-    for (const Shape& shape :
-         {Shape{8, 4096}, Shape{4096, 8}, Shape{1, 300000}, Shape{200000, 3}}) {
+    for (const Shape& shape : {Shape{8, 4096}, Shape{4096, 8}, Shape{1, 300000}, Shape{200000, 3}}) {
       Tensor x = RandomTensor<float>(shape, lo, c.hi, 11);
       std::vector<int64_t> axes = {shape[0] == 4096 || shape[0] == 200000 ? 0 : 1};
       CheckReduce(c, x, axes, /*keepdims=*/false, 18, 1e-5, /*threads=*/4);
@@ -174,8 +167,7 @@ TEST(ReductionReduce, LongRowsStayAccurateInFloat32) {
 
 TEST(ReductionReduce, MultiThreadedPathsMatchReference) {
   const ReduceCase& sum = kCases[0];
-  for (const Shape& shape :
-       {Shape{64, 3000}, Shape{3000, 64}, Shape{16, 300, 40}, Shape{40, 7, 300, 3}}) {
+  for (const Shape& shape : {Shape{64, 3000}, Shape{3000, 64}, Shape{16, 300, 40}, Shape{40, 7, 300, 3}}) {
     Tensor x = RandomTensor<float>(shape, 0.05, 2.0, 21);
     int64_t rank = static_cast<int64_t>(shape.size());
     for (int64_t bits = 1; bits < (1 << rank); ++bits) {
@@ -195,12 +187,10 @@ TEST(ReductionReduce, OtherDtypes) {
     CheckReduce(c, RandomTensor<BFloat16>(shape, c.lo, c.hi, 3), {2}, true, 18, 1e-2);
     // A long float16 row: accumulation is float32, so only the final rounding is lost.
     if (c.ref == Ref::kProd) continue;
-    CheckReduce(c, RandomTensor<Float16>({2, 5000}, std::max(c.lo, 0.05), c.hi, 3), {1}, true, 18,
-                2e-3);
+    CheckReduce(c, RandomTensor<Float16>({2, 5000}, std::max(c.lo, 0.05), c.hi, 3), {1}, true, 18, 2e-3);
   }
   for (const ReduceCase& c : kCases) {
-    if (c.ref != Ref::kSum && c.ref != Ref::kMax && c.ref != Ref::kMin && c.ref != Ref::kProd)
-      continue;
+    if (c.ref != Ref::kSum && c.ref != Ref::kMax && c.ref != Ref::kMin && c.ref != Ref::kProd) continue;
     double lo = c.ref == Ref::kProd ? 1 : -50, hi = c.ref == Ref::kProd ? 4 : 50;
     for (std::vector<int64_t> axes : {std::vector<int64_t>{1}, {0, 2}, {}}) {
       if (c.ref == Ref::kProd && axes.empty()) continue;  // 3^60 overflows; the reference does not
@@ -238,9 +228,8 @@ TEST(ReductionReduce, EmptySetFollowsTheSpec) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   Tensor x = Tensor::FromVector<float>({}, {2, 0, 4});
   std::vector<std::pair<const char*, double>> expected = {
-      {"ReduceSum", 0},       {"ReduceProd", 1},  {"ReduceMax", -inf},    {"ReduceMin", inf},
-      {"ReduceL1", 0},        {"ReduceL2", 0},    {"ReduceLogSum", -inf}, {"ReduceLogSumExp", -inf},
-      {"ReduceSumSquare", 0}, {"ReduceMean", nan}};
+      {"ReduceSum", 0}, {"ReduceProd", 1},      {"ReduceMax", -inf},       {"ReduceMin", inf},     {"ReduceL1", 0},
+      {"ReduceL2", 0},  {"ReduceLogSum", -inf}, {"ReduceLogSumExp", -inf}, {"ReduceSumSquare", 0}, {"ReduceMean", nan}};
   for (auto [op, value] : expected) {
     OpTester t(op, 18);
     t.Input("x", x).Input("axes", Tensor::FromVector<int64_t>({1}, {1}));
@@ -251,14 +240,12 @@ TEST(ReductionReduce, EmptySetFollowsTheSpec) {
     ExpectSameValues(r.value()[0], {2, 1, 4}, std::vector<double>(8, value));
   }
   OpTester imax("ReduceMax", 18);
-  imax.Input("x", Tensor::FromVector<int32_t>({}, {0, 3}))
-      .Input("axes", Tensor::FromVector<int64_t>({0}, {1}));
+  imax.Input("x", Tensor::FromVector<int32_t>({}, {0, 3})).Input("axes", Tensor::FromVector<int64_t>({0}, {1}));
   imax.Output("y", {1, 3}, std::vector<double>(3, std::numeric_limits<int32_t>::lowest()), 0, 0);
   imax.Run();
   // A zero-sized kept axis: an empty output.
   OpTester none("ReduceSum", 13);
-  none.Input("x", Tensor::FromVector<float>({}, {0, 3}))
-      .Input("axes", Tensor::FromVector<int64_t>({1}, {1}));
+  none.Input("x", Tensor::FromVector<float>({}, {0, 3})).Input("axes", Tensor::FromVector<int64_t>({1}, {1}));
   none.Output("y", {0, 1}, {}, 0, 0);
   none.Run();
 }
@@ -283,9 +270,7 @@ TEST(ReductionReduce, EmptyAxesReduceAllOrAreANoop) {
   std::vector<double> abs_x;
   for (double v : xs) abs_x.push_back(std::fabs(v));
   OpTester noop_l2("ReduceL2", 18);
-  noop_l2.Input("x", x)
-      .Attr("noop_with_empty_axes", Attribute::Int(1))
-      .Attr("keepdims", Attribute::Int(0));
+  noop_l2.Input("x", x).Attr("noop_with_empty_axes", Attribute::Int(1)).Attr("keepdims", Attribute::Int(0));
   noop_l2.Output("y", {2, 3}, abs_x);
   noop_l2.Run();
 }
@@ -349,8 +334,8 @@ TEST(ReductionReduce, ShapeFunctionDegradesWithoutAxesValue) {
 
 // ---- ArgMax / ArgMin ----
 
-std::vector<double> ReferenceArg(const std::vector<double>& x, const Shape& shape, int64_t axis,
-                                 bool is_max, bool last) {
+std::vector<double> ReferenceArg(const std::vector<double>& x, const Shape& shape, int64_t axis, bool is_max,
+                                 bool last) {
   int64_t outer = 1, inner = 1, n = shape[axis];
   for (int64_t d = 0; d < axis; ++d) outer *= shape[d];
   for (size_t d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
@@ -404,17 +389,13 @@ TEST(ReductionArg, NaNWinsFirstOrLast) {
   Tensor rows = Tensor::FromVector<float>({1, nan, 3, nan, 2, 0}, {1, 6});
   for (bool last : {false, true}) {
     OpTester r("ArgMax", 13);
-    r.Input("x", rows)
-        .Attr("axis", Attribute::Int(1))
-        .Attr("select_last_index", Attribute::Int(last));
+    r.Input("x", rows).Attr("axis", Attribute::Int(1)).Attr("select_last_index", Attribute::Int(last));
     r.Output("y", {1, 1}, {last ? 3.0 : 1.0}, 0, 0);
     r.Run();
     OpTester c("ArgMin", 13);
     // Two columns so the strided path runs.
     Tensor wide = Tensor::FromVector<float>({1, 1, nan, nan, 3, 3, nan, nan, 2, 2, 0, 0}, {6, 2});
-    c.Input("x", wide)
-        .Attr("axis", Attribute::Int(0))
-        .Attr("select_last_index", Attribute::Int(last));
+    c.Input("x", wide).Attr("axis", Attribute::Int(0)).Attr("select_last_index", Attribute::Int(last));
     c.Output("y", {1, 2}, {last ? 3.0 : 1.0, last ? 3.0 : 1.0}, 0, 0);
     c.Run();
   }
@@ -431,8 +412,8 @@ TEST(ReductionArg, BadAxisIsAnError) {
 
 // ---- CumSum ----
 
-std::vector<double> ReferenceCumSum(const std::vector<double>& x, const Shape& shape, int64_t axis,
-                                    bool exclusive, bool reverse) {
+std::vector<double> ReferenceCumSum(const std::vector<double>& x, const Shape& shape, int64_t axis, bool exclusive,
+                                    bool reverse) {
   int64_t outer = 1, inner = 1, n = shape[axis];
   for (int64_t d = 0; d < axis; ++d) outer *= shape[d];
   for (size_t d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
@@ -470,11 +451,10 @@ TEST(ReductionCumSum, EveryAxisExclusiveAndReverse) {
               .Input("axis", Tensor::FromVector<int64_t>({axis}, {}))
               .Attr("exclusive", Attribute::Int(exclusive))
               .Attr("reverse", Attribute::Int(reverse));
-          t.Output("y", x->shape(),
-                   ReferenceCumSum(ToDoubles(*x), x->shape(), a, exclusive, reverse), rtol,
+          t.Output("y", x->shape(), ReferenceCumSum(ToDoubles(*x), x->shape(), a, exclusive, reverse), rtol,
                    x->dtype() == DType::kFloat16 ? 1e-2 : 1e-5);
-          SCOPED_TRACE("axis " + std::to_string(axis) + " exclusive " + std::to_string(exclusive) +
-                       " reverse " + std::to_string(reverse) + " " + DTypeName(x->dtype()));
+          SCOPED_TRACE("axis " + std::to_string(axis) + " exclusive " + std::to_string(exclusive) + " reverse " +
+                       std::to_string(reverse) + " " + DTypeName(x->dtype()));
           t.Run();
         }
 }

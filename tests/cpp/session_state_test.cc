@@ -214,12 +214,11 @@ TEST(SessionState, ReadersOfTheOldValueRunBeforeTheInPlaceWriter) {
 // Two in-place steps in a row (accumulate, then accumulate again) both write the state's memory;
 // a reader of the value between them runs before the second.
 TEST(SessionState, ChainOfInPlaceStepsWritesTheStateTwice) {
-  auto s = Make(BuildGraph({"W", "G"},
-                           {{"AddInPlace", {"W", "G"}, {"W1"}},
-                            {"AddInPlace", {"W1", "G"}, {"W2"}},
-                            {"Double", {"W1"}, {"R"}}},
-                           {"W2", "R"}),
-                {{"W", "W2"}});
+  auto s = Make(
+      BuildGraph({"W", "G"},
+                 {{"AddInPlace", {"W", "G"}, {"W1"}}, {"AddInPlace", {"W1", "G"}, {"W2"}}, {"Double", {"W1"}, {"R"}}},
+                 {"W2", "R"}),
+      {{"W", "W2"}});
   ASSERT_NE(s, nullptr);
   EXPECT_TRUE(LogSays(*s, "state 'W': updated in place by test.state::AddInPlace node 'n0'"));
   EXPECT_TRUE(LogSays(*s, "then test.state::AddInPlace node 'n1'"));
@@ -237,8 +236,7 @@ TEST(SessionState, ChainOfInPlaceStepsWritesTheStateTwice) {
 // A reader that needs both the old and the new value cannot run before the writer: the update
 // goes through a buffer of its own and is copied in at the end.
 TEST(SessionState, ReaderOfOldAndNewValueForcesTheCopy) {
-  auto s = Make(BuildGraph({"W", "G"},
-                           {{"AddInPlace", {"W", "G"}, {"W_new"}}, {"AddCopy", {"W", "W_new"}, {"S"}}},
+  auto s = Make(BuildGraph({"W", "G"}, {{"AddInPlace", {"W", "G"}, {"W_new"}}, {"AddCopy", {"W", "W_new"}, {"S"}}},
                            {"W_new", "S"}),
                 {{"W", "W_new"}});
   ASSERT_NE(s, nullptr);
@@ -255,8 +253,7 @@ TEST(SessionState, ReaderOfOldAndNewValueForcesTheCopy) {
 
 // Two updates that each read the other's old state: only one can be in place.
 TEST(SessionState, CrossReadingUpdatesBothSeeOldValues) {
-  auto s = Make(BuildGraph({"A", "B"},
-                           {{"AddInPlace", {"A", "B"}, {"A_new"}}, {"AddInPlace", {"B", "A"}, {"B_new"}}},
+  auto s = Make(BuildGraph({"A", "B"}, {{"AddInPlace", {"A", "B"}, {"A_new"}}, {"AddInPlace", {"B", "A"}, {"B_new"}}},
                            {"A_new", "B_new"}),
                 {{"A", "A_new"}, {"B", "B_new"}});
   ASSERT_NE(s, nullptr);
@@ -288,16 +285,15 @@ TEST(SessionState, FetchedViewOfTheStateShowsTheOldValue) {
 
 TEST(SessionState, FailedRunBeforeTheUpdateLeavesStatesUnchanged) {
   // The in-place writer does not depend on the failing node, yet runs after it.
-  auto s = Make(BuildGraph({"W", "G", "X"},
-                           {{"AddInPlace", {"W", "G"}, {"W_new"}}, {"FailIfNegative", {"X"}, {"Y"}}},
+  auto s = Make(BuildGraph({"W", "G", "X"}, {{"AddInPlace", {"W", "G"}, {"W_new"}}, {"FailIfNegative", {"X"}, {"Y"}}},
                            {"W_new", "Y"}),
                 {{"W", "W_new"}});
   ASSERT_NE(s, nullptr);
   Tensor w = Tensor::FromVector(kW0, {4});
   ASSERT_TRUE(s->BindState("W", w).ok());
   std::vector<Tensor> out;
-  Status st = s->Run({"G", "X"}, {Tensor::FromVector(kG, {4}), Tensor::FromVector(std::vector<float>{-1, 1, 1, 1}, {4})},
-                     {}, &out);
+  Status st = s->Run({"G", "X"},
+                     {Tensor::FromVector(kG, {4}), Tensor::FromVector(std::vector<float>{-1, 1, 1, 1}, {4})}, {}, &out);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("negative input"), std::string::npos) << st.ToString();
   EXPECT_NE(st.message().find("no session state was changed"), std::string::npos) << st.ToString();
@@ -356,8 +352,9 @@ TEST(SessionState, BindAndFeedErrorsNameTheInput) {
 }
 
 TEST(SessionState, DeclaredUpdatesAreVerifiedAtCreate) {
-  auto graph = [] { return BuildGraph({"W", "G"}, {{"AddInPlace", {"W", "G"}, {"W_new"}}, {"Double", {"W_new"}, {"D"}}},
-                                      {"D"}); };
+  auto graph = [] {
+    return BuildGraph({"W", "G"}, {{"AddInPlace", {"W", "G"}, {"W_new"}}, {"Double", {"W_new"}, {"D"}}}, {"D"});
+  };
   Status st = CreateError(graph(), {{"W", "W_new"}});
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("'W_new' is not a graph output"), std::string::npos) << st.ToString();
@@ -368,12 +365,10 @@ TEST(SessionState, DeclaredUpdatesAreVerifiedAtCreate) {
   EXPECT_NE(st.message().find("the graph has no value 'nothing'"), std::string::npos) << st.ToString();
 
   auto two_outputs = [] {
-    return BuildGraph({"W", "G"}, {{"AddInPlace", {"W", "G"}, {"W_new"}}, {"View", {"W_new"}, {"V"}}},
-                      {"W_new", "V"});
+    return BuildGraph({"W", "G"}, {{"AddInPlace", {"W", "G"}, {"W_new"}}, {"View", {"W_new"}, {"V"}}}, {"W_new", "V"});
   };
   st = CreateError(two_outputs(), {{"W", "W_new"}, {"W", "V"}});
-  EXPECT_NE(st.message().find("state 'W' is already updated by state_updates[0]"), std::string::npos)
-      << st.ToString();
+  EXPECT_NE(st.message().find("state 'W' is already updated by state_updates[0]"), std::string::npos) << st.ToString();
   st = CreateError(two_outputs(), {{"W", "W_new"}, {"G", "W_new"}});
   EXPECT_NE(st.message().find("output 'W_new' is already the update of state_updates[0]"), std::string::npos)
       << st.ToString();

@@ -15,7 +15,9 @@ TEST(TensorOpsGather, EmbeddingLookupAndOtherAxes) {
   for (int64_t id : ids)
     for (int j = 0; j < 16; ++j) expected.push_back(tv[(id < 0 ? id + 10 : id) * 16 + j]);
   OpTester t("Gather", 13);
-  t.Input("table", table).Input("ids", Tensor::FromVector<int64_t>(ids, {2, 3})).Output("y", {2, 3, 16}, expected, 0, 0);
+  t.Input("table", table)
+      .Input("ids", Tensor::FromVector<int64_t>(ids, {2, 3}))
+      .Output("y", {2, 3, 16}, expected, 0, 0);
   t.Run();
 
   // Axis 1 (and -2) of a 3-D tensor with int32 indices: single-element rows and wider ones.
@@ -113,7 +115,11 @@ TEST(TensorOpsScatterElements, Reductions) {
         double& o = expected[row * 4 + c];
         double u = uv[r * 4 + c];
         std::string red = reduction;
-        o = red == "none" ? u : red == "add" ? o + u : red == "mul" ? o * u : red == "max" ? std::max(o, u) : std::min(o, u);
+        o = red == "none"  ? u
+            : red == "add" ? o + u
+            : red == "mul" ? o * u
+            : red == "max" ? std::max(o, u)
+                           : std::min(o, u);
       }
     OpTester t("ScatterElements", 18);
     t.Attr("reduction", Attribute::String(reduction)).Input("d", data).Input("i", idx).Input("u", upd);
@@ -186,7 +192,6 @@ TEST(TensorOpsScatterND, SlicesElementsAndReductions) {
 }
 
 // ---------------------------------------------------------------- DepthToSpace, SpaceToDepth
-
 
 }  // namespace
 }  // namespace tob

@@ -19,13 +19,14 @@ namespace {
 
 using namespace tensor_test;  // NOLINT: test helpers
 
-
 TEST(TensorOpsReshape, ZeroAndMinusOne) {
   Tensor x = RandomTensor<float>({2, 3, 4});
   auto ref = ToDoubles(x);
-  for (auto [target, expected] : std::vector<std::pair<std::vector<int64_t>, Shape>>{
-           {{4, 2, 3}, {4, 2, 3}}, {{2, -1, 2}, {2, 6, 2}}, {{2, 0, 4, 1}, {2, 3, 4, 1}},
-           {{2, 0, 1, -1}, {2, 3, 1, 4}}, {{-1}, {24}}}) {
+  for (auto [target, expected] : std::vector<std::pair<std::vector<int64_t>, Shape>>{{{4, 2, 3}, {4, 2, 3}},
+                                                                                     {{2, -1, 2}, {2, 6, 2}},
+                                                                                     {{2, 0, 4, 1}, {2, 3, 4, 1}},
+                                                                                     {{2, 0, 1, -1}, {2, 3, 1, 4}},
+                                                                                     {{-1}, {24}}}) {
     OpTester t("Reshape", 13);
     t.Input("x", x).Input("shape", I64(target)).Output("y", expected, ref, 0, 0);
     t.Run();
@@ -216,9 +217,12 @@ void CheckTranspose(const Shape& shape, const std::vector<int64_t>& perm, int th
 TEST(TensorOpsTranspose, AllElementSizes) {
   // Each size through the blocked 2-D path (odd sizes exercise the ragged tile edges), the
   // row-copy path and a general 4-D permutation.
-  for (const auto& [shape, perm] : std::vector<std::pair<Shape, std::vector<int64_t>>>{
-           {{37, 53}, {1, 0}}, {{3, 19, 70}, {0, 2, 1}}, {{2, 5, 3, 8}, {0, 2, 1, 3}},
-           {{2, 3, 4, 5}, {3, 1, 0, 2}}, {{4, 6, 5}, {2, 0, 1}}}) {
+  for (const auto& [shape, perm] :
+       std::vector<std::pair<Shape, std::vector<int64_t>>>{{{37, 53}, {1, 0}},
+                                                           {{3, 19, 70}, {0, 2, 1}},
+                                                           {{2, 5, 3, 8}, {0, 2, 1, 3}},
+                                                           {{2, 3, 4, 5}, {3, 1, 0, 2}},
+                                                           {{4, 6, 5}, {2, 0, 1}}}) {
     CheckTranspose<float>(shape, perm);
     CheckTranspose<double>(shape, perm);
     CheckTranspose<Float16>(shape, perm);
@@ -242,9 +246,9 @@ TEST(TensorOpsTranspose, DefaultPermReversesAndBoolWorks) {
 }
 
 TEST(TensorOpsTranspose, LargeBatchedMatrixWithThreadsAndUnitDims) {
-  CheckTranspose<float>({4, 1, 130, 260}, {0, 1, 3, 2}, 4);   // attention K^T
+  CheckTranspose<float>({4, 1, 130, 260}, {0, 1, 3, 2}, 4);  // attention K^T
   CheckTranspose<BFloat16>({2, 64, 12, 33}, {0, 2, 3, 1}, 4);
-  CheckTranspose<float>({1, 7, 1, 9}, {2, 0, 1, 3}, 2);        // only size-1 dims move: a copy
+  CheckTranspose<float>({1, 7, 1, 9}, {2, 0, 1, 3}, 2);  // only size-1 dims move: a copy
 }
 
 TEST(TensorOpsTranspose, WrongPermIsAnError) {
@@ -394,8 +398,9 @@ TEST(TensorOpsSplit, OpsetVariants) {
 // ---------------------------------------------------------------- Slice
 
 // Reference: numpy-style slicing with ONNX clamping, written independently of the kernel.
-std::vector<double> SliceReference(const Tensor& x, const std::vector<int64_t>& starts, const std::vector<int64_t>& ends,
-                                   const std::vector<int64_t>& axes, const std::vector<int64_t>& steps, Shape* out) {
+std::vector<double> SliceReference(const Tensor& x, const std::vector<int64_t>& starts,
+                                   const std::vector<int64_t>& ends, const std::vector<int64_t>& axes,
+                                   const std::vector<int64_t>& steps, Shape* out) {
   const int64_t rank = x.rank();
   std::vector<int64_t> first(rank, 0), step(rank, 1);
   *out = x.shape();
@@ -424,15 +429,16 @@ std::vector<double> SliceReference(const Tensor& x, const std::vector<int64_t>& 
 
 TEST(TensorOpsSlice, InputsWithNegativeStepsAndClamping) {
   Tensor x = RandomTensor<float>({5, 6, 7});
-  struct Case { std::vector<int64_t> starts, ends, axes, steps; };
-  for (const Case& c : std::vector<Case>{
-           {{1, 0}, {3, 4}, {0, 1}, {1, 1}},
-           {{0}, {-1}, {-1}, {2}},
-           {{-1, 10}, {-1000, -100}, {0, 2}, {-1, -2}},            // negative steps, clamped
-           {{2}, {INT64_MAX}, {1}, {3}},
-           {{-100}, {100}, {-3}, {1}},                               // clamped to the whole axis
-           {{4}, {2}, {0}, {1}},                                     // empty
-           {{0, 0, 0}, {INT64_MAX, INT64_MAX, INT64_MAX}, {2, 1, 0}, {-1, -1, -1}}}) {
+  struct Case {
+    std::vector<int64_t> starts, ends, axes, steps;
+  };
+  for (const Case& c : std::vector<Case>{{{1, 0}, {3, 4}, {0, 1}, {1, 1}},
+                                         {{0}, {-1}, {-1}, {2}},
+                                         {{-1, 10}, {-1000, -100}, {0, 2}, {-1, -2}},  // negative steps, clamped
+                                         {{2}, {INT64_MAX}, {1}, {3}},
+                                         {{-100}, {100}, {-3}, {1}},  // clamped to the whole axis
+                                         {{4}, {2}, {0}, {1}},        // empty
+                                         {{0, 0, 0}, {INT64_MAX, INT64_MAX, INT64_MAX}, {2, 1, 0}, {-1, -1, -1}}}) {
     Shape out;
     auto expected = SliceReference(x, c.starts, c.ends, c.axes, c.steps, &out);
     OpTester t("Slice", 13);
@@ -453,8 +459,12 @@ TEST(TensorOpsSlice, DefaultAxesInt32AndOpset1Attributes) {
   t1.Attr("starts", Ints({1, -4})).Attr("ends", Ints({3, 5})).Input("x", x).Output("y", out, expected, 0, 0);
   t1.Run();
   OpTester zero("Slice", 13);
-  zero.Input("x", x).Input("starts", I64({0})).Input("ends", I64({1})).Input("axes", I64({0}))
-      .Input("steps", I64({0})).Output("y", {}, {});
+  zero.Input("x", x)
+      .Input("starts", I64({0}))
+      .Input("ends", I64({1}))
+      .Input("axes", I64({0}))
+      .Input("steps", I64({0}))
+      .Output("y", {}, {});
   ExpectFailure(zero, "step cannot be 0");
 }
 
@@ -488,13 +498,16 @@ std::vector<double> PadReference(const Tensor& x, const std::vector<int64_t>& be
                                  const std::string& mode, double value, Shape* out) {
   *out = x.shape();
   for (size_t k = 0; k < out->size(); ++k) (*out)[k] += begin[k] + end[k];
-  return MapReference(ToDoubles(x), x.shape(), *out, [&](const std::vector<int64_t>& o, std::vector<int64_t>* s) {
-    for (size_t k = 0; k < o.size(); ++k) {
-      (*s)[k] = PadSource(o[k] - begin[k], x.dim(k), mode);
-      if ((*s)[k] < 0) return false;
-    }
-    return true;
-  }, value);
+  return MapReference(
+      ToDoubles(x), x.shape(), *out,
+      [&](const std::vector<int64_t>& o, std::vector<int64_t>* s) {
+        for (size_t k = 0; k < o.size(); ++k) {
+          (*s)[k] = PadSource(o[k] - begin[k], x.dim(k), mode);
+          if ((*s)[k] < 0) return false;
+        }
+        return true;
+      },
+      value);
 }
 
 TEST(TensorOpsPad, AllModes) {

@@ -49,17 +49,17 @@ inline bool NextIndex(std::vector<int64_t>& idx, const Shape& shape) {
   return false;
 }
 // out[i] = in[source(out multi-index)], or `fill` where source returns -1.
-inline std::vector<double> MapReference(const std::vector<double>& in, const Shape& in_shape, const Shape& out_shape,
-                                 const std::function<bool(const std::vector<int64_t>&, std::vector<int64_t>*)>& source,
-                                 double fill = 0) {
+inline std::vector<double> MapReference(
+    const std::vector<double>& in, const Shape& in_shape, const Shape& out_shape,
+    const std::function<bool(const std::vector<int64_t>&, std::vector<int64_t>*)>& source, double fill = 0) {
   std::vector<double> out(static_cast<size_t>(NumElements(out_shape)));
   std::vector<int64_t> src(in_shape.size());
   for (int64_t i = 0; i < NumElements(out_shape); ++i)
     out[i] = source(Unravel(i, out_shape), &src) ? in[Ravel(src, in_shape)] : fill;
   return out;
 }
-inline std::vector<double> TransposeReference(const std::vector<double>& in, const Shape& shape, const std::vector<int64_t>& perm,
-                                       Shape* out_shape) {
+inline std::vector<double> TransposeReference(const std::vector<double>& in, const Shape& shape,
+                                              const std::vector<int64_t>& perm, Shape* out_shape) {
   out_shape->clear();
   for (int64_t p : perm) out_shape->push_back(shape[p]);
   return MapReference(in, shape, *out_shape, [&](const std::vector<int64_t>& o, std::vector<int64_t>* s) {
@@ -78,9 +78,10 @@ inline void ExpectFailure(OpTester& t, const std::string& fragment) {
 
 // Static shape inference of one node whose inputs have the given types; `constants` (by input
 // index) are initializers whose values the shape function may read.
-inline StatusOr<std::vector<ValueType>> InferStatic(const std::string& op, int opset, const std::vector<ValueType>& types,
-                                             const std::map<int, Tensor>& constants, AttributeMap attrs = {},
-                                             int num_outputs = 1) {
+inline StatusOr<std::vector<ValueType>> InferStatic(const std::string& op, int opset,
+                                                    const std::vector<ValueType>& types,
+                                                    const std::map<int, Tensor>& constants, AttributeMap attrs = {},
+                                                    int num_outputs = 1) {
   Graph g;
   g.SetOpset("", opset);
   std::vector<std::string> in_names, out_names;

@@ -70,8 +70,7 @@ TEST(ThreadPool, NestedParallelForRunsInline) {
   ThreadPool pool(2);
   std::atomic<int64_t> total{0};
   pool.ParallelFor(4, 1, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i)
-      pool.ParallelFor(10, 1, [&](int64_t ib, int64_t ie) { total += ie - ib; });
+    for (int64_t i = b; i < e; ++i) pool.ParallelFor(10, 1, [&](int64_t ib, int64_t ie) { total += ie - ib; });
   });
   EXPECT_EQ(total.load(), 40);
 }

@@ -56,14 +56,21 @@ void RunBatchNormInternal(const Shape& shape, double tol) {
   BatchNormRef ref = RefBatchNorm(ToDoubles(x), shape, ToDoubles(scale), ToDoubles(bias), ToDoubles(in_mean),
                                   ToDoubles(in_var), 1e-3, 0.8);
   OpTester("BatchNormInternal", 1, kMicrosoftDomain)
-      .Attr("epsilon", Attribute::Float(1e-3f)).Attr("momentum", Attribute::Float(0.8f)).Attr("training_mode", Int(1))
-      .Input("X", x).Input("scale", scale).Input("B", bias).Input("input_mean", in_mean).Input("input_var", in_var)
+      .Attr("epsilon", Attribute::Float(1e-3f))
+      .Attr("momentum", Attribute::Float(0.8f))
+      .Attr("training_mode", Int(1))
+      .Input("X", x)
+      .Input("scale", scale)
+      .Input("B", bias)
+      .Input("input_mean", in_mean)
+      .Input("input_var", in_var)
       .Output("Y", shape, ref.y, tol, tol)
       .Output("running_mean", {C}, ref.running_mean, 1e-5, 1e-6)
       .Output("running_var", {C}, ref.running_var, 1e-5, 1e-6)
       .Output("saved_mean", {C}, ref.mean, 1e-5, 1e-6)
       .Output("saved_inv_std", {C}, ref.inv_std, 1e-5, 1e-6)
-      .Threads(3).Run();
+      .Threads(3)
+      .Run();
 }
 
 TEST(TrainingBatchNormInternal, TrainingModeStatistics) {
@@ -86,9 +93,17 @@ TEST(TrainingBatchNormInternal, InferenceModeUsesInputStatistics) {
   }
   for (int64_t c = 0; c < 3; ++c) inv.push_back(1 / std::sqrt(v[c] + 1e-5));
   OpTester("BatchNormInternal", 1, kMicrosoftDomain)
-      .Input("X", x).Input("scale", scale).Input("B", bias).Input("input_mean", mean).Input("input_var", var)
-      .Output("Y", shape, y, 1e-5, 1e-5).Output("running_mean", {3}, m, 0, 0).Output("running_var", {3}, v, 0, 0)
-      .Output("saved_mean", {3}, m, 0, 0).Output("saved_inv_std", {3}, inv, 1e-6, 1e-6).Run();
+      .Input("X", x)
+      .Input("scale", scale)
+      .Input("B", bias)
+      .Input("input_mean", mean)
+      .Input("input_var", var)
+      .Output("Y", shape, y, 1e-5, 1e-5)
+      .Output("running_mean", {3}, m, 0, 0)
+      .Output("running_var", {3}, v, 0, 0)
+      .Output("saved_mean", {3}, m, 0, 0)
+      .Output("saved_inv_std", {3}, inv, 1e-6, 1e-6)
+      .Run();
 }
 
 template <typename T>
@@ -96,8 +111,7 @@ void RunBatchNormGrad(const Shape& shape, double tol) {
   const int64_t N = shape[0], C = shape[1], plane = NumElements(shape) / (N * C);
   Tensor x = RandomTensor<T>(shape, -2, 3, 221), dy = RandomTensor<T>(shape, -1, 1, 222);
   Tensor scale = RandomTensor<T>({C}, 0.5, 1.5, 223);
-  const std::vector<double> xv = ToDoubles(x), dyv = ToDoubles(dy), sv = ToDoubles(scale), zeros(C, 0.0),
-                            ones(C, 1.0);
+  const std::vector<double> xv = ToDoubles(x), dyv = ToDoubles(dy), sv = ToDoubles(scale), zeros(C, 0.0), ones(C, 1.0);
   const double eps = 1e-5;
   BatchNormRef fwd = RefBatchNorm(xv, shape, sv, zeros, zeros, ones, eps, 0.9);
   std::vector<double> dscale(C, 0.0), dbias(C, 0.0);
@@ -116,10 +130,16 @@ void RunBatchNormGrad(const Shape& shape, double tol) {
       xv, 1e-5);
   OpTester("BatchNormalizationGrad", 1, kMicrosoftDomain)
       .Attr("epsilon", Attribute::Float(1e-5f))
-      .Input("dY", dy).Input("X", x).Input("scale", scale)
-      .Input("saved_mean", FromDoubles<float>(fwd.mean, {C})).Input("saved_inv_std", FromDoubles<float>(fwd.inv_std, {C}))
-      .Output("dX", shape, dx, tol, tol).Output("dScale", {C}, dscale, tol, tol).Output("dBias", {C}, dbias, tol, tol)
-      .Threads(3).Run();
+      .Input("dY", dy)
+      .Input("X", x)
+      .Input("scale", scale)
+      .Input("saved_mean", FromDoubles<float>(fwd.mean, {C}))
+      .Input("saved_inv_std", FromDoubles<float>(fwd.inv_std, {C}))
+      .Output("dX", shape, dx, tol, tol)
+      .Output("dScale", {C}, dscale, tol, tol)
+      .Output("dBias", {C}, dbias, tol, tol)
+      .Threads(3)
+      .Run();
 }
 
 TEST(TrainingBatchNormGrad, MatchesNumericGradient) {
@@ -131,9 +151,12 @@ TEST(TrainingBatchNormGrad, MatchesNumericGradient) {
 
 TEST(TrainingBatchNormGrad, ChannelMismatchIsAnError) {
   OpTester t("BatchNormalizationGrad", 1, kMicrosoftDomain);
-  t.Input("dY", RandomTensor<float>({2, 3, 4})).Input("X", RandomTensor<float>({2, 3, 4}))
-      .Input("scale", RandomTensor<float>({4})).Input("saved_mean", RandomTensor<float>({3}))
-      .Input("saved_inv_std", RandomTensor<float>({3})).Output("dX", {2, 3, 4}, {});
+  t.Input("dY", RandomTensor<float>({2, 3, 4}))
+      .Input("X", RandomTensor<float>({2, 3, 4}))
+      .Input("scale", RandomTensor<float>({4}))
+      .Input("saved_mean", RandomTensor<float>({3}))
+      .Input("saved_inv_std", RandomTensor<float>({3}))
+      .Output("dX", {2, 3, 4}, {});
   ExpectFailure(t, "scale has 4 values, X has 3 channels");
 }
 

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <vector>
 
-#include "training_test_util.h"
 #include "tensor_test_util.h"
+#include "training_test_util.h"
 
 namespace tob {
 namespace {
@@ -95,11 +95,14 @@ void RunConvGrad(const Shape& x_shape, const Shape& w_shape, const Window& win, 
   ConvGradRef ref = RefConvGrad(x, w, win, group, &dy, nullptr);
   OpTester t("ConvGrad", 1, kMicrosoftDomain);
   SetAttrs(t, w_shape, win, group);
-  t.Input("dY", dy).Input("X", x).Input("W", w)
+  t.Input("dY", dy)
+      .Input("X", x)
+      .Input("W", w)
       .Output("dX", x_shape, ref.dx, tol, tol)
       .Output("dW", w_shape, ref.dw, tol, tol)
       .Output("dB", {w_shape[0]}, ref.db, tol, tol)
-      .Threads(threads).Run();
+      .Threads(threads)
+      .Run();
 }
 
 TEST(TrainingConvGrad, TwoDimensionalPadsStridesDilations) {
@@ -120,8 +123,8 @@ TEST(TrainingConvGrad, GroupsAndDepthwise) {
   RunConvGrad({2, 4, 7, 7}, {6, 2, 3, 3}, {{1, 1}, {}, {1, 1, 1, 1}}, 2, 1e-4);
   RunConvGrad({2, 3, 10, 9}, {6, 1, 3, 3}, {{2, 1}, {1, 2}, {1, 1, 1, 1}}, 3, 1e-4);
   RunConvGrad({3, 4, 8, 8}, {4, 1, 3, 3}, {{}, {}, {1, 1, 1, 1}}, 4, 1e-4);
-  RunConvGrad<double>({2, 3, 19}, {3, 1, 5}, {{2}, {}, {2, 2}}, 3, 1e-10);     // 1-D depthwise
-  RunConvGrad({1, 2, 4, 5, 4}, {2, 1, 2, 2, 2}, {}, 2, 1e-4);                   // 3-D: GEMM path
+  RunConvGrad<double>({2, 3, 19}, {3, 1, 5}, {{2}, {}, {2, 2}}, 3, 1e-10);  // 1-D depthwise
+  RunConvGrad({1, 2, 4, 5, 4}, {2, 1, 2, 2, 2}, {}, 2, 1e-4);               // 3-D: GEMM path
 }
 
 TEST(TrainingConvGrad, OneAndThreeDimensional) {
@@ -155,9 +158,13 @@ TEST(TrainingConvGrad, SamePaddingMatchesExplicitPads) {
   Tensor dy = RandomTensor<float>(dy_shape, -1, 1, 113);
   ConvGradRef ref = RefConvGrad(x, w, explicit_pads, 1, &dy, nullptr);
   OpTester("ConvGrad", 1, kMicrosoftDomain)
-      .Attr("auto_pad", Attribute::String("SAME_UPPER")).Attr("strides", Ints({2, 2}))
-      .Input("dY", dy).Input("X", x).Input("W", w)
-      .Output("dX", {1, 2, 7, 8}, ref.dx, 1e-4, 1e-4).Output("dW", {3, 2, 3, 3}, ref.dw, 1e-4, 1e-4)
+      .Attr("auto_pad", Attribute::String("SAME_UPPER"))
+      .Attr("strides", Ints({2, 2}))
+      .Input("dY", dy)
+      .Input("X", x)
+      .Input("W", w)
+      .Output("dX", {1, 2, 7, 8}, ref.dx, 1e-4, 1e-4)
+      .Output("dW", {3, 2, 3, 3}, ref.dw, 1e-4, 1e-4)
       .Run();
 }
 
@@ -170,15 +177,16 @@ TEST(TrainingConvGrad, ComputesOnlyRequestedOutputs) {
   Tensor dy = RandomTensor<float>(dy_shape, -1, 1, 123);
   ConvGradRef ref = RefConvGrad(x, w, win, 2, &dy, nullptr);
   AttributeMap attrs{{"kernel_shape", Ints({3, 3})}, {"pads", Ints({1, 1, 1, 1})}, {"group", Int(2)}};
-  for (const std::vector<bool>& mask : std::vector<std::vector<bool>>{{false, true, true}, {true, false, false},
-                                                                      {false, false, true}, {true, true, false}}) {
+  for (const std::vector<bool>& mask : std::vector<std::vector<bool>>{
+           {false, true, true}, {true, false, false}, {false, false, true}, {true, true, false}}) {
     auto outs = RunWithOutputs("ConvGrad", kMicrosoftDomain, 1, {dy, x, w}, attrs, mask);
     ASSERT_TRUE(outs.ok()) << outs.status().ToString();
     const std::vector<double>* refs[3] = {&ref.dx, &ref.dw, &ref.db};
     const Shape shapes[3] = {x_shape, w_shape, {6}};
     for (int i = 0; i < 3; ++i) {
       EXPECT_EQ(outs.value()[i].defined(), mask[i]);
-      if (mask[i]) testing::ExpectClose(outs.value()[i], shapes[i], *refs[i], 1e-4, 1e-4, "output " + std::to_string(i));
+      if (mask[i])
+        testing::ExpectClose(outs.value()[i], shapes[i], *refs[i], 1e-4, 1e-4, "output " + std::to_string(i));
     }
   }
 }
@@ -209,8 +217,13 @@ void RunMaxPoolGrad(const Shape& x_shape, const std::vector<int64_t>& kernel, co
   Tensor dy = RandomTensor<T>(indices.shape(), -1, 1, 132);
   std::vector<double> dx(static_cast<size_t>(x.numel()), 0.0), dyv = ToDoubles(dy);
   for (int64_t i = 0; i < indices.numel(); ++i) dx[indices.data<int64_t>()[i]] += dyv[i];
-  OpTester("MaxPoolGrad", 1, kMicrosoftDomain).Input("dY", dy).Input("Indices", indices).Input("X", x)
-      .Output("dX", x_shape, dx, tol, tol).Threads(3).Run();
+  OpTester("MaxPoolGrad", 1, kMicrosoftDomain)
+      .Input("dY", dy)
+      .Input("Indices", indices)
+      .Input("X", x)
+      .Output("dX", x_shape, dx, tol, tol)
+      .Threads(3)
+      .Run();
 }
 
 TEST(TrainingMaxPoolGrad, OverlappingAndStridedWindows) {

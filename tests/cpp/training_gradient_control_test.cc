@@ -22,12 +22,18 @@ TEST(InPlaceAccumulator, AddsTheValueOfAnyStorageType) {
     OpTester t("InPlaceAccumulator", 1, kMicrosoftDomain);
     t.Input("old_sum", sum).Input("value", value).Output("new_sum", shape, expected).Run();
     OpTester signal_true("InPlaceAccumulator", 1, kMicrosoftDomain);
-    signal_true.Input("old_sum", sum).Input("value", value).Input("signal", Signal(true))
-        .Output("new_sum", shape, expected).Run();
+    signal_true.Input("old_sum", sum)
+        .Input("value", value)
+        .Input("signal", Signal(true))
+        .Output("new_sum", shape, expected)
+        .Run();
   }
   OpTester off("InPlaceAccumulator", 1, kMicrosoftDomain);
-  off.Input("old_sum", sum).Input("value", RandomTensor<float>(shape, -1, 1, 3)).Input("signal", Signal(false))
-      .Output("new_sum", shape, ToDoubles(sum), 0, 0).Run();
+  off.Input("old_sum", sum)
+      .Input("value", RandomTensor<float>(shape, -1, 1, 3))
+      .Input("signal", Signal(false))
+      .Output("new_sum", shape, ToDoubles(sum), 0, 0)
+      .Run();
 }
 
 TEST(InPlaceAccumulator, ShapeMismatchIsAnError) {
@@ -38,12 +44,14 @@ TEST(InPlaceAccumulator, ShapeMismatchIsAnError) {
 
 TEST(ZeroGradient, ZerosEveryFloatType) {
   for (DType dt : {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kFloat64}) {
-    Tensor g = dt == DType::kFloat32   ? RandomTensor<float>({5, 3})
-               : dt == DType::kFloat16 ? RandomTensor<Float16>({5, 3})
+    Tensor g = dt == DType::kFloat32    ? RandomTensor<float>({5, 3})
+               : dt == DType::kFloat16  ? RandomTensor<Float16>({5, 3})
                : dt == DType::kBFloat16 ? RandomTensor<BFloat16>({5, 3})
                                         : RandomTensor<double>({5, 3});
     OpTester t("ZeroGradient", 1, kMicrosoftDomain);
-    t.Input("g", g).Input("signal", RandomTensor<float>({2})).Output("z", {5, 3}, std::vector<double>(15, 0.0), 0, 0)
+    t.Input("g", g)
+        .Input("signal", RandomTensor<float>({2}))
+        .Output("z", {5, 3}, std::vector<double>(15, 0.0), 0, 0)
         .Run();
   }
 }
@@ -92,8 +100,9 @@ TEST(OptimizerState, AdamUpdatesBoundStateInPlace) {
   ASSERT_TRUE(g->AddInput("T", ValueType(DType::kInt64, Dims{})).ok());
   for (const char* name : {"W", "G", "M1", "M2"}) ASSERT_TRUE(g->AddInput(name, f4).ok());
   AttributeMap attrs = {{"lambda", Attribute::Float(0.01f)}};
-  ASSERT_TRUE(g->AddNode("AdamOptimizer", kMicrosoftDomain, {"lr", "T", "W", "G", "M1", "M2"}, {"T_new", "M1_new", "M2_new", "W_new"},
-                         attrs, "adam").ok());
+  ASSERT_TRUE(g->AddNode("AdamOptimizer", kMicrosoftDomain, {"lr", "T", "W", "G", "M1", "M2"},
+                         {"T_new", "M1_new", "M2_new", "W_new"}, attrs, "adam")
+                  .ok());
   for (const char* name : {"T_new", "M1_new", "M2_new", "W_new"}) ASSERT_TRUE(g->AddOutput(name).ok());
   SessionOptions opts;
   opts.state_updates = {{"W", "W_new"}, {"M1", "M1_new"}, {"M2", "M2_new"}, {"T", "T_new"}};

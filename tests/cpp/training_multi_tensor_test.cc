@@ -11,10 +11,10 @@
 #include <random>
 #include <vector>
 
+#include "core/float_convert.h"
 #include "core/half.h"
 #include "framework/thread_pool.h"
 #include "training/adam_math.h"
-#include "core/float_convert.h"
 #include "training/multi_tensor_adam.h"
 #include "training/multi_tensor_apply.h"
 #include "training/multi_tensor_ops.h"
@@ -296,7 +296,8 @@ TEST(MultiTensor, L2NormMatchesFloat64Reference) {
     }
     EXPECT_NEAR(r.value().total, std::sqrt(total), rel * std::sqrt(total));
   };
-  check(DType::kFloat32, ptrs, [&](size_t t, int64_t i) { return static_cast<double>(data[t][i]); }, 1e-12);
+  check(
+      DType::kFloat32, ptrs, [&](size_t t, int64_t i) { return static_cast<double>(data[t][i]); }, 1e-12);
 
   std::vector<std::vector<BFloat16>> bdata;
   std::vector<const void*> bptrs;
@@ -383,7 +384,7 @@ TEST(MultiTensor, HasNonFiniteFindsInfAndNanAnywhere) {
   f16[3][5] = Float16(65504.0f);
   EXPECT_FALSE(MultiTensorHasNonFinite(DType::kFloat16, hp, kSizes, pool.get()).value());
   EXPECT_FALSE(MultiTensorHasNonFinite(DType::kBFloat16, bp, kSizes, pool.get()).value());
-  f16[3][6] = Float16::FromBits(0xfc00);  // -inf
+  f16[3][6] = Float16::FromBits(0xfc00);     // -inf
   bf16[0][36] = BFloat16::FromBits(0x7fc1);  // NaN
   EXPECT_TRUE(MultiTensorHasNonFinite(DType::kFloat16, hp, kSizes, pool.get()).value());
   EXPECT_TRUE(MultiTensorHasNonFinite(DType::kBFloat16, bp, kSizes, pool.get()).value());

@@ -20,13 +20,12 @@ using namespace training_test;
 // ---------------------------------------------------------------- activation gradients
 
 double GeluExact(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
-double GeluTanh(double x) {
-  return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
-}
+double GeluTanh(double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
 double Sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
 
 // dX = dY * d/dx forward(x), the derivative by central differences.
-std::vector<double> ChainNumeric(const std::vector<double>& dy, const std::vector<double>& x, double (*forward)(double)) {
+std::vector<double> ChainNumeric(const std::vector<double>& dy, const std::vector<double>& x,
+                                 double (*forward)(double)) {
   std::vector<double> r;
   for (size_t i = 0; i < x.size(); ++i) {
     const double h = 1e-5;
@@ -40,9 +39,12 @@ void RunGeluGrad(const char* op, double (*forward)(double), double tol) {
   // 2053 elements: several blocks and a ragged tail; values wide enough to reach both tails.
   const Shape shape{2053};
   Tensor dy = RandomTensor<T>(shape, -2, 2, 1), x = RandomTensor<T>(shape, -6, 6, 2);
-  OpTester(op, 1, kMicrosoftDomain).Input("dY", dy).Input("X", x)
+  OpTester(op, 1, kMicrosoftDomain)
+      .Input("dY", dy)
+      .Input("X", x)
       .Output("dX", shape, ChainNumeric(ToDoubles(dy), ToDoubles(x), forward), tol, tol)
-      .Threads(3).Run();
+      .Threads(3)
+      .Run();
 }
 
 TEST(TrainingActivationGrad, GeluGradMatchesNumericDerivative) {
@@ -74,15 +76,24 @@ TEST(TrainingActivationGrad, ReluSigmoidTanh) {
     tanh_dx.push_back(dyv[i] * (1 - tanh_y[i] * tanh_y[i]));
   }
   OpTester("ReluGrad", 1, kMicrosoftDomain).Input("dY", dy).Input("X", x).Output("dX", shape, relu, 0, 0).Run();
-  OpTester("SigmoidGrad", 1, kMicrosoftDomain).Input("dY", dy).Input("Y", FromDoubles<float>(sig_y, shape))
-      .Output("dX", shape, sig_dx, 1e-6, 1e-7).Run();
-  OpTester("TanhGrad", 1, kMicrosoftDomain).Input("dY", dy).Input("Y", FromDoubles<float>(tanh_y, shape))
-      .Output("dX", shape, tanh_dx, 1e-6, 1e-7).Run();
+  OpTester("SigmoidGrad", 1, kMicrosoftDomain)
+      .Input("dY", dy)
+      .Input("Y", FromDoubles<float>(sig_y, shape))
+      .Output("dX", shape, sig_dx, 1e-6, 1e-7)
+      .Run();
+  OpTester("TanhGrad", 1, kMicrosoftDomain)
+      .Input("dY", dy)
+      .Input("Y", FromDoubles<float>(tanh_y, shape))
+      .Output("dX", shape, tanh_dx, 1e-6, 1e-7)
+      .Run();
   // Relu's output gives the same mask as its input.
   std::vector<double> relu_out;
   for (double v : xv) relu_out.push_back(std::max(v, 0.0));
-  OpTester("ReluGrad", 1, kMicrosoftDomain).Input("dY", dy).Input("Y", FromDoubles<float>(relu_out, shape))
-      .Output("dX", shape, relu, 0, 0).Run();
+  OpTester("ReluGrad", 1, kMicrosoftDomain)
+      .Input("dY", dy)
+      .Input("Y", FromDoubles<float>(relu_out, shape))
+      .Output("dX", shape, relu, 0, 0)
+      .Run();
   // 16-bit and float64 storage.
   Tensor dyh = RandomTensor<Float16>({40}, -2, 2, 5), yh = RandomTensor<Float16>({40}, 0.01, 0.99, 6);
   std::vector<double> hdx;
@@ -90,7 +101,11 @@ TEST(TrainingActivationGrad, ReluSigmoidTanh) {
     const double d = ToDoubles(dyh)[i], y = ToDoubles(yh)[i];
     hdx.push_back(d * y * (1 - y));
   }
-  OpTester("SigmoidGrad", 1, kMicrosoftDomain).Input("dY", dyh).Input("Y", yh).Output("dX", {40}, hdx, 2e-3, 1e-4).Run();
+  OpTester("SigmoidGrad", 1, kMicrosoftDomain)
+      .Input("dY", dyh)
+      .Input("Y", yh)
+      .Output("dX", {40}, hdx, 2e-3, 1e-4)
+      .Run();
   Tensor dyd = RandomTensor<double>({17}, -2, 2, 7), xd = RandomTensor<double>({17}, -2, 2, 8);
   std::vector<double> ddx;
   for (size_t i = 0; i < 17; ++i) ddx.push_back(ToDoubles(xd)[i] > 0 ? ToDoubles(dyd)[i] : 0.0);
@@ -184,7 +199,9 @@ TEST(TrainingSoftmaxGrad, HalfTypes) {
 
 TEST(TrainingSoftmaxGrad, BadAxisIsAnError) {
   OpTester t("SoftmaxGrad_13", 1, kMicrosoftDomain);
-  t.Attr("axis", Int(2)).Input("dY", RandomTensor<float>({2, 3})).Input("Y", RandomTensor<float>({2, 3}))
+  t.Attr("axis", Int(2))
+      .Input("dY", RandomTensor<float>({2, 3}))
+      .Input("Y", RandomTensor<float>({2, 3}))
       .Output("dX", {2, 3}, {});
   ExpectFailure(t, "axis 2 is out of range");
 }
@@ -258,7 +275,11 @@ void RunLayerNormGrad(const Shape& x_shape, int64_t axis, const Shape& scale_sha
                                             : FromDoubles<float>(ref.inv_std, stat_shape);
   OpTester t("LayerNormalizationGrad", 1, kMicrosoftDomain);
   if (axis != -1) t.Attr("axis", Int(axis));
-  t.Input("Y_grad", dy).Input("X", x).Input("scale", scale).Input("mean", mean).Input("inv_std_dev", inv)
+  t.Input("Y_grad", dy)
+      .Input("X", x)
+      .Input("scale", scale)
+      .Input("mean", mean)
+      .Input("inv_std_dev", inv)
       .Output("X_grad", x_shape, ref.dx, tol, tol)
       .Output("scale_grad", scale_shape, ref.dscale, tol, tol);
   if (with_bias_grad) t.Output("bias_grad", scale_shape, ref.dbias, tol, tol);
@@ -271,9 +292,7 @@ TEST(TrainingLayerNormGrad, LastAxis) {
   RunLayerNormGrad<double>({5, 33}, 1, {33}, 1e-7, true, DType::kFloat64);
 }
 
-TEST(TrainingLayerNormGrad, InnerAxisAndMultiDimScale) {
-  RunLayerNormGrad<float>({4, 3, 5}, 1, {3, 5}, 2e-4, true);
-}
+TEST(TrainingLayerNormGrad, InnerAxisAndMultiDimScale) { RunLayerNormGrad<float>({4, 3, 5}, 1, {3, 5}, 2e-4, true); }
 
 TEST(TrainingLayerNormGrad, HalfTypes) {
   RunLayerNormGrad<Float16>({3, 40}, -1, {40}, 3e-2, true);
@@ -285,8 +304,14 @@ TEST(TrainingLayerNormGrad, ForwardStatisticsFeedTheGradient) {
   const Shape shape{6, 64};
   Tensor x = RandomTensor<float>(shape, -2, 2, 31), scale = RandomTensor<float>({64}, 0.5, 1.5, 32);
   Tensor bias = RandomTensor<float>({64}, -1, 1, 33), dy = RandomTensor<float>(shape, -1, 1, 34);
-  auto fwd = OpTester("LayerNormalization", 17).Input("X", x).Input("Scale", scale).Input("B", bias)
-                 .Output("Y", shape, {}).Output("Mean", {6, 1}, {}).Output("InvStdDev", {6, 1}, {}).Compute();
+  auto fwd = OpTester("LayerNormalization", 17)
+                 .Input("X", x)
+                 .Input("Scale", scale)
+                 .Input("B", bias)
+                 .Output("Y", shape, {})
+                 .Output("Mean", {6, 1}, {})
+                 .Output("InvStdDev", {6, 1}, {})
+                 .Compute();
   ASSERT_TRUE(fwd.ok()) << fwd.status().ToString();
   ASSERT_EQ(fwd.value()[1].dtype(), DType::kFloat32);
   LayerNormCase c;
@@ -300,17 +325,25 @@ TEST(TrainingLayerNormGrad, ForwardStatisticsFeedTheGradient) {
   testing::ExpectClose(fwd.value()[1], {6, 1}, ref.mean, 1e-5, 1e-6, "Mean");
   testing::ExpectClose(fwd.value()[2], {6, 1}, ref.inv_std, 1e-5, 1e-6, "InvStdDev");
   OpTester("LayerNormalizationGrad", 1, kMicrosoftDomain)
-      .Input("Y_grad", dy).Input("X", x).Input("scale", scale).Input("mean", fwd.value()[1])
+      .Input("Y_grad", dy)
+      .Input("X", x)
+      .Input("scale", scale)
+      .Input("mean", fwd.value()[1])
       .Input("inv_std_dev", fwd.value()[2])
-      .Output("X_grad", shape, ref.dx, 2e-4, 2e-4).Output("scale_grad", {64}, ref.dscale, 2e-4, 2e-4)
-      .Output("bias_grad", {64}, ref.dbias, 1e-5, 1e-5).Run();
+      .Output("X_grad", shape, ref.dx, 2e-4, 2e-4)
+      .Output("scale_grad", {64}, ref.dscale, 2e-4, 2e-4)
+      .Output("bias_grad", {64}, ref.dbias, 1e-5, 1e-5)
+      .Run();
 }
 
 TEST(TrainingLayerNormGrad, BadStatisticsAreAnError) {
   OpTester t("LayerNormalizationGrad", 1, kMicrosoftDomain);
-  t.Input("Y_grad", RandomTensor<float>({4, 8})).Input("X", RandomTensor<float>({4, 8}))
-      .Input("scale", RandomTensor<float>({8})).Input("mean", RandomTensor<float>({3, 1}))
-      .Input("inv_std_dev", RandomTensor<float>({3, 1})).Output("X_grad", {4, 8}, {});
+  t.Input("Y_grad", RandomTensor<float>({4, 8}))
+      .Input("X", RandomTensor<float>({4, 8}))
+      .Input("scale", RandomTensor<float>({8}))
+      .Input("mean", RandomTensor<float>({3, 1}))
+      .Input("inv_std_dev", RandomTensor<float>({3, 1}))
+      .Output("X_grad", {4, 8}, {});
   ExpectFailure(t, "one value per normalized row");
 }
 
@@ -392,7 +425,7 @@ TEST(TrainingNllLoss, ReductionsWeightsAndIgnoreIndex) {
   for (const char* reduction : {"none", "sum", "mean"}) {
     RunNll<float>({6, 5}, reduction, false, std::nullopt, 1e-5);
     RunNll<float>({6, 5}, reduction, true, std::nullopt, 1e-5);
-    RunNll<float>({3, 5, 4, 3}, reduction, true, int64_t{2}, 1e-5);   // an in-range class ignored
+    RunNll<float>({3, 5, 4, 3}, reduction, true, int64_t{2}, 1e-5);      // an in-range class ignored
     RunNll<float>({3, 5, 4, 3}, reduction, false, int64_t{-100}, 1e-5);  // torch's default
     RunNll<double, int32_t>({4, 7, 9}, reduction, true, int64_t{-1}, 1e-12);
   }
@@ -406,8 +439,10 @@ TEST(TrainingNllLoss, AllIgnoredMeanIsNaN) {
   Tensor x = RandomTensor<float>({2, 3}, -2, 0, 44);
   OpTester("NegativeLogLikelihoodLoss", 13)
       .Attr("ignore_index", Int(1))
-      .Input("input", x).Input("target", Tensor::FromVector<int64_t>({1, 1}, {2}))
-      .Output("loss", {}, {std::numeric_limits<double>::quiet_NaN()}).Run();
+      .Input("input", x)
+      .Input("target", Tensor::FromVector<int64_t>({1, 1}, {2}))
+      .Output("loss", {}, {std::numeric_limits<double>::quiet_NaN()})
+      .Run();
 }
 
 TEST(TrainingNllLoss, TargetOutOfRangeIsAnError) {
@@ -523,8 +558,11 @@ std::vector<Tensor> RunGatherGrad(const Shape& shape, int64_t axis, const Shape&
   std::vector<I> idx_typed(idx.begin(), idx.end());
   OpTester t("GatherGrad", 1, kMicrosoftDomain);
   if (axis != 0) t.Attr("axis", Int(axis));
-  t.Input("shape", Tensor::FromVector<int64_t>(shape, {r})).Input("indices", Tensor::FromVector<I>(idx_typed, idx_shape))
-      .Input("dY", dy).Output("dX", shape, GatherGradRef(shape, a, idx, ToDoubles(dy)), tol, tol).Threads(threads);
+  t.Input("shape", Tensor::FromVector<int64_t>(shape, {r}))
+      .Input("indices", Tensor::FromVector<I>(idx_typed, idx_shape))
+      .Input("dY", dy)
+      .Output("dX", shape, GatherGradRef(shape, a, idx, ToDoubles(dy)), tol, tol)
+      .Threads(threads);
   t.Run();
   auto out = t.Compute();
   EXPECT_TRUE(out.ok());
@@ -532,8 +570,8 @@ std::vector<Tensor> RunGatherGrad(const Shape& shape, int64_t axis, const Shape&
 }
 
 TEST(TrainingGatherGrad, EmbeddingRows) {
-  RunGatherGrad<float>({50, 16}, 0, {4, 30}, 1e-5, 4);     // row tasks (one table, narrow rows)
-  RunGatherGrad<float>({9, 700}, 0, {3, 11}, 1e-5, 4);     // wide rows: column strips
+  RunGatherGrad<float>({50, 16}, 0, {4, 30}, 1e-5, 4);  // row tasks (one table, narrow rows)
+  RunGatherGrad<float>({9, 700}, 0, {3, 11}, 1e-5, 4);  // wide rows: column strips
   RunGatherGrad<double, int32_t>({20, 3}, 0, {64}, 1e-12, 1);
 }
 

@@ -71,13 +71,22 @@ AdamExpected AdamReference(const AdamCase& c, const Tensor& w, const Tensor& g, 
 
 OpTester AdamTester(const AdamCase& c, const Tensor& w, const Tensor& g, const Tensor& m1, const Tensor& m2) {
   OpTester t("AdamOptimizer", 1, kMicrosoftDomain);
-  t.Attr("alpha", Attribute::Float(c.alpha)).Attr("beta", Attribute::Float(c.beta))
-      .Attr("lambda", Attribute::Float(c.lambda)).Attr("epsilon", Attribute::Float(c.epsilon))
-      .Attr("max_norm_clip", Attribute::Float(c.max_norm)).Attr("weight_decay_mode", Int(c.mode))
+  t.Attr("alpha", Attribute::Float(c.alpha))
+      .Attr("beta", Attribute::Float(c.beta))
+      .Attr("lambda", Attribute::Float(c.lambda))
+      .Attr("epsilon", Attribute::Float(c.epsilon))
+      .Attr("max_norm_clip", Attribute::Float(c.max_norm))
+      .Attr("weight_decay_mode", Int(c.mode))
       .Attr("do_bias_correction", Int(c.bias_correction ? 1 : 0));
-  t.Input("R", Scalar(c.lr)).Input("T", Step(c.step)).Input("weights", w).Input("gradients", g)
-      .Input("moment_1", m1).Input("moment_2", m2).Input("", Tensor());
-  t.Input(c.loss_scale != 1.0 ? "loss_scale" : "", c.loss_scale != 1.0 ? Scalar(static_cast<float>(c.loss_scale)) : Tensor());
+  t.Input("R", Scalar(c.lr))
+      .Input("T", Step(c.step))
+      .Input("weights", w)
+      .Input("gradients", g)
+      .Input("moment_1", m1)
+      .Input("moment_2", m2)
+      .Input("", Tensor());
+  t.Input(c.loss_scale != 1.0 ? "loss_scale" : "",
+          c.loss_scale != 1.0 ? Scalar(static_cast<float>(c.loss_scale)) : Tensor());
   t.Input(c.grad_norm >= 0 ? "norm" : "", c.grad_norm >= 0 ? Scalar(static_cast<float>(c.grad_norm)) : Tensor());
   return t;
 }
@@ -86,9 +95,9 @@ void CheckAdam(const AdamCase& c, DType grad_dtype = DType::kFloat32) {
   const Shape shape{4, 33};
   Tensor w = RandomTensor<float>(shape, -2, 2, 11), m1 = RandomTensor<float>(shape, -0.5, 0.5, 13);
   Tensor m2 = Positive(shape, 14);
-  Tensor g = grad_dtype == DType::kFloat16 ? RandomTensor<Float16>(shape, -3, 3, 12)
+  Tensor g = grad_dtype == DType::kFloat16    ? RandomTensor<Float16>(shape, -3, 3, 12)
              : grad_dtype == DType::kBFloat16 ? RandomTensor<BFloat16>(shape, -3, 3, 12)
-                                             : RandomTensor<float>(shape, -3, 3, 12);
+                                              : RandomTensor<float>(shape, -3, 3, 12);
   const AdamExpected e = AdamReference(c, w, g, m1, m2);
   OpTester t = AdamTester(c, w, g, m1, m2);
   const double delta_tol = grad_dtype == DType::kFloat32 ? 1e-6 : 4e-3 * c.lr;  // delta stored as the grad type
@@ -152,10 +161,18 @@ TEST(AdamOptimizer, MixedPrecisionWeightsFollowTheUpdate) {
   Tensor m1 = RandomTensor<float>(shape, -0.1, 0.1, 23), m2 = Positive(shape, 24);
   const AdamExpected e = AdamReference(c, w, g, m1, m2);
   OpTester t("AdamOptimizer", 1, kMicrosoftDomain);
-  t.Input("R", Scalar(c.lr)).Input("T", Step(c.step)).Input("weights", w).Input("gradients", g)
-      .Input("moment_1", m1).Input("moment_2", m2).Input("half_w", RandomTensor<BFloat16>(shape, -1, 1, 25));
-  t.Output("new_T", {}, {4.0}, 0, 0).Output("new_m1", shape, e.m1).Output("new_m2", shape, e.m2)
-      .Output("new_w", shape, e.w).Output("new_g", shape, e.delta, 1e-3, 1e-6)
+  t.Input("R", Scalar(c.lr))
+      .Input("T", Step(c.step))
+      .Input("weights", w)
+      .Input("gradients", g)
+      .Input("moment_1", m1)
+      .Input("moment_2", m2)
+      .Input("half_w", RandomTensor<BFloat16>(shape, -1, 1, 25));
+  t.Output("new_T", {}, {4.0}, 0, 0)
+      .Output("new_m1", shape, e.m1)
+      .Output("new_m2", shape, e.m2)
+      .Output("new_w", shape, e.w)
+      .Output("new_g", shape, e.delta, 1e-3, 1e-6)
       .Output("new_half_w", shape, Rounded<BFloat16>(e.w), 0, 1e-2 * 2)
       .Run();
 }
@@ -165,11 +182,22 @@ TEST(AdamOptimizer, UpdateSignalFalseLeavesEverything) {
   Tensor w = RandomTensor<float>(shape, -2, 2, 31), g = RandomTensor<float>(shape, -1, 1, 32);
   Tensor m1 = RandomTensor<float>(shape, -0.1, 0.1, 33), m2 = Positive(shape, 34);
   OpTester t("AdamOptimizer", 1, kMicrosoftDomain);
-  t.Input("R", Scalar(0.1f)).Input("T", Step(5)).Input("weights", w).Input("gradients", g).Input("moment_1", m1)
-      .Input("moment_2", m2).Input("", Tensor()).Input("", Tensor()).Input("", Tensor()).Input("signal", Signal(false));
-  t.Output("new_T", {}, {5.0}, 0, 0).Output("new_m1", shape, ToDoubles(m1), 0, 0)
-      .Output("new_m2", shape, ToDoubles(m2), 0, 0).Output("new_w", shape, ToDoubles(w), 0, 0)
-      .Output("new_g", shape, ToDoubles(g), 0, 0).Run();
+  t.Input("R", Scalar(0.1f))
+      .Input("T", Step(5))
+      .Input("weights", w)
+      .Input("gradients", g)
+      .Input("moment_1", m1)
+      .Input("moment_2", m2)
+      .Input("", Tensor())
+      .Input("", Tensor())
+      .Input("", Tensor())
+      .Input("signal", Signal(false));
+  t.Output("new_T", {}, {5.0}, 0, 0)
+      .Output("new_m1", shape, ToDoubles(m1), 0, 0)
+      .Output("new_m2", shape, ToDoubles(m2), 0, 0)
+      .Output("new_w", shape, ToDoubles(w), 0, 0)
+      .Output("new_g", shape, ToDoubles(g), 0, 0)
+      .Run();
 }
 
 TEST(AdamOptimizer, OmittedOutputsAreNotComputed) {
@@ -191,28 +219,56 @@ TEST(AdamOptimizer, BadInputsAndAttributesNameTheNode) {
   Tensor w = RandomTensor<float>(shape, -1, 1, 51), m = Positive(shape, 52);
   {
     OpTester t("AdamOptimizer", 1, kMicrosoftDomain);
-    t.Input("R", Scalar(0.1f)).Input("T", Step(1)).Input("weights", w).Input("gradients", RandomTensor<float>({5}))
-        .Input("moment_1", m).Input("moment_2", m).Output("a", shape, {}).Output("b", shape, {}).Output("c", shape, {});
+    t.Input("R", Scalar(0.1f))
+        .Input("T", Step(1))
+        .Input("weights", w)
+        .Input("gradients", RandomTensor<float>({5}))
+        .Input("moment_1", m)
+        .Input("moment_2", m)
+        .Output("a", shape, {})
+        .Output("b", shape, {})
+        .Output("c", shape, {});
     ExpectFailure(t, "input 3 (gradients) float32[5] must have the shape of weights float32[4]");
   }
   {
     OpTester t("AdamOptimizer", 1, kMicrosoftDomain);
-    t.Input("R", Scalar(0.1f)).Input("T", Scalar(1.0f)).Input("weights", w).Input("gradients", w)
-        .Input("moment_1", m).Input("moment_2", m).Output("a", shape, {}).Output("b", shape, {}).Output("c", shape, {});
+    t.Input("R", Scalar(0.1f))
+        .Input("T", Scalar(1.0f))
+        .Input("weights", w)
+        .Input("gradients", w)
+        .Input("moment_1", m)
+        .Input("moment_2", m)
+        .Output("a", shape, {})
+        .Output("b", shape, {})
+        .Output("c", shape, {});
     ExpectFailure(t, "input 1 (T) must be int64");
   }
   for (auto [name, value, fragment] : {std::tuple{"max_norm_clip", 0.0f, "max_norm_clip must be > 0"},
                                        std::tuple{"beta", 1.0f, "beta must be in [0, 1)"}}) {
     OpTester t("AdamOptimizer", 1, kMicrosoftDomain);
     t.Attr(name, Attribute::Float(value));
-    t.Input("R", Scalar(0.1f)).Input("T", Step(1)).Input("weights", w).Input("gradients", w)
-        .Input("moment_1", m).Input("moment_2", m).Output("a", {}, {}).Output("b", shape, {}).Output("c", shape, {});
+    t.Input("R", Scalar(0.1f))
+        .Input("T", Step(1))
+        .Input("weights", w)
+        .Input("gradients", w)
+        .Input("moment_1", m)
+        .Input("moment_2", m)
+        .Output("a", {}, {})
+        .Output("b", shape, {})
+        .Output("c", shape, {});
     ExpectFailure(t, fragment);
   }
   OpTester t("AdamOptimizer", 1, kMicrosoftDomain);
   t.Attr("weight_decay_mode", Int(2));
-  t.Input("R", Scalar(0.1f)).Input("T", Step(1)).Input("weights", w).Input("gradients", w)
-      .Input("moment_1", m).Input("moment_2", m).Output("a", {}, {}).Output("b", shape, {}).Output("c", shape, {});
+  t.Input("R", Scalar(0.1f))
+      .Input("T", Step(1))
+      .Input("weights", w)
+      .Input("gradients", w)
+      .Input("moment_1", m)
+      .Input("moment_2", m)
+      .Output("a", {}, {})
+      .Output("b", shape, {})
+      .Output("c", shape, {});
   ExpectFailure(t, "weight_decay_mode must be 0");
 }
 
@@ -228,8 +284,8 @@ struct LambExpected {
   double trust = 0;  // ||w|| / ||d|| before clamping
 };
 
-LambExpected LambReference(const LambGroup& k, double lr, int64_t step, bool bias, double loss_scale,
-                           double grad_norm, double ratio_min, double ratio_max) {
+LambExpected LambReference(const LambGroup& k, double lr, int64_t step, bool bias, double loss_scale, double grad_norm,
+                           double ratio_min, double ratio_max) {
   const double a = F(k.alpha), b = F(k.beta);
   const double divisor = grad_norm < 0 ? loss_scale : Divisor(loss_scale, grad_norm, F(k.max_norm));
   const double bc1 = bias && step > 0 ? 1 - std::pow(a, step) : 1.0;
@@ -296,9 +352,13 @@ TEST(LambOptimizer, TwoGroupsWithTheirOwnHyperParameters) {
         .Attr("lambda", Attribute::Floats({groups[0].lambda, groups[1].lambda}))
         .Attr("epsilon", Attribute::Floats({groups[0].epsilon, groups[1].epsilon}))
         .Attr("max_norm_clip", Attribute::Floats({groups[0].max_norm, groups[1].max_norm}))
-        .Attr("ratio_min", Attribute::Float(ratio_min)).Attr("ratio_max", Attribute::Float(ratio_max));
-    t.Input("", Tensor()).Input("scale", Scalar(static_cast<float>(loss_scale)))
-        .Input("norm", Scalar(static_cast<float>(grad_norm))).Input("R", Scalar(lr)).Input("step", Step(step));
+        .Attr("ratio_min", Attribute::Float(ratio_min))
+        .Attr("ratio_max", Attribute::Float(ratio_max));
+    t.Input("", Tensor())
+        .Input("scale", Scalar(static_cast<float>(loss_scale)))
+        .Input("norm", Scalar(static_cast<float>(grad_norm)))
+        .Input("R", Scalar(lr))
+        .Input("step", Step(step));
     t.Output("new_step", {}, {});
     std::vector<ExpectedOutput> expected = {{0, {static_cast<double>(step + 1)}, 0, 0}};
     for (size_t k = 0; k < groups.size(); ++k) {
@@ -307,7 +367,8 @@ TEST(LambOptimizer, TwoGroupsWithTheirOwnHyperParameters) {
       t.Input("w" + s, g.w).Input("g" + s, g.g).Input("m1" + s, g.m1).Input("m2" + s, g.m2);
       if (k + 1 < groups.size()) t.Input("", Tensor());
       const LambExpected e = LambReference(g, F(lr), step, true, loss_scale, grad_norm, ratio_min, ratio_max);
-      if (ratio_max < INFINITY) EXPECT_TRUE(e.trust < ratio_min || e.trust > ratio_max) << "group " << k << " not clamped";
+      if (ratio_max < INFINITY)
+        EXPECT_TRUE(e.trust < ratio_min || e.trust > ratio_max) << "group " << k << " not clamped";
       for (const char* o : {"nw", "ng", "nm1", "nm2"}) t.Output(o + s, g.w.shape(), {});
       if (k + 1 < groups.size()) t.Output("", g.w.shape(), {});
       const size_t base = 1 + 5 * k;
@@ -324,10 +385,21 @@ TEST(LambOptimizer, UpdateSignalFalseLeavesEverything) {
   Tensor w = RandomTensor<float>({5}, -1, 1, 71), g = RandomTensor<float>({5}, -1, 1, 72);
   Tensor m1 = RandomTensor<float>({5}, -1, 1, 73), m2 = Positive({5}, 74);
   OpTester t("LambOptimizer", 1, kMicrosoftDomain);
-  t.Input("signal", Signal(false)).Input("", Tensor()).Input("", Tensor()).Input("R", Scalar(0.1f))
-      .Input("step", Step(2)).Input("w", w).Input("g", g).Input("m1", m1).Input("m2", m2);
-  t.Output("new_step", {}, {2.0}, 0, 0).Output("nw", {5}, ToDoubles(w), 0, 0).Output("ng", {5}, ToDoubles(g), 0, 0)
-      .Output("nm1", {5}, ToDoubles(m1), 0, 0).Output("nm2", {5}, ToDoubles(m2), 0, 0).Run();
+  t.Input("signal", Signal(false))
+      .Input("", Tensor())
+      .Input("", Tensor())
+      .Input("R", Scalar(0.1f))
+      .Input("step", Step(2))
+      .Input("w", w)
+      .Input("g", g)
+      .Input("m1", m1)
+      .Input("m2", m2);
+  t.Output("new_step", {}, {2.0}, 0, 0)
+      .Output("nw", {5}, ToDoubles(w), 0, 0)
+      .Output("ng", {5}, ToDoubles(g), 0, 0)
+      .Output("nm1", {5}, ToDoubles(m1), 0, 0)
+      .Output("nm2", {5}, ToDoubles(m2), 0, 0)
+      .Run();
 }
 
 TEST(LambOptimizer, BadGroupsNameTheNode) {
@@ -337,8 +409,11 @@ TEST(LambOptimizer, BadGroupsNameTheNode) {
     t.Attr("alpha", Attribute::Floats({0.9f}));  // one value, two groups
     t.Input("", Tensor()).Input("", Tensor()).Input("", Tensor()).Input("R", Scalar(0.1f)).Input("step", Step(1));
     for (int k = 0; k < 2; ++k)
-      t.Input("w" + std::to_string(k), w).Input("g" + std::to_string(k), w).Input("m1" + std::to_string(k), m)
-          .Input("m2" + std::to_string(k), m).Input("", Tensor());
+      t.Input("w" + std::to_string(k), w)
+          .Input("g" + std::to_string(k), w)
+          .Input("m1" + std::to_string(k), m)
+          .Input("m2" + std::to_string(k), m)
+          .Input("", Tensor());
     t.Output("s", {}, {});
     for (int k = 0; k < 2; ++k) {
       for (const char* o : {"nw", "ng", "nm1", "nm2"}) t.Output(o + std::to_string(k), {5}, {});
@@ -347,8 +422,15 @@ TEST(LambOptimizer, BadGroupsNameTheNode) {
     ExpectFailure(t, "attribute 'alpha' has 1 values for 2 weight groups");
   }
   OpTester t("LambOptimizer", 1, kMicrosoftDomain);
-  t.Input("", Tensor()).Input("", Tensor()).Input("", Tensor()).Input("R", Scalar(0.1f)).Input("step", Step(1))
-      .Input("w", w).Input("g", RandomTensor<float>({4})).Input("m1", m).Input("m2", m);
+  t.Input("", Tensor())
+      .Input("", Tensor())
+      .Input("", Tensor())
+      .Input("R", Scalar(0.1f))
+      .Input("step", Step(1))
+      .Input("w", w)
+      .Input("g", RandomTensor<float>({4}))
+      .Input("m1", m)
+      .Input("m2", m);
   t.Output("s", {}, {}).Output("nw", {5}, {}).Output("ng", {5}, {}).Output("nm1", {5}, {}).Output("nm2", {5}, {});
   ExpectFailure(t, "input 6 (gradients) float32[4] must have the shape of weights float32[5]");
 }

@@ -38,8 +38,7 @@ TEST(Verifier, ACycleNamesANodeOnTheCycle) {
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.code(), StatusCode::kInvalidModel);
   EXPECT_NE(s.message().find("cycle"), std::string::npos) << s.message();
-  EXPECT_TRUE(s.message().find("'cycle_a'") != std::string::npos ||
-              s.message().find("'cycle_b'") != std::string::npos)
+  EXPECT_TRUE(s.message().find("'cycle_a'") != std::string::npos || s.message().find("'cycle_b'") != std::string::npos)
       << s.message();
   EXPECT_EQ(s.message().find("downstream"), std::string::npos) << s.message();
 }

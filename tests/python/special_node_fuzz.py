@@ -15,7 +15,6 @@ from collections import Counter
 from typing import Callable
 
 import numpy as np
-import onnx
 import torch
 from onnx import TensorProto, helper
 

@@ -2,7 +2,6 @@
 silently wrong answer. Includes a bounded fuzz of the loader with mutated models."""
 
 import numpy as np
-import onnx
 import pytest
 import torch
 from onnx import TensorProto, helper

@@ -6,7 +6,6 @@ import os
 import sys
 import zipfile
 
-import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples"))
 import demo  # noqa: E402

@@ -2,7 +2,6 @@
 own memory (InferenceSession.bind_state, SessionOptions.state_updates)."""
 
 import numpy as np
-import onnx
 import pytest
 import torch
 from onnx import TensorProto, helper

@@ -25,7 +25,7 @@ from python_op_harness import assert_engine_ran_since, compile_ort, engine_count
 from torch_ort_backend._engine import C
 from torch_ort_backend.autograd_function import (qualified_name, register_function,
                                                   register_function_for_loaded_models)
-from torch_ort_backend.autograd_function.registry import decode_constants, encode_constants, object_id
+from torch_ort_backend.autograd_function.registry import decode_constants, encode_constants
 
 pytestmark = pytest.mark.skipif(not getattr(C, "built_with_torch", False), reason="built without the torch provider")
 

@@ -11,7 +11,8 @@
 """
 
 from . import lr_scheduler
-from .config import AdamConfig, LambConfig, SGDConfig, _OptimizerConfig
+from .config import AdamConfig, LambConfig, SGDConfig
+from .config import _OptimizerConfig as _OptimizerConfig  # onnxruntime-training exports it here
 from .fp16_optimizer import FP16_Optimizer, MixedPrecisionOptimizer
 from .fused_adam import AdamWMode, FusedAdam
 from .multi_tensor import clip_grad_norm_, has_non_finite, l2_norm, scale_

@@ -31,8 +31,7 @@ inline StatusOr<Tensor> ToFloatScratch(const KernelContext& ctx, const Tensor& t
     ParallelConvertToFloat(ctx.thread_pool(), t.data<Float16>(), t.numel(), f.data<float>());
   else if (t.dtype() == DType::kBFloat16)
     ParallelConvertToFloat(ctx.thread_pool(), t.data<BFloat16>(), t.numel(), f.data<float>());
-  else
-    return ctx.Fail("internal: ToFloatScratch of ", DTypeName(t.dtype()));
+  else return ctx.Fail("internal: ToFloatScratch of ", DTypeName(t.dtype()));
   return f;
 }
 
@@ -42,8 +41,7 @@ inline Status FromFloatScratch(const KernelContext& ctx, const Tensor& f, Tensor
     ParallelConvertFromFloat(ctx.thread_pool(), f.data<float>(), f.numel(), dst->data<Float16>());
   else if (dst->dtype() == DType::kBFloat16)
     ParallelConvertFromFloat(ctx.thread_pool(), f.data<float>(), f.numel(), dst->data<BFloat16>());
-  else
-    return ctx.Fail("internal: FromFloatScratch into ", DTypeName(dst->dtype()));
+  else return ctx.Fail("internal: FromFloatScratch into ", DTypeName(dst->dtype()));
   return Status::OK();
 }
 
@@ -51,8 +49,8 @@ inline Status FromFloatScratch(const KernelContext& ctx, const Tensor& f, Tensor
 template <typename Fn>
 Status DispatchFloat(const KernelContext& ctx, DType t, Fn&& fn) {
   Status status;
-  bool known = DispatchDType<float, double, Float16, BFloat16>(
-      t, [&]<typename T>() { status = fn.template operator()<T>(); });
+  bool known =
+      DispatchDType<float, double, Float16, BFloat16>(t, [&]<typename T>() { status = fn.template operator()<T>(); });
   if (!known) return ctx.Fail("dtype ", DTypeName(t), " is not supported");
   return status;
 }

@@ -46,7 +46,7 @@ class CudaAllocator final : public Allocator {
   const int device_;
   mutable std::mutex mu_;
   std::unordered_map<size_t, std::vector<void*>> free_blocks_;  // size class -> blocks
-  std::unordered_map<void*, size_t> live_blocks_;                // block -> size class
+  std::unordered_map<void*, size_t> live_blocks_;               // block -> size class
   size_t live_bytes_ = 0, cached_bytes_ = 0, peak_bytes_ = 0;
 };
 

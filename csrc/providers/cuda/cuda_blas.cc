@@ -29,8 +29,8 @@ Status RowMajorGemm(cublasHandle_t handle, DType dtype, const RowMajorGemmArgs& 
     if (batch == 1) {
       TOB_CUBLAS_RETURN_IF_ERROR(cublasSgemm(handle, op_b, op_a, m, n, k, &alpha, fb, ldb, fa, lda, &beta, fc, ldc));
     } else {
-      TOB_CUBLAS_RETURN_IF_ERROR(cublasSgemmStridedBatched(handle, op_b, op_a, m, n, k, &alpha, fb, ldb, g.stride_b,
-                                                           fa, lda, g.stride_a, &beta, fc, ldc, g.stride_c, batch));
+      TOB_CUBLAS_RETURN_IF_ERROR(cublasSgemmStridedBatched(handle, op_b, op_a, m, n, k, &alpha, fb, ldb, g.stride_b, fa,
+                                                           lda, g.stride_a, &beta, fc, ldc, g.stride_c, batch));
     }
     return Status::OK();
   }
@@ -42,8 +42,8 @@ Status RowMajorGemm(cublasHandle_t handle, DType dtype, const RowMajorGemmArgs& 
     if (batch == 1) {
       TOB_CUBLAS_RETURN_IF_ERROR(cublasDgemm(handle, op_b, op_a, m, n, k, &alpha, db, ldb, da, lda, &beta, dc, ldc));
     } else {
-      TOB_CUBLAS_RETURN_IF_ERROR(cublasDgemmStridedBatched(handle, op_b, op_a, m, n, k, &alpha, db, ldb, g.stride_b,
-                                                           da, lda, g.stride_a, &beta, dc, ldc, g.stride_c, batch));
+      TOB_CUBLAS_RETURN_IF_ERROR(cublasDgemmStridedBatched(handle, op_b, op_a, m, n, k, &alpha, db, ldb, g.stride_b, da,
+                                                           lda, g.stride_a, &beta, dc, ldc, g.stride_c, batch));
     }
     return Status::OK();
   }
@@ -51,12 +51,12 @@ Status RowMajorGemm(cublasHandle_t handle, DType dtype, const RowMajorGemmArgs& 
     const cudaDataType_t type = dtype == DType::kFloat16 ? CUDA_R_16F : CUDA_R_16BF;
     const float alpha = static_cast<float>(g.alpha), beta = static_cast<float>(g.beta);
     if (batch == 1) {
-      TOB_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(handle, op_b, op_a, m, n, k, &alpha, b, type, ldb, a, type, lda, &beta,
-                                              c, type, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      TOB_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(handle, op_b, op_a, m, n, k, &alpha, b, type, ldb, a, type, lda, &beta, c,
+                                              type, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     } else {
       TOB_CUBLAS_RETURN_IF_ERROR(cublasGemmStridedBatchedEx(
-          handle, op_b, op_a, m, n, k, &alpha, b, type, ldb, g.stride_b, a, type, lda, g.stride_a, &beta, c, type,
-          ldc, g.stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+          handle, op_b, op_a, m, n, k, &alpha, b, type, ldb, g.stride_b, a, type, lda, g.stride_a, &beta, c, type, ldc,
+          g.stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
     return Status::OK();
   }

@@ -44,8 +44,8 @@ StatusOr<cuda::BroadcastIndexing> MakeBroadcastIndexing(const Shape& out, const 
     bstr.push_back(sb[k]);
   }
   if (dims.size() > static_cast<size_t>(cuda::kMaxBroadcastRank))
-    return NotImplemented("broadcasting ", ShapeToString(a), " with ", ShapeToString(b), " to ",
-                          ShapeToString(out), " needs ", dims.size(), " dims after merging; the CUDA kernels take ",
+    return NotImplemented("broadcasting ", ShapeToString(a), " with ", ShapeToString(b), " to ", ShapeToString(out),
+                          " needs ", dims.size(), " dims after merging; the CUDA kernels take ",
                           cuda::kMaxBroadcastRank);
   cuda::BroadcastIndexing idx;
   idx.rank = static_cast<int>(dims.size());

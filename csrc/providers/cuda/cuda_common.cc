@@ -9,8 +9,8 @@ Status CudaCallError(const char* call, cudaError_t error) {
 }
 
 Status CublasCallError(const char* call, cublasStatus_t status) {
-  std::string message = StrCat(call, " failed: ", cublasGetStatusName(status), " (",
-                               cublasGetStatusString(status), ")");
+  std::string message =
+      StrCat(call, " failed: ", cublasGetStatusName(status), " (", cublasGetStatusString(status), ")");
   if (status == CUBLAS_STATUS_ALLOC_FAILED) return Status(StatusCode::kOutOfMemory, std::move(message));
   return RuntimeError(std::move(message));
 }

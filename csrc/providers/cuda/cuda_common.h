@@ -48,7 +48,7 @@ class CudaDeviceGuard {
 
 inline cuda::ElementType ToElementType(DType t) { return static_cast<cuda::ElementType>(t); }
 
-#define TOB_SAME_CODE_(name)                                                                  \
+#define TOB_SAME_CODE_(name)                                                                \
   static_assert(static_cast<int>(cuda::ElementType::name) == static_cast<int>(DType::name), \
                 "kernels/element_type.h disagrees with core/dtype.h on " #name);
 TOB_SAME_CODE_(kFloat32)

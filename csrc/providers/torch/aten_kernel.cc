@@ -41,10 +41,10 @@ enum class ArgKind {
 struct ArgPlan {
   ArgKind kind;
   bool optional = false;
-  int first_input = 0;        // index of the node input (or of the first, for tensor lists)
-  int count = 1;              // inputs it occupies (a tensor list: its length, maybe 0)
-  int fixed_size = 0;         // N of int[N] / bool[N]: a single value is repeated N times
-  size_t schema_index = 0;    // into schema.arguments(), for the default value
+  int first_input = 0;      // index of the node input (or of the first, for tensor lists)
+  int count = 1;            // inputs it occupies (a tensor list: its length, maybe 0)
+  int fixed_size = 0;       // N of int[N] / bool[N]: a single value is repeated N times
+  size_t schema_index = 0;  // into schema.arguments(), for the default value
 };
 
 const char* KindName(ArgKind k) {
@@ -129,9 +129,7 @@ struct ReturnPlan {
   int count = 1;
 };
 
-std::string QualifiedName(const std::string& op) {
-  return op.find("::") == std::string::npos ? "aten::" + op : op;
-}
+std::string QualifiedName(const std::string& op) { return op.find("::") == std::string::npos ? "aten::" + op : op; }
 
 class AtenKernel final : public OpKernel {
  public:
@@ -182,8 +180,9 @@ StatusOr<std::unique_ptr<OpKernel>> AtenKernel::Create(const Node& node, bool un
   if (!unsafe_ops_allowed) {
     const std::string why = AtenOpRefusal(name, overload);
     if (!why.empty())
-      return PermissionDenied(node.Describe(), " calls torch operator ", label, ", which this session does not allow: ",
-                              why, ". Without SessionOptions.allow_unsafe_aten_ops, ATen nodes run only the pure tensor "
+      return PermissionDenied(node.Describe(), " calls torch operator ", label,
+                              ", which this session does not allow: ", why,
+                              ". Without SessionOptions.allow_unsafe_aten_ops, ATen nodes run only the pure tensor "
                               "operators of the aten namespace (docs/security.md); set it to True only for a model "
                               "you trust as you trust code");
   }
@@ -198,14 +197,14 @@ Status AtenKernel::PlanArguments(const Node& node, const std::vector<int64_t>& l
   for (size_t i = 0; i < schema.arguments().size(); ++i) {
     const c10::Argument& a = schema.arguments()[i];
     if (a.alias_info() != nullptr && a.alias_info()->isWrite())
-      return InvalidModel(node.Describe(), ": ", label_, " mutates its argument '", a.name(), "' (",
-                          schema, "); ATen nodes run functional operators only");
+      return InvalidModel(node.Describe(), ": ", label_, " mutates its argument '", a.name(), "' (", schema,
+                          "); ATen nodes run functional operators only");
     ArgPlan plan;
     plan.schema_index = i;
     std::optional<ArgKind> kind = KindOf(a.type(), &plan.optional);
     if (!kind)
-      return NotImplemented(node.Describe(), ": ", label_, " argument '", a.name(), "' has type ",
-                            a.type()->str(), ", which ATen nodes cannot carry");
+      return NotImplemented(node.Describe(), ": ", label_, " argument '", a.name(), "' has type ", a.type()->str(),
+                            ", which ATen nodes cannot carry");
     plan.kind = *kind;
     if (a.N() && (plan.kind == ArgKind::kIntList || plan.kind == ArgKind::kBoolList)) plan.fixed_size = *a.N();
     plan.first_input = next_input;
@@ -216,8 +215,11 @@ Status AtenKernel::PlanArguments(const Node& node, const std::vector<int64_t>& l
                             ") cannot be given as an input: leave input ", next_input, " empty");
     } else if (plan.kind == ArgKind::kTensorList || plan.kind == ArgKind::kOptionalTensorList) {
       if (next_list >= list_lengths.size())
-        return InvalidModel(node.Describe(), ": ", label_, " argument '", a.name(), "' is a tensor list but "
-                            "attribute tensor_list_lengths has ", list_lengths.size(), " entries; it needs one per "
+        return InvalidModel(node.Describe(), ": ", label_, " argument '", a.name(),
+                            "' is a tensor list but "
+                            "attribute tensor_list_lengths has ",
+                            list_lengths.size(),
+                            " entries; it needs one per "
                             "Tensor[] argument, in schema order");
       plan.count = static_cast<int>(list_lengths[next_list++]);
     }
@@ -225,11 +227,11 @@ Status AtenKernel::PlanArguments(const Node& node, const std::vector<int64_t>& l
     args_.push_back(plan);
   }
   if (next_list != list_lengths.size())
-    return InvalidModel(node.Describe(), ": tensor_list_lengths has ", list_lengths.size(), " entries but ",
-                        label_, " has ", next_list, " tensor-list arguments");
+    return InvalidModel(node.Describe(), ": tensor_list_lengths has ", list_lengths.size(), " entries but ", label_,
+                        " has ", next_list, " tensor-list arguments");
   if (n_inputs > next_input)
-    return InvalidModel(node.Describe(), ": ", n_inputs, " inputs but ", label_, " takes ", next_input,
-                        " (", schema, ")");
+    return InvalidModel(node.Describe(), ": ", n_inputs, " inputs but ", label_, " takes ", next_input, " (", schema,
+                        ")");
   for (const ArgPlan& p : args_) {
     const bool listed = p.kind == ArgKind::kTensorList || p.kind == ArgKind::kOptionalTensorList;
     if (listed && p.count > 0 && p.first_input + p.count > n_inputs)
@@ -252,8 +254,7 @@ Status AtenKernel::PlanReturns(const Node& node) {
                             ", which ATen nodes cannot carry");
     list_returns += *kind == ReturnKind::kTensorList;
   }
-  if (list_returns > 1)
-    return NotImplemented(node.Describe(), ": ", label_, " returns more than one tensor list");
+  if (list_returns > 1) return NotImplemented(node.Describe(), ": ", label_, " returns more than one tensor list");
   // A Tensor[] return takes whatever outputs the other returns leave; without one, trailing
   // returns nobody needs may be left out.
   const int list_count = n_outputs - (n_returns - list_returns);
@@ -311,7 +312,10 @@ Status AtenKernel::PushArgument(const KernelContext& ctx, const ArgPlan& arg, to
       list.reserve(arg.count);
       for (int i = 0; i < arg.count; ++i) {
         const Tensor* t = ctx.input(arg.first_input + i);
-        if (t == nullptr) { list.push_back(std::nullopt); continue; }
+        if (t == nullptr) {
+          list.push_back(std::nullopt);
+          continue;
+        }
         StatusOr<at::Tensor> view = TorchView(*t);
         if (!view.ok()) return ArgError(ctx, arg, "element ", i, ": ", view.status().message());
         list.push_back(std::move(view).value());
@@ -359,8 +363,7 @@ Status AtenKernel::PushArgument(const KernelContext& ctx, const ArgPlan& arg, to
       stack.emplace_back(t->data<bool>()[0]);
       return Status::OK();
     case ArgKind::kScalar:
-      if (!is_scalar())
-        return ArgError(ctx, arg, "expected a 0-d tensor, got shape ", ShapeToString(t->shape()));
+      if (!is_scalar()) return ArgError(ctx, arg, "expected a 0-d tensor, got shape ", ShapeToString(t->shape()));
       if (dt == DType::kBool) stack.emplace_back(c10::Scalar(t->data<bool>()[0]));
       else if (IsIntegral(dt)) stack.emplace_back(c10::Scalar(IntAt(*t, 0)));
       else if (IsFloatingPoint(dt)) stack.emplace_back(c10::Scalar(DoubleAt(*t, 0)));
@@ -372,8 +375,7 @@ Status AtenKernel::PushArgument(const KernelContext& ctx, const ArgPlan& arg, to
                         ShapeToString(t->shape()));
       stack.emplace_back(std::string(static_cast<const char*>(t->raw_data()), static_cast<size_t>(n)));
       return Status::OK();
-    default:
-      break;
+    default: break;
   }
   if (t->rank() > 1) return ArgError(ctx, arg, "expected a 1-D tensor, got shape ", ShapeToString(t->shape()));
   // int[N] and bool[N] take a single value for all N (torch's "kernel_size=3" means 3, 3). Other
@@ -391,7 +393,8 @@ Status AtenKernel::PushArgument(const KernelContext& ctx, const ArgPlan& arg, to
       return Status::OK();
     }
     case ArgKind::kFloatList: {
-      if (!IsFloatingPoint(dt) && !IsIntegral(dt)) return ArgError(ctx, arg, "expected float64 values, got ", DTypeName(dt));
+      if (!IsFloatingPoint(dt) && !IsIntegral(dt))
+        return ArgError(ctx, arg, "expected float64 values, got ", DTypeName(dt));
       c10::List<double> list;
       list.reserve(len);
       for (int64_t i = 0; i < len; ++i) list.push_back(DoubleAt(*t, at(i)));
@@ -406,8 +409,7 @@ Status AtenKernel::PushArgument(const KernelContext& ctx, const ArgPlan& arg, to
       stack.emplace_back(std::move(list));
       return Status::OK();
     }
-    default:
-      return ArgError(ctx, arg, "unexpected argument kind ", KindName(arg.kind));
+    default: return ArgError(ctx, arg, "unexpected argument kind ", KindName(arg.kind));
   }
 }
 
@@ -443,8 +445,8 @@ Status AtenKernel::AdoptReturns(KernelContext& ctx, torch::jit::Stack& stack) co
     } else if (plan.kind == ReturnKind::kTensorList) {
       const c10::List<at::Tensor> list = v.toTensorList();
       if (static_cast<int>(list.size()) != plan.count)
-        return ctx.Fail(label_, " returned ", list.size(), " tensors in its tensor list but the node has ",
-                        plan.count, " outputs for it");
+        return ctx.Fail(label_, " returned ", list.size(), " tensors in its tensor list but the node has ", plan.count,
+                        " outputs for it");
       for (int i = 0; i < plan.count; ++i) TOB_RETURN_IF_ERROR(adopt(list.get(i), plan.first_output + i));
     } else {
       StatusOr<Tensor> out = ScalarTensor(v, plan.kind);

@@ -47,7 +47,8 @@ std::string AtenOpRefusal(const std::string& name, const std::string& overload) 
   const std::string ns = sep == std::string::npos ? "aten" : name.substr(0, sep);
   const std::string qualified_name = sep == std::string::npos ? "aten::" + name : name;
   if (ns != "aten")
-    return "it is in the '" + ns + "' namespace, not 'aten': an operator a library registered runs whatever code "
+    return "it is in the '" + ns +
+           "' namespace, not 'aten': an operator a library registered runs whatever code "
            "that library holds";
   const auto& by_name = EntriesByName();
   const auto it = by_name.find(qualified_name);
@@ -58,8 +59,7 @@ std::string AtenOpRefusal(const std::string& name, const std::string& overload) 
   std::optional<c10::OperatorHandle> op;
   try {
     op = c10::Dispatcher::singleton().findSchema({qualified_name, overload});
-  } catch (const std::exception&) {
-  }
+  } catch (const std::exception&) {}
   if (!op) return "torch has no such operator";
   for (at::Tag tag : kComputationTags)
     if (op->hasTag(tag)) return "";

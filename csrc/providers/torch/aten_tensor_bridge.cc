@@ -16,12 +16,12 @@ struct DTypePair {
 };
 
 constexpr DTypePair kDTypePairs[] = {
-    {DType::kFloat32, c10::ScalarType::Float},   {DType::kFloat64, c10::ScalarType::Double},
-    {DType::kFloat16, c10::ScalarType::Half},    {DType::kBFloat16, c10::ScalarType::BFloat16},
-    {DType::kInt8, c10::ScalarType::Char},       {DType::kUInt8, c10::ScalarType::Byte},
-    {DType::kInt16, c10::ScalarType::Short},     {DType::kUInt16, c10::ScalarType::UInt16},
-    {DType::kInt32, c10::ScalarType::Int},       {DType::kUInt32, c10::ScalarType::UInt32},
-    {DType::kInt64, c10::ScalarType::Long},      {DType::kUInt64, c10::ScalarType::UInt64},
+    {DType::kFloat32, c10::ScalarType::Float}, {DType::kFloat64, c10::ScalarType::Double},
+    {DType::kFloat16, c10::ScalarType::Half},  {DType::kBFloat16, c10::ScalarType::BFloat16},
+    {DType::kInt8, c10::ScalarType::Char},     {DType::kUInt8, c10::ScalarType::Byte},
+    {DType::kInt16, c10::ScalarType::Short},   {DType::kUInt16, c10::ScalarType::UInt16},
+    {DType::kInt32, c10::ScalarType::Int},     {DType::kUInt32, c10::ScalarType::UInt32},
+    {DType::kInt64, c10::ScalarType::Long},    {DType::kUInt64, c10::ScalarType::UInt64},
     {DType::kBool, c10::ScalarType::Bool},
 };
 
@@ -105,7 +105,8 @@ StatusOr<at::Tensor> TorchView(const Tensor& t) {
 StatusOr<Tensor> EngineTensorFromTorch(const at::Tensor& result) {
   if (!result.defined()) return Tensor();
   if (result.layout() != c10::kStrided)
-    return RuntimeError("torch returned a ", c10::toString(result.layout()), " tensor; the engine holds dense tensors only");
+    return RuntimeError("torch returned a ", c10::toString(result.layout()),
+                        " tensor; the engine holds dense tensors only");
   if (!result.device().is_cpu())
     return RuntimeError("torch returned a tensor on ", result.device().str(), "; the torch provider runs on cpu");
   const DType dtype = DTypeOfTorchScalarType(static_cast<int>(result.scalar_type()));

@@ -66,8 +66,8 @@ Status BindAttribute(const Node& node, const std::string& label, const c10::Argu
     return Status::OK();
   }
   auto mismatch = [&] {
-    return InvalidModel(node.Describe(), ": attribute '", arg.name(), "' is ", AttrTypeName(attr->type), " but ",
-                        label, " takes a ", arg.type()->str());
+    return InvalidModel(node.Describe(), ": attribute '", arg.name(), "' is ", AttrTypeName(attr->type), " but ", label,
+                        " takes a ", arg.type()->str());
   };
   const c10::TypeKind k = arg.type()->kind();
   if (k == c10::TypeKind::StringType) {
@@ -120,7 +120,8 @@ StatusOr<std::unique_ptr<OpKernel>> PythonOpKernel::Create(const Node& node) {
     return NotImplemented(node.Describe(), ": looking up torch operator ", name, " failed: ", e.what());
   }
   if (!handle)
-    return NotImplemented(node.Describe(), ": torch has no operator ", name, "; it is defined by "
+    return NotImplemented(node.Describe(), ": torch has no operator ", name,
+                          "; it is defined by "
                           "torch_ort_backend.autograd_function, which must be imported in this process");
   std::unique_ptr<PythonOpKernel> kernel(
       new PythonOpKernel(node, *handle, std::string(name) + " (Function " + func_name + ")"));
@@ -222,8 +223,7 @@ Status PythonOpKernel::Compute(KernelContext& ctx) const {
     // with autograd as eager code has it (its forward records its ctx; a checkpoint's backward
     // recomputes with grad), while the engine keeps owning the graph's own differentiation.
     op_.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
-    if (stack.size() != 1 || !stack[0].isTensorList())
-      return ctx.Fail(label_, " did not return a tensor list");
+    if (stack.size() != 1 || !stack[0].isTensorList()) return ctx.Fail(label_, " did not return a tensor list");
     const c10::List<at::Tensor> results = stack[0].toTensorList();
     if (static_cast<int>(results.size()) != ctx.num_outputs())
       return ctx.Fail(label_, " returned ", results.size(), " tensors but the node has ", ctx.num_outputs(),

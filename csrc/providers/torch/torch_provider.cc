@@ -45,16 +45,22 @@ void RegisterTorchProvider() {
         /*fallback=*/true);
     KernelDef def;
     def.family = "aten";
-    def.Domain(kMicrosoftDomain).Versions(1).Provider(kTorchProvider).KernelAllocatesOutputs().Factory(
-        [](const Node& node) { return CreateAtenKernel(node, /*unsafe_ops_allowed=*/false); });
+    def.Domain(kMicrosoftDomain)
+        .Versions(1)
+        .Provider(kTorchProvider)
+        .KernelAllocatesOutputs()
+        .Factory([](const Node& node) { return CreateAtenKernel(node, /*unsafe_ops_allowed=*/false); });
     def.op_type = "ATen";
     KernelRegistry::Global().Register(std::move(def));
     // PythonOp / PythonOpGrad: torch.autograd.Functions, run only by this provider.
     for (const char* op_type : {"PythonOp", "PythonOpGrad"}) {
       KernelDef python_def;
       python_def.family = "python";
-      python_def.Domain(kMicrosoftDomain).Versions(1).Provider(kTorchProvider).KernelAllocatesOutputs().Factory(
-          CreatePythonOpKernel);
+      python_def.Domain(kMicrosoftDomain)
+          .Versions(1)
+          .Provider(kTorchProvider)
+          .KernelAllocatesOutputs()
+          .Factory(CreatePythonOpKernel);
       python_def.op_type = op_type;
       KernelRegistry::Global().Register(std::move(python_def));
     }

@@ -13,7 +13,8 @@ struct EluArrayOp {
   template <typename In, typename Out>
   void operator()(const In* x, Out* y, int64_t n) const {
     if constexpr (std::is_same_v<In, float>) EluArray(x, y, n, op.alpha);
-    else for (int64_t i = 0; i < n; ++i) y[i] = op(x[i]);
+    else
+      for (int64_t i = 0; i < n; ++i) y[i] = op(x[i]);
   }
 };
 
@@ -22,7 +23,8 @@ struct SeluArrayOp {
   template <typename In, typename Out>
   void operator()(const In* x, Out* y, int64_t n) const {
     if constexpr (std::is_same_v<In, float>) SeluArray(x, y, n, op.alpha, op.gamma);
-    else for (int64_t i = 0; i < n; ++i) y[i] = op(x[i]);
+    else
+      for (int64_t i = 0; i < n; ++i) y[i] = op(x[i]);
   }
 };
 
@@ -44,9 +46,7 @@ struct GeluArrayOp {
 
 using SoftplusArrayOp = VecMapOp<SoftplusOp, SoftplusArray>;
 
-Status ReadFloat(const Node& node, const char* name, float dflt, float* out) {
-  return node.GetAttr(name, out, dflt);
-}
+Status ReadFloat(const Node& node, const char* name, float dflt, float* out) { return node.GetAttr(name, out, dflt); }
 
 // GELU of (x + bias): the add and the GELU run in one pass over each span, the GELU on the
 // float32 sum before it is rounded to the storage type. Without a bias (FastGelu's bias is
@@ -126,8 +126,8 @@ struct ArrayOpFactory<GeluArrayOp> {
     std::string approximate;
     TOB_RETURN_IF_ERROR(node.GetAttr("approximate", &approximate, std::string("none")));
     if (approximate != "none" && approximate != "tanh")
-      return InvalidModel(node.Describe(), ": attribute 'approximate' must be 'none' or 'tanh', got '",
-                          approximate, "'");
+      return InvalidModel(node.Describe(), ": attribute 'approximate' must be 'none' or 'tanh', got '", approximate,
+                          "'");
     return GeluArrayOp{approximate == "tanh"};
   }
 };
@@ -145,16 +145,22 @@ void RegisterCpuActivationKernels(KernelRegistry& registry) {
   RegisterByVersion<UnaryKernel<MapOp<HardSigmoidOp>, FloatList>>(registry, "HardSigmoid", {0}, float_6_22);
   RegisterByVersion<UnaryKernel<MapOp<HardSwishOp>, FloatList>>(registry, "HardSwish", {0}, {{14, F3()}, {22, F4()}});
   RegisterByVersion<UnaryKernel<SoftplusArrayOp, FloatList, kExpensiveGrain>>(registry, "Softplus", {0},
-                                                                            {{1, F3()}, {22, F4()}});
+                                                                              {{1, F3()}, {22, F4()}});
   RegisterByVersion<UnaryKernel<MapOp<SoftsignOp>, FloatList>>(registry, "Softsign", {0}, {{1, F3()}, {22, F4()}});
   RegisterByVersion<UnaryKernel<GeluArrayOp, FloatList, kExpensiveGrain>>(registry, "Gelu", {0}, {{20, F4()}});
 
   RegisterByVersion<UnaryKernel<GeluArrayOp, FloatList, kExpensiveGrain>>(registry, "Gelu", {0}, {{1, F4()}},
                                                                           kMicrosoftDomain);
-  registry.Register(
-      Def("FastGelu").Domain(kMicrosoftDomain).Versions(1).Constraint("T", {0, 1}, F4()).Factory(BiasGeluKernel::CreateTanh));
-  registry.Register(
-      Def("BiasGelu").Domain(kMicrosoftDomain).Versions(1).Constraint("T", {0, 1}, F4()).Factory(BiasGeluKernel::CreateErf));
+  registry.Register(Def("FastGelu")
+                        .Domain(kMicrosoftDomain)
+                        .Versions(1)
+                        .Constraint("T", {0, 1}, F4())
+                        .Factory(BiasGeluKernel::CreateTanh));
+  registry.Register(Def("BiasGelu")
+                        .Domain(kMicrosoftDomain)
+                        .Versions(1)
+                        .Constraint("T", {0, 1}, F4())
+                        .Factory(BiasGeluKernel::CreateErf));
 }
 
 }  // namespace tob

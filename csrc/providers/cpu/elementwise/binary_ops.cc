@@ -51,8 +51,7 @@ template <>
 StatusOr<ModOp> MakeOp<ModOp>(const Node& node) {
   int64_t fmod = 0;
   TOB_RETURN_IF_ERROR(node.GetAttr("fmod", &fmod, 0));
-  if (fmod != 0 && fmod != 1)
-    return InvalidModel(node.Describe(), ": attribute 'fmod' must be 0 or 1, got ", fmod);
+  if (fmod != 0 && fmod != 1) return InvalidModel(node.Describe(), ": attribute 'fmod' must be 0 or 1, got ", fmod);
   ModOp op;
   op.fmod = fmod == 1;
   return op;
@@ -62,8 +61,7 @@ StatusOr<ModOp> MakeOp<ModOp>(const Node& node) {
 template <typename Op, typename Types>
 class BinaryKernel final : public OpKernel {
  public:
-  BinaryKernel(const Node& node, Op op, LegacyBroadcast legacy)
-      : OpKernel(node), op_(op), legacy_(legacy) {}
+  BinaryKernel(const Node& node, Op op, LegacyBroadcast legacy) : OpKernel(node), op_(op), legacy_(legacy) {}
 
   static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node) {
     TOB_ASSIGN_OR_RETURN(Op op, MakeOp<Op>(node));
@@ -111,8 +109,7 @@ class PowKernel final : public OpKernel {
         status = RunBinary<T, E, T>(ctx, base, exponent, *ctx.output(0), PowOp{}, kExpensiveGrain);
       });
     });
-    if (!known)
-      return ctx.Fail("unsupported types ", DTypeName(base.dtype()), " ^ ", DTypeName(exponent.dtype()));
+    if (!known) return ctx.Fail("unsupported types ", DTypeName(base.dtype()), " ^ ", DTypeName(exponent.dtype()));
     return status;
   }
 };
@@ -134,19 +131,28 @@ void RegisterCpuBinaryKernels(KernelRegistry& registry) {
   RegisterByVersion<BinaryKernel<ModOp, NumericList>>(registry, "Mod", {0, 1},
                                                       {{10, NumericNoBf16()}, {13, Numeric()}});
 
-  const std::vector<DType> prelu9{DType::kFloat32, DType::kFloat64, DType::kFloat16,
-                                  DType::kInt32,   DType::kInt64,   DType::kUInt32, DType::kUInt64};
+  const std::vector<DType> prelu9{DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kInt32,
+                                  DType::kInt64,   DType::kUInt32,  DType::kUInt64};
   RegisterByVersion<BinaryKernel<PReluOp, NumericList>>(
       registry, "PRelu", {0, 1}, {{6, F3()}, {9, prelu9}, {16, With(prelu9, {DType::kBFloat16})}});
 
   const std::vector<DType> pow12{DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kInt32, DType::kInt64};
   registry.Register(Def("Pow").Versions(7, 11).Constraint("T", {0, 1}, F3()).Kernel<PowKernel>());
-  registry.Register(Def("Pow").Versions(12, 12).Constraint("T", {0}, pow12)
-                        .Constraint("T1", {1}, NumericNoBf16()).Kernel<PowKernel>());
-  registry.Register(Def("Pow").Versions(13, 14).Constraint("T", {0}, With(pow12, {DType::kBFloat16}))
-                        .Constraint("T1", {1}, NumericNoBf16()).Kernel<PowKernel>());
-  registry.Register(Def("Pow").Versions(15).Constraint("T", {0}, With(pow12, {DType::kBFloat16}))
-                        .Constraint("T1", {1}, Numeric()).Kernel<PowKernel>());
+  registry.Register(Def("Pow")
+                        .Versions(12, 12)
+                        .Constraint("T", {0}, pow12)
+                        .Constraint("T1", {1}, NumericNoBf16())
+                        .Kernel<PowKernel>());
+  registry.Register(Def("Pow")
+                        .Versions(13, 14)
+                        .Constraint("T", {0}, With(pow12, {DType::kBFloat16}))
+                        .Constraint("T1", {1}, NumericNoBf16())
+                        .Kernel<PowKernel>());
+  registry.Register(Def("Pow")
+                        .Versions(15)
+                        .Constraint("T", {0}, With(pow12, {DType::kBFloat16}))
+                        .Constraint("T1", {1}, Numeric())
+                        .Kernel<PowKernel>());
 }
 
 }  // namespace tob

@@ -45,9 +45,8 @@ class BitwiseBinaryKernel final : public OpKernel {
     if (a.dtype() != b.dtype())
       return ctx.Fail("inputs must have the same type, got ", DTypeName(a.dtype()), " and ", DTypeName(b.dtype()));
     Status status;
-    bool known = Dispatch(Types{}, a.dtype(), [&]<typename T>() {
-      status = RunBinary<T, T, T>(ctx, a, b, *ctx.output(0), op_);
-    });
+    bool known = Dispatch(Types{}, a.dtype(),
+                          [&]<typename T>() { status = RunBinary<T, T, T>(ctx, a, b, *ctx.output(0), op_); });
     return known ? status : UnsupportedType(ctx, a.dtype());
   }
 
@@ -68,7 +67,7 @@ void RegisterCpuBitwiseKernels(KernelRegistry& registry) {
   RegisterByVersion<BitwiseBinaryKernel<BitwiseXorOp, IntList>>(registry, "BitwiseXor", {0, 1}, ints_18);
   RegisterByVersion<UnaryKernel<MapOp<BitwiseNotOp>, IntList>>(registry, "BitwiseNot", {0}, ints_18);
   RegisterByVersion<BitwiseBinaryKernel<BitShiftOp, IntList>>(registry, "BitShift", {0, 1},
-                                                             {{11, DTypes(UnsignedList{})}, {28, DTypes(IntList{})}});
+                                                              {{11, DTypes(UnsignedList{})}, {28, DTypes(IntList{})}});
 }
 
 }  // namespace tob

@@ -24,7 +24,10 @@ StatusOr<Shape> BroadcastShapes(const std::vector<const Shape*>& shapes) {
       int64_t d = (*s)[i];
       int64_t& o = out[pad + i];
       if (d == o || d == 1) continue;
-      if (o == 1) { o = d; continue; }
+      if (o == 1) {
+        o = d;
+        continue;
+      }
       return InvalidArgument("shapes ", ShapesToString(shapes), " cannot be broadcast together");
     }
   }
@@ -44,8 +47,7 @@ StatusOr<BroadcastPlan> MakeBroadcastPlan(const std::vector<const Shape*>& input
   for (int k = 0; k < n; ++k) {
     const Shape& s = *inputs[k];
     if (s.size() > rank)
-      return InvalidArgument("input shape ", ShapeToString(s), " has more dims than the output ",
-                             ShapeToString(out));
+      return InvalidArgument("input shape ", ShapeToString(s), " has more dims than the output ", ShapeToString(out));
     size_t pad = rank - s.size();
     int64_t stride = 1;
     for (size_t i = s.size(); i-- > 0;) {

@@ -48,7 +48,7 @@ void ForEachSpan(const BroadcastPlan& plan, int64_t begin, int64_t end, Fn&& fn)
   const int64_t inner = plan.inner_size();
   std::array<int64_t, kMaxBroadcastInputs> base{};  // offsets of the current row start
   std::array<int64_t, kMaxBroadcastInputs> offsets{};
-  std::vector<int64_t> index(rank, 0);              // multi-index over the outer dims
+  std::vector<int64_t> index(rank, 0);  // multi-index over the outer dims
   int64_t row = begin / inner;
   int64_t col = begin % inner;
   for (int d = rank - 2; d >= 0; --d) {

@@ -32,9 +32,11 @@ void CastSpan(const S* src, D* dst, int64_t n) {
     for (int64_t c = 0; c < n; c += kHalfChunk) {
       int64_t m = std::min(kHalfChunk, n - c);
       if constexpr (kIs16BitFloat<S>) ToFloat(src + c, buf, m);
-      else for (int64_t i = 0; i < m; ++i) buf[i] = CastScalar<float>(src[c + i]);
+      else
+        for (int64_t i = 0; i < m; ++i) buf[i] = CastScalar<float>(src[c + i]);
       if constexpr (kIs16BitFloat<D>) FromFloat(buf, dst + c, m);
-      else for (int64_t i = 0; i < m; ++i) dst[c + i] = CastScalar<D>(buf[i]);
+      else
+        for (int64_t i = 0; i < m; ++i) dst[c + i] = CastScalar<D>(buf[i]);
     }
   } else {
     for (int64_t i = 0; i < n; ++i) dst[i] = CastScalar<D>(src[i]);
@@ -58,8 +60,8 @@ Status RunCast(const KernelContext& ctx, const Tensor& x, Tensor& y) {
 }
 
 bool Castable(DType t) {
-  return DispatchDType<float, double, Float16, BFloat16, int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t,
-                       uint32_t, uint64_t, bool>(t, []<typename T>() {});
+  return DispatchDType<float, double, Float16, BFloat16, int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t,
+                       uint64_t, bool>(t, []<typename T>() {});
 }
 
 class CastKernel final : public OpKernel {
@@ -102,8 +104,8 @@ void RegisterCpuCastKernels(KernelRegistry& registry) {
   std::erase(all_no_bf16, DType::kBFloat16);
   registry.Register(Def("Cast").Versions(6, 12).Constraint("T1", {0}, all_no_bf16).Kernel<CastKernel>());
   registry.Register(Def("Cast").Versions(13).Constraint("T1", {0}, all).Kernel<CastKernel>());
-  registry.Register(Def("CastLike").Versions(15).Constraint("T1", {0}, all).Constraint("T2", {1}, all)
-                        .Kernel<CastLikeKernel>());
+  registry.Register(
+      Def("CastLike").Versions(15).Constraint("T1", {0}, all).Constraint("T2", {1}, all).Kernel<CastLikeKernel>());
 }
 
 }  // namespace tob

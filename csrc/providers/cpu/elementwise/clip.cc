@@ -52,7 +52,8 @@ class ClipKernel final : public OpKernel {
       const Tensor* b = ctx.input(i);
       if (b == nullptr) continue;
       if (b->dtype() != x.dtype())
-        return ctx.Fail(i == 1 ? "min" : "max", " has type ", DTypeName(b->dtype()), ", expected ", DTypeName(x.dtype()));
+        return ctx.Fail(i == 1 ? "min" : "max", " has type ", DTypeName(b->dtype()), ", expected ",
+                        DTypeName(x.dtype()));
       if (b->numel() != 1)
         return ctx.Fail(i == 1 ? "min" : "max", " must hold one value, got shape ", ShapeToString(b->shape()));
     }

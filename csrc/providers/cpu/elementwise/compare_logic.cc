@@ -18,9 +18,8 @@ class PredicateKernel final : public OpKernel {
     if (a.dtype() != b.dtype())
       return ctx.Fail("inputs must have the same type, got ", DTypeName(a.dtype()), " and ", DTypeName(b.dtype()));
     Status status;
-    bool known = Dispatch(Types{}, a.dtype(), [&]<typename T>() {
-      status = RunBinary<T, T, bool>(ctx, a, b, *ctx.output(0), Op{});
-    });
+    bool known = Dispatch(Types{}, a.dtype(),
+                          [&]<typename T>() { status = RunBinary<T, T, bool>(ctx, a, b, *ctx.output(0), Op{}); });
     return known ? status : UnsupportedType(ctx, a.dtype());
   }
 };

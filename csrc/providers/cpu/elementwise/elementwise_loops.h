@@ -12,11 +12,11 @@
 #include <type_traits>
 
 #include "core/dtype.h"
+#include "core/float_convert.h"
 #include "framework/kernel.h"
 #include "framework/thread_pool.h"
-#include "providers/cpu/elementwise/broadcast.h"
 #include "math/elementwise_math.h"
-#include "core/float_convert.h"
+#include "providers/cpu/elementwise/broadcast.h"
 
 namespace tob::ew {
 
@@ -33,10 +33,10 @@ struct TypeList {};
 using FloatList = TypeList<float, double, Float16, BFloat16>;
 using SignedIntList = TypeList<int8_t, int16_t, int32_t, int64_t>;
 using IntList = TypeList<int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t>;
-using NumericList = TypeList<float, double, Float16, BFloat16, int8_t, int16_t, int32_t, int64_t, uint8_t,
-                             uint16_t, uint32_t, uint64_t>;
-using AllList = TypeList<float, double, Float16, BFloat16, int8_t, int16_t, int32_t, int64_t, uint8_t,
-                         uint16_t, uint32_t, uint64_t, bool>;
+using NumericList = TypeList<float, double, Float16, BFloat16, int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t,
+                             uint32_t, uint64_t>;
+using AllList = TypeList<float, double, Float16, BFloat16, int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t,
+                         uint32_t, uint64_t, bool>;
 
 // Calls fn.template operator()<T>() for the T in the list matching `dtype`; false if none does.
 template <typename... Ts, typename Fn>
@@ -46,7 +46,8 @@ bool Dispatch(TypeList<Ts...>, DType dtype, Fn&& fn) {
 
 // A "no post-processing" array op for the binary driver.
 struct NoPost {
-  template <typename T> void operator()(T*, int64_t) const {}
+  template <typename T>
+  void operator()(T*, int64_t) const {}
 };
 
 // ---- unary ----

@@ -30,7 +30,9 @@ template <typename ArrayOp>
 struct InPlace {
   ArrayOp op;
   template <typename T>
-  void operator()(T* y, int64_t n) const { op(static_cast<const T*>(y), y, n); }
+  void operator()(T* y, int64_t n) const {
+    op(static_cast<const T*>(y), y, n);
+  }
 };
 
 // Builds the array op from the node's attributes; the default has none.

@@ -67,7 +67,7 @@ void RegisterCpuUnaryKernels(KernelRegistry& registry) {
 
   RegisterByVersion<UnaryKernel<MapOp<NotOp>, TypeList<bool>>>(registry, "Not", {0}, {{1, {DType::kBool}}});
   RegisterByVersion<UnaryKernel<MapOp<IsNanOp>, FloatList, kCheapGrain, bool>>(registry, "IsNaN", {0},
-                                                                                {{9, F3()}, {13, F4()}});
+                                                                               {{9, F3()}, {13, F4()}});
   RegisterByVersion<UnaryKernel<MapOp<IsInfOp>, FloatList, kCheapGrain, bool>>(
       registry, "IsInf", {0}, {{10, {DType::kFloat32, DType::kFloat64}}, {20, F4()}});
 }

@@ -30,7 +30,8 @@ class VariadicKernel final : public OpKernel {
         return ctx.Fail("input ", i, " is missing or not of type ", DTypeName(out.dtype()));
     if (n == 1) {
       if (ctx.input(0)->shape() != out.shape())
-        return ctx.Fail("output ", ShapeToString(out.shape()), " differs from the input ", ShapeToString(ctx.input(0)->shape()));
+        return ctx.Fail("output ", ShapeToString(out.shape()), " differs from the input ",
+                        ShapeToString(ctx.input(0)->shape()));
       ParallelCopy(ctx, *ctx.input(0), out);
       return Status::OK();
     }
@@ -38,7 +39,8 @@ class VariadicKernel final : public OpKernel {
     bool known = Dispatch(Types{}, out.dtype(), [&]<typename T>() {
       for (int i = 1; i < n && status.ok(); ++i) {
         const Tensor& a = i == 1 ? *ctx.input(0) : out;
-        if (kMean && i == n - 1) status = RunBinary<T, T, T>(ctx, a, *ctx.input(i), out, Op{}, kCheapGrain, ScaleInPlace{1.0 / n});
+        if (kMean && i == n - 1)
+          status = RunBinary<T, T, T>(ctx, a, *ctx.input(i), out, Op{}, kCheapGrain, ScaleInPlace{1.0 / n});
         else status = RunBinary<T, T, T>(ctx, a, *ctx.input(i), out, Op{});
       }
     });

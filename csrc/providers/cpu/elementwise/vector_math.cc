@@ -213,7 +213,9 @@ void SeluArray(const float* x, float* y, int64_t n, float alpha, float gamma) {
   });
 }
 
-void SqrtArray(const float* x, float* y, int64_t n) { Map(x, y, n, [](__m256 v) { return _mm256_sqrt_ps(v); }); }
+void SqrtArray(const float* x, float* y, int64_t n) {
+  Map(x, y, n, [](__m256 v) { return _mm256_sqrt_ps(v); });
+}
 void FloorArray(const float* x, float* y, int64_t n) {
   Map(x, y, n, [](__m256 v) { return _mm256_round_ps(v, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); });
 }

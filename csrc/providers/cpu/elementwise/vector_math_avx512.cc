@@ -32,8 +32,8 @@ TOB_AVX512_INLINE __m512 Set(float v) { return _mm512_set1_ps(v); }
 TOB_AVX512_INLINE __m512 Exp512(__m512 x) {
   // Clamp only to keep k finite; scalef turns large k into inf or 0. NaN passes through both.
   __m512 xc = _mm512_min_ps(Set(100.0f), _mm512_max_ps(Set(-110.0f), x));
-  __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(xc, Set(1.44269504088896341f)),
-                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 k =
+      _mm512_roundscale_ps(_mm512_mul_ps(xc, Set(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(k, Set(0.693359375f), xc);
   r = _mm512_fnmadd_ps(k, Set(-2.12194440e-4f), r);
   __m512 p = Set(1.9875691500e-4f);

@@ -7,8 +7,7 @@ namespace tob::ew {
 namespace {
 
 template <typename U>
-inline void WhereSpan(const uint8_t* c, int64_t sc, const U* x, int64_t sx, const U* y, int64_t sy, U* o,
-                      int64_t n) {
+inline void WhereSpan(const uint8_t* c, int64_t sc, const U* x, int64_t sx, const U* y, int64_t sy, U* o, int64_t n) {
   if (sc != 0 && sx != 0 && sy != 0) {
     for (int64_t i = 0; i < n; ++i) o[i] = c[i] != 0 ? x[i] : y[i];
   } else if (sc == 0) {  // one condition for the whole run: a copy or a fill
@@ -79,10 +78,16 @@ void RegisterCpuWhereKernels(KernelRegistry& registry) {
   std::vector<DType> all = AllTypes();
   std::vector<DType> all_no_bf16 = all;
   std::erase(all_no_bf16, DType::kBFloat16);
-  registry.Register(Def("Where").Versions(9, 15).Constraint("B", {0}, {DType::kBool})
-                        .Constraint("T", {1, 2}, all_no_bf16).Kernel<WhereKernel>());
-  registry.Register(Def("Where").Versions(16).Constraint("B", {0}, {DType::kBool})
-                        .Constraint("T", {1, 2}, all).Kernel<WhereKernel>());
+  registry.Register(Def("Where")
+                        .Versions(9, 15)
+                        .Constraint("B", {0}, {DType::kBool})
+                        .Constraint("T", {1, 2}, all_no_bf16)
+                        .Kernel<WhereKernel>());
+  registry.Register(Def("Where")
+                        .Versions(16)
+                        .Constraint("B", {0}, {DType::kBool})
+                        .Constraint("T", {1, 2}, all)
+                        .Kernel<WhereKernel>());
 }
 
 }  // namespace tob

@@ -15,14 +15,12 @@ class ConstantKernel final : public OpKernel {
     Tensor value;
     if (node.FindAttribute("sparse_value") != nullptr)
       return NotImplemented(node.Describe(), ": Constant with 'sparse_value' is not supported");
-    if (node.FindAttribute("value_string") != nullptr ||
-        node.FindAttribute("value_strings") != nullptr)
+    if (node.FindAttribute("value_string") != nullptr || node.FindAttribute("value_strings") != nullptr)
       return NotImplemented(node.Describe(), ": string constants are not supported");
     if (node.FindAttribute("value") != nullptr) {
       TOB_RETURN_IF_ERROR(node.GetAttr("value", &value));
       if (value.dtype() == DType::kString || value.dtype() == DType::kUndefined)
-        return NotImplemented(node.Describe(), ": Constant of dtype ", DTypeName(value.dtype()),
-                              " is not supported");
+        return NotImplemented(node.Describe(), ": Constant of dtype ", DTypeName(value.dtype()), " is not supported");
     } else if (node.FindAttribute("value_float") != nullptr) {
       float f = 0;
       TOB_RETURN_IF_ERROR(node.GetAttr("value_float", &f));
@@ -50,9 +48,8 @@ class ConstantKernel final : public OpKernel {
   Status Compute(KernelContext& ctx) const override {
     Tensor& out = *ctx.output(0);
     if (out.dtype() != value_.dtype() || out.shape() != value_.shape())
-      return ctx.Fail("output was allocated as ", DTypeName(out.dtype()),
-                      ShapeToString(out.shape()), ", the constant is ", DTypeName(value_.dtype()),
-                      ShapeToString(value_.shape()));
+      return ctx.Fail("output was allocated as ", DTypeName(out.dtype()), ShapeToString(out.shape()),
+                      ", the constant is ", DTypeName(value_.dtype()), ShapeToString(value_.shape()));
     if (value_.nbytes() > 0) std::memcpy(out.raw_data(), value_.raw_data(), value_.nbytes());
     return Status::OK();
   }
@@ -70,25 +67,21 @@ class ConstantOfShapeKernel final : public OpKernel {
       Tensor value;
       TOB_RETURN_IF_ERROR(node.GetAttr("value", &value));
       if (value.numel() != 1)
-        return InvalidModel(node.Describe(), ": attribute 'value' must hold one element, got ",
-                            value.numel());
+        return InvalidModel(node.Describe(), ": attribute 'value' must hold one element, got ", value.numel());
       if (DTypeSize(value.dtype()) == 0 || DTypeSize(value.dtype()) > sizeof(bytes))
-        return NotImplemented(node.Describe(), ": value of dtype ", DTypeName(value.dtype()),
-                              " is not supported");
+        return NotImplemented(node.Describe(), ": value of dtype ", DTypeName(value.dtype()), " is not supported");
       dtype = value.dtype();
       std::memcpy(&bytes, value.raw_data(), DTypeSize(dtype));
     }
     return MakeKernel<ConstantOfShapeKernel>(node, dtype, bytes);
   }
 
-  ConstantOfShapeKernel(const Node& node, DType dtype, uint64_t bytes)
-      : OpKernel(node), dtype_(dtype), bytes_(bytes) {}
+  ConstantOfShapeKernel(const Node& node, DType dtype, uint64_t bytes) : OpKernel(node), dtype_(dtype), bytes_(bytes) {}
 
   Status Compute(KernelContext& ctx) const override {
     Tensor& out = *ctx.output(0);
     if (out.dtype() != dtype_)
-      return ctx.Fail("output was allocated as ", DTypeName(out.dtype()), ", expected ",
-                      DTypeName(dtype_));
+      return ctx.Fail("output was allocated as ", DTypeName(out.dtype()), ", expected ", DTypeName(dtype_));
     FillElements(out.raw_data(), out.numel(), &bytes_, DTypeSize(dtype_), ctx.thread_pool());
     return Status::OK();
   }
@@ -106,10 +99,8 @@ namespace tob {
 void RegisterCpuConstantKernels(KernelRegistry& registry) {
   using namespace cpu;  // the kernels above
   registry.Register(Def("Constant").Versions(1).Kernel<ConstantKernel>());
-  registry.Register(Def("ConstantOfShape")
-                        .Versions(9)
-                        .Constraint("T1", {0}, {DType::kInt64})
-                        .Kernel<ConstantOfShapeKernel>());
+  registry.Register(
+      Def("ConstantOfShape").Versions(9).Constraint("T1", {0}, {DType::kInt64}).Kernel<ConstantOfShapeKernel>());
 }
 
 }  // namespace tob

@@ -21,8 +21,8 @@ template <typename T>
 using ComputeOf = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
 template <typename T>
-void DropoutTraining(KernelContext& ctx, const RandomStream& stream, double ratio, const T* x, T* y,
-                     bool* mask, int64_t n) {
+void DropoutTraining(KernelContext& ctx, const RandomStream& stream, double ratio, const T* x, T* y, bool* mask,
+                     int64_t n) {
   using C = ComputeOf<T>;
   const C scale = C(1) / (C(1) - static_cast<C>(ratio));
   const int64_t blocks = (n + kRandomBlock - 1) / kRandomBlock;
@@ -33,10 +33,8 @@ void DropoutTraining(KernelContext& ctx, const RandomStream& stream, double rati
       for (int64_t i = b * kRandomBlock; i < end; ++i) {
         bool keep = Uniform53(engine) >= ratio;
         C v = keep ? static_cast<C>(x[i]) * scale : C(0);
-        if constexpr (std::is_floating_point_v<T>)
-          y[i] = v;
-        else
-          y[i] = T(v);
+        if constexpr (std::is_floating_point_v<T>) y[i] = v;
+        else y[i] = T(v);
         if (mask != nullptr) mask[i] = keep;
       }
     }
@@ -50,8 +48,7 @@ class DropoutKernel final : public OpKernel {
     std::optional<uint32_t> seed;
     if (from == RatioFrom::kAttribute) {
       TOB_RETURN_IF_ERROR(node.GetAttr("ratio", &ratio, 0.5f));
-      if (!(ratio >= 0 && ratio < 1))
-        return InvalidModel(node.Describe(), ": ratio must be in [0, 1), got ", ratio);
+      if (!(ratio >= 0 && ratio < 1)) return InvalidModel(node.Describe(), ": ratio must be in [0, 1), got ", ratio);
     } else if (node.FindAttribute("seed") != nullptr) {
       int64_t s = 0;
       TOB_RETURN_IF_ERROR(node.GetAttr("seed", &s));
@@ -82,14 +79,12 @@ class DropoutKernel final : public OpKernel {
     if (mask != nullptr && (mask->numel() != x.numel()))
       return ctx.Fail("mask has ", mask->numel(), " elements, the input ", x.numel());
     if (!training || ratio == 0) {
-      if (!y.SharesDataWith(x) && x.nbytes() > 0)
-        std::memcpy(y.raw_data(), x.raw_data(), x.nbytes());
+      if (!y.SharesDataWith(x) && x.nbytes() > 0) std::memcpy(y.raw_data(), x.raw_data(), x.nbytes());
       if (mask != nullptr) {
         uint64_t one = 0;
         if (!ElementBytes(mask->dtype(), 1.0, &one))
           return ctx.Fail("mask dtype ", DTypeName(mask->dtype()), " is not supported");
-        FillElements(mask->raw_data(), mask->numel(), &one, DTypeSize(mask->dtype()),
-                     ctx.thread_pool());
+        FillElements(mask->raw_data(), mask->numel(), &one, DTypeSize(mask->dtype()), ctx.thread_pool());
       }
       return Status::OK();
     }
@@ -120,17 +115,15 @@ void RegisterCpuDropoutKernels(KernelRegistry& registry) {
   using namespace cpu;  // the kernels above
   using enum DType;
   const std::vector<DType> floats = FloatTypes();
-  registry.Register(
-      Def("Dropout").Versions(7, 11).Constraint("T", {0}, floats).Factory([](const Node& n) {
-        return DropoutKernel::Create(n, RatioFrom::kAttribute);
-      }));
-  registry.Register(
-      Def("Dropout")
-          .Versions(12)
-          .Constraint("T", {0}, floats)
-          .Constraint("T1", {1}, floats)
-          .Constraint("T2", {2}, {kBool})
-          .Factory([](const Node& n) { return DropoutKernel::Create(n, RatioFrom::kInput); }));
+  registry.Register(Def("Dropout").Versions(7, 11).Constraint("T", {0}, floats).Factory([](const Node& n) {
+    return DropoutKernel::Create(n, RatioFrom::kAttribute);
+  }));
+  registry.Register(Def("Dropout")
+                        .Versions(12)
+                        .Constraint("T", {0}, floats)
+                        .Constraint("T1", {1}, floats)
+                        .Constraint("T2", {2}, {kBool})
+                        .Factory([](const Node& n) { return DropoutKernel::Create(n, RatioFrom::kInput); }));
 }
 
 }  // namespace tob

@@ -66,8 +66,7 @@ class TriluKernel final : public OpKernel {
     const char* src = static_cast<const char*>(x.raw_data());
     char* dst = static_cast<char*>(out.raw_data());
     // Row i keeps columns [begin, end): j - i >= k (upper) or j - i <= k (lower).
-    ParallelFor(ctx.thread_pool(), all_rows,
-                std::max<int64_t>(1, kFillGrain / std::max<int64_t>(1, cols)),
+    ParallelFor(ctx.thread_pool(), all_rows, std::max<int64_t>(1, kFillGrain / std::max<int64_t>(1, cols)),
                 [&](int64_t r0, int64_t r1) {
                   for (int64_t r = r0; r < r1; ++r) {
                     int64_t i = r % rows;
@@ -95,8 +94,7 @@ namespace tob {
 void RegisterCpuMatrixKernels(KernelRegistry& registry) {
   using namespace cpu;  // the kernels above
   std::vector<DType> types = AllTypes();
-  registry.Register(
-      Def("EyeLike").Versions(9).Constraint("T1", {0}, types).Kernel<EyeLikeKernel>());
+  registry.Register(Def("EyeLike").Versions(9).Constraint("T1", {0}, types).Kernel<EyeLikeKernel>());
   registry.Register(Def("Trilu")
                         .Versions(14)
                         .Constraint("T", {0}, types)

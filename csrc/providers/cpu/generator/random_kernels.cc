@@ -24,15 +24,13 @@ enum class Distribution { kUniform, kNormal };
 
 template <typename T>
 inline T FromDouble(double v) {
-  if constexpr (std::is_floating_point_v<T>)
-    return static_cast<T>(v);
-  else
-    return T(static_cast<float>(v));
+  if constexpr (std::is_floating_point_v<T>) return static_cast<T>(v);
+  else return T(static_cast<float>(v));
 }
 
 template <typename T>
-void FillRandom(KernelContext& ctx, const RandomStream& stream, Distribution dist, double a,
-                double b, T* y, int64_t n) {
+void FillRandom(KernelContext& ctx, const RandomStream& stream, Distribution dist, double a, double b, T* y,
+                int64_t n) {
   const int64_t blocks = (n + kRandomBlock - 1) / kRandomBlock;
   ParallelFor(ctx.thread_pool(), blocks, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t block = b0; block < b1; ++block) {
@@ -78,11 +76,9 @@ class RandomKernel final : public OpKernel {
   Status Compute(KernelContext& ctx) const override {
     Tensor& out = *ctx.output(0);
     RandomStream stream = seeder_.Next();
-    bool known = DispatchDType<float, double, Float16, BFloat16>(out.dtype(), [&]<typename T>() {
-      FillRandom<T>(ctx, stream, dist_, a_, b_, out.data<T>(), out.numel());
-    });
-    if (!known)
-      return ctx.Fail("output dtype ", DTypeName(out.dtype()), " is not a floating-point type");
+    bool known = DispatchDType<float, double, Float16, BFloat16>(
+        out.dtype(), [&]<typename T>() { FillRandom<T>(ctx, stream, dist_, a_, b_, out.data<T>(), out.numel()); });
+    if (!known) return ctx.Fail("output dtype ", DTypeName(out.dtype()), " is not a floating-point type");
     return Status::OK();
   }
 
@@ -104,13 +100,12 @@ void RegisterCpuRandomKernels(KernelRegistry& registry) {
     Distribution dist;
     bool like;
   };
-  for (const Entry& e : {Entry{"RandomUniform", Distribution::kUniform, false},
-                         Entry{"RandomNormal", Distribution::kNormal, false},
-                         Entry{"RandomUniformLike", Distribution::kUniform, true},
-                         Entry{"RandomNormalLike", Distribution::kNormal, true}}) {
+  for (const Entry& e :
+       {Entry{"RandomUniform", Distribution::kUniform, false}, Entry{"RandomNormal", Distribution::kNormal, false},
+        Entry{"RandomUniformLike", Distribution::kUniform, true},
+        Entry{"RandomNormalLike", Distribution::kNormal, true}}) {
     Distribution dist = e.dist;
-    KernelDef def = Def(e.op_type).Versions(1).Factory(
-        [dist](const Node& n) { return RandomKernel::Create(n, dist); });
+    KernelDef def = Def(e.op_type).Versions(1).Factory([dist](const Node& n) { return RandomKernel::Create(n, dist); });
     if (e.like) def.Constraint("T1", {0}, AllTypes());
     registry.Register(std::move(def));
   }

@@ -44,9 +44,8 @@ class RandomSeeder {
 
 inline std::mt19937 BlockEngine(const RandomStream& stream, int64_t block) {
   if (stream.call == 0 && block == 0) return std::mt19937(stream.seed);
-  std::seed_seq seq{stream.seed, static_cast<uint32_t>(stream.call),
-                    static_cast<uint32_t>(stream.call >> 32), static_cast<uint32_t>(block),
-                    static_cast<uint32_t>(static_cast<uint64_t>(block) >> 32)};
+  std::seed_seq seq{stream.seed, static_cast<uint32_t>(stream.call), static_cast<uint32_t>(stream.call >> 32),
+                    static_cast<uint32_t>(block), static_cast<uint32_t>(static_cast<uint64_t>(block) >> 32)};
   return std::mt19937(seq);
 }
 

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <vector>
 
-#include "providers/cpu/float_compute.h"
 #include "framework/kernel_registry.h"
+#include "providers/cpu/float_compute.h"
 #include "providers/cpu/nn/vec_math.h"
 
 namespace tob {
@@ -90,8 +90,9 @@ class BatchNormKernel final : public OpKernel {
       // Before 14, training mode is spelled by extra outputs (and, in opset 6, is_test = 0).
       if (since_version == 6) TOB_RETURN_IF_ERROR(node.GetAttr("is_test", &is_test, int64_t{0}));
       if (node.outputs().size() > 1 || (since_version == 6 && is_test == 0))
-        return NotImplemented(node.Describe(), ": training mode of BatchNormalization before opset 14 "
-                                               "(mean, var, saved_mean, saved_var outputs) is not supported");
+        return NotImplemented(node.Describe(),
+                              ": training mode of BatchNormalization before opset 14 "
+                              "(mean, var, saved_mean, saved_var outputs) is not supported");
     }
     int64_t spatial = 1;
     TOB_RETURN_IF_ERROR(node.GetAttr("spatial", &spatial, int64_t{1}));
@@ -156,8 +157,8 @@ class BatchNormKernel final : public OpKernel {
 };
 
 template <typename T>
-void InstanceNormPlanes(const T* x, T* y, const std::vector<double>& scale, const std::vector<double>& bias,
-                        int64_t C, int64_t plane, double epsilon, int64_t begin, int64_t end) {
+void InstanceNormPlanes(const T* x, T* y, const std::vector<double>& scale, const std::vector<double>& bias, int64_t C,
+                        int64_t plane, double epsilon, int64_t begin, int64_t end) {
   for (int64_t p = begin; p < end; ++p) {
     const T* xp = x + p * plane;
     double sum = 0, sq = 0, mean = 0;
@@ -206,12 +207,19 @@ class InstanceNormKernel final : public OpKernel {
 
 void RegisterCpuBatchNormKernels(KernelRegistry& registry) {
   const auto& f = FloatTypes();
-  registry.Register(Def("BatchNormalization").Versions(6, 6).Constraint("T", {0, 1, 2, 3, 4}, f)
-                        .Factory([](const Node& n) { return BatchNormKernel::Create(n, 6); }));
-  registry.Register(Def("BatchNormalization").Versions(7, 13).Constraint("T", {0, 1, 2, 3, 4}, f)
-                        .Factory([](const Node& n) { return BatchNormKernel::Create(n, 7); }));
+  registry.Register(
+      Def("BatchNormalization").Versions(6, 6).Constraint("T", {0, 1, 2, 3, 4}, f).Factory([](const Node& n) {
+        return BatchNormKernel::Create(n, 6);
+      }));
+  registry.Register(
+      Def("BatchNormalization").Versions(7, 13).Constraint("T", {0, 1, 2, 3, 4}, f).Factory([](const Node& n) {
+        return BatchNormKernel::Create(n, 7);
+      }));
   // Opset 14 added training_mode; 15 let scale/B (T1) and mean/var (T2) differ from X.
-  registry.Register(Def("BatchNormalization").Versions(14).Constraint("T", {0}, f).Constraint("T1", {1, 2}, f)
+  registry.Register(Def("BatchNormalization")
+                        .Versions(14)
+                        .Constraint("T", {0}, f)
+                        .Constraint("T1", {1, 2}, f)
                         .Constraint("T2", {3, 4}, f)
                         .Factory([](const Node& n) { return BatchNormKernel::Create(n, 14); }));
   registry.Register(

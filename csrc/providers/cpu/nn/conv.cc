@@ -5,10 +5,10 @@
 #include <cstring>
 #include <vector>
 
-#include "providers/cpu/float_compute.h"
-#include "providers/cpu/nn/gemm.h"
 #include "framework/kernel_registry.h"
+#include "providers/cpu/float_compute.h"
 #include "providers/cpu/nn/conv_columns.h"
+#include "providers/cpu/nn/gemm.h"
 #include "providers/cpu/nn/window_geometry.h"
 
 namespace tob {
@@ -129,8 +129,8 @@ Status ConvTyped(const KernelContext& ctx, const Tensor& X, const Tensor& Wt, co
       }
     }
     TOB_RETURN_IF_ERROR(BatchedGemm(false, false, Mg, out_size, kernel_dim, T(1), a_ptrs.data(), kernel_dim,
-                                    b_ptrs.data(), out_size, bias != nullptr ? T(1) : T(0), c_ptrs.data(),
-                                    out_size, static_cast<int64_t>(a_ptrs.size()), pool));
+                                    b_ptrs.data(), out_size, bias != nullptr ? T(1) : T(0), c_ptrs.data(), out_size,
+                                    static_cast<int64_t>(a_ptrs.size()), pool));
   }
   return Status::OK();
 }
@@ -154,8 +154,8 @@ class ConvKernel final : public OpKernel {
       return ctx.Fail("expected X [N, C, D1, ...] and W of the same rank, got ", ShapeToString(x.shape()), " and ",
                       ShapeToString(w.shape()));
     if (x.dim(1) != w.dim(1) * group || w.dim(0) % group != 0)
-      return ctx.Fail("X has ", x.dim(1), " channels; W ", ShapeToString(w.shape()), " with group ", group,
-                      " expects ", w.dim(1) * group);
+      return ctx.Fail("X has ", x.dim(1), " channels; W ", ShapeToString(w.shape()), " with group ", group, " expects ",
+                      w.dim(1) * group);
     if (b != nullptr && (b->rank() != 1 || b->dim(0) != w.dim(0)))
       return ctx.Fail("bias must be 1-D with ", w.dim(0), " values, got ", ShapeToString(b->shape()));
     std::vector<int64_t> kernel(w.shape().begin() + 2, w.shape().end());

@@ -101,9 +101,8 @@ void ForEachTap(const WindowGeometry& g, Fn&& fn) {
 template <typename T>
 void Im2ColND(const T* x_plane, const WindowGeometry& g, int64_t c, T* col, int64_t ld) {
   const int64_t ksize = g.kernel_size();
-  ForEachTap(g, [&](int64_t ki, int64_t oi, int64_t in) {
-    col[(c * ksize + ki) * ld + oi] = in >= 0 ? x_plane[in] : T(0);
-  });
+  ForEachTap(
+      g, [&](int64_t ki, int64_t oi, int64_t in) { col[(c * ksize + ki) * ld + oi] = in >= 0 ? x_plane[in] : T(0); });
 }
 
 template <typename T>

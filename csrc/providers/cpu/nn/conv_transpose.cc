@@ -38,8 +38,8 @@ Status ConvTransposeTyped(const KernelContext& ctx, const Tensor& X, const Tenso
       b_ptrs[gi] = x + (n * C + gi * Cg) * in_size;
       c_ptrs[gi] = col.data<T>() + gi * col_rows * in_size;
     }
-    TOB_RETURN_IF_ERROR(BatchedGemm(true, false, col_rows, in_size, Cg, T(1), a_ptrs.data(), col_rows,
-                                    b_ptrs.data(), in_size, T(0), c_ptrs.data(), in_size, group, pool));
+    TOB_RETURN_IF_ERROR(BatchedGemm(true, false, col_rows, in_size, Cg, T(1), a_ptrs.data(), col_rows, b_ptrs.data(),
+                                    in_size, T(0), c_ptrs.data(), in_size, group, pool));
     const T* cols = col.data<T>();
     ParallelFor(pool, M, 1, [&](int64_t begin, int64_t end) {
       for (int64_t m = begin; m < end; ++m) {
@@ -74,8 +74,8 @@ class ConvTransposeKernel final : public OpKernel {
       return ctx.Fail("expected X [N, C, D1, ...] and W of the same rank, got ", ShapeToString(x.shape()), " and ",
                       ShapeToString(w.shape()));
     if (x.dim(1) != w.dim(0) || x.dim(1) % group != 0)
-      return ctx.Fail("X has ", x.dim(1), " channels; W ", ShapeToString(w.shape()), " expects ", w.dim(0),
-                      " (group ", group, ")");
+      return ctx.Fail("X has ", x.dim(1), " channels; W ", ShapeToString(w.shape()), " expects ", w.dim(0), " (group ",
+                      group, ")");
     const int64_t out_channels = w.dim(1) * group;
     if (b != nullptr && (b->rank() != 1 || b->dim(0) != out_channels))
       return ctx.Fail("bias must be 1-D with ", out_channels, " values, got ", ShapeToString(b->shape()));

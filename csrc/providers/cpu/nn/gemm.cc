@@ -26,33 +26,28 @@ void PinBlasToOneThread() {
   std::call_once(once, [] { scipy_openblas_set_num_threads(1); });
 }
 
-void BlasGemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-              int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+void BlasGemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+              const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   scipy_cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                    static_cast<blasint>(M), static_cast<blasint>(N), static_cast<blasint>(K), alpha,
-                    A, static_cast<blasint>(lda), B, static_cast<blasint>(ldb), beta, C,
-                    static_cast<blasint>(ldc));
+                    static_cast<blasint>(M), static_cast<blasint>(N), static_cast<blasint>(K), alpha, A,
+                    static_cast<blasint>(lda), B, static_cast<blasint>(ldb), beta, C, static_cast<blasint>(ldc));
 }
 
-void BlasGemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A,
-              int64_t lda, const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
+void BlasGemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
+              const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
   scipy_cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                    static_cast<blasint>(M), static_cast<blasint>(N), static_cast<blasint>(K), alpha,
-                    A, static_cast<blasint>(lda), B, static_cast<blasint>(ldb), beta, C,
-                    static_cast<blasint>(ldc));
+                    static_cast<blasint>(M), static_cast<blasint>(N), static_cast<blasint>(K), alpha, A,
+                    static_cast<blasint>(lda), B, static_cast<blasint>(ldb), beta, C, static_cast<blasint>(ldc));
 }
 
-Status CheckArgs(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
-                 int64_t ldc) {
-  if (M < 0 || N < 0 || K < 0)
-    return InvalidArgument("Gemm: negative size M=", M, " N=", N, " K=", K);
+Status CheckArgs(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc) {
+  if (M < 0 || N < 0 || K < 0) return InvalidArgument("Gemm: negative size M=", M, " N=", N, " K=", K);
   for (int64_t v : {M, N, K, lda, ldb, ldc})
     if (v > INT_MAX) return InvalidArgument("Gemm: size ", v, " exceeds the 32-bit BLAS limit");
   int64_t a_cols = ta ? M : K, b_cols = tb ? K : N;
-  if (lda < std::max<int64_t>(1, a_cols) || ldb < std::max<int64_t>(1, b_cols) ||
-      ldc < std::max<int64_t>(1, N))
-    return InvalidArgument("Gemm: leading dimensions lda=", lda, " ldb=", ldb, " ldc=", ldc,
-                           " too small for M=", M, " N=", N, " K=", K);
+  if (lda < std::max<int64_t>(1, a_cols) || ldb < std::max<int64_t>(1, b_cols) || ldc < std::max<int64_t>(1, N))
+    return InvalidArgument("Gemm: leading dimensions lda=", lda, " ldb=", ldb, " ldc=", ldc, " too small for M=", M,
+                           " N=", N, " K=", K);
   return Status::OK();
 }
 
@@ -62,14 +57,15 @@ void ScaleC(int64_t M, int64_t N, T beta, T* C, int64_t ldc) {
   for (int64_t m = 0; m < M; ++m) {
     T* row = C + m * ldc;
     if (beta == T(0)) std::fill(row, row + N, T(0));
-    else for (int64_t n = 0; n < N; ++n) row[n] *= beta;
+    else
+      for (int64_t n = 0; n < N; ++n) row[n] *= beta;
   }
 }
 
 template <typename T>
-Status BatchedGemmImpl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha,
-                       const T* const* a, int64_t lda, const T* const* b, int64_t ldb, T beta,
-                       T* const* c, int64_t ldc, int64_t batch, ThreadPool* pool) {
+Status BatchedGemmImpl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* const* a, int64_t lda,
+                       const T* const* b, int64_t ldb, T beta, T* const* c, int64_t ldc, int64_t batch,
+                       ThreadPool* pool) {
   TOB_RETURN_IF_ERROR(CheckArgs(ta, tb, M, N, K, lda, ldb, ldc));
   if (M == 0 || N == 0 || batch <= 0) return Status::OK();
   if (K == 0) {
@@ -131,46 +127,41 @@ void PackToFloat(ThreadPool* pool, const T* src, int64_t rows, int64_t cols, int
     ParallelConvertToFloat(pool, src, rows * cols, dst);
     return;
   }
-  ParallelFor(pool, rows, std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(1, cols)),
-              [&](int64_t b, int64_t e) {
-                for (int64_t r = b; r < e; ++r) ToFloat(src + r * ld, dst + r * cols, cols);
-              });
+  ParallelFor(pool, rows, std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(1, cols)), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) ToFloat(src + r * ld, dst + r * cols, cols);
+  });
 }
 
 }  // namespace
 
-Status Gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-            int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
-            ThreadPool* pool) {
+Status Gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+            const float* B, int64_t ldb, float beta, float* C, int64_t ldc, ThreadPool* pool) {
   return BatchedGemmImpl<float>(trans_a, trans_b, M, N, K, alpha, &A, lda, &B, ldb, beta, &C, ldc, 1, pool);
 }
 
-Status Gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
-            const double* A, int64_t lda, const double* B, int64_t ldb, double beta, double* C,
-            int64_t ldc, ThreadPool* pool) {
+Status Gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
+            const double* B, int64_t ldb, double beta, double* C, int64_t ldc, ThreadPool* pool) {
   return BatchedGemmImpl<double>(trans_a, trans_b, M, N, K, alpha, &A, lda, &B, ldb, beta, &C, ldc, 1, pool);
 }
 
-Status BatchedGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                   const float* const* a, int64_t lda, const float* const* b, int64_t ldb,
-                   float beta, float* const* c, int64_t ldc, int64_t batch, ThreadPool* pool) {
+Status BatchedGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* const* a,
+                   int64_t lda, const float* const* b, int64_t ldb, float beta, float* const* c, int64_t ldc,
+                   int64_t batch, ThreadPool* pool) {
   return BatchedGemmImpl<float>(trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc, batch, pool);
 }
 
-Status BatchedGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
-                   const double* const* a, int64_t lda, const double* const* b, int64_t ldb,
-                   double beta, double* const* c, int64_t ldc, int64_t batch, ThreadPool* pool) {
+Status BatchedGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, const double* const* a,
+                   int64_t lda, const double* const* b, int64_t ldb, double beta, double* const* c, int64_t ldc,
+                   int64_t batch, ThreadPool* pool) {
   return BatchedGemmImpl<double>(trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc, batch, pool);
 }
 
 template <typename T>
-Status GemmAnyFloat(const KernelContext& ctx, bool trans_a, bool trans_b, int64_t M, int64_t N,
-                    int64_t K, float alpha, const T* A, int64_t lda, const T* B, int64_t ldb,
-                    float beta, T* C, int64_t ldc) {
+Status GemmAnyFloat(const KernelContext& ctx, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                    const T* A, int64_t lda, const T* B, int64_t ldb, float beta, T* C, int64_t ldc) {
   ThreadPool* pool = ctx.thread_pool();
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-    return Gemm(trans_a, trans_b, M, N, K, static_cast<T>(alpha), A, lda, B, ldb, static_cast<T>(beta),
-                C, ldc, pool);
+    return Gemm(trans_a, trans_b, M, N, K, static_cast<T>(alpha), A, lda, B, ldb, static_cast<T>(beta), C, ldc, pool);
   } else {
     TOB_RETURN_IF_ERROR(CheckArgs(trans_a, trans_b, M, N, K, lda, ldb, ldc));
     if (M == 0 || N == 0) return Status::OK();
@@ -192,15 +183,13 @@ Status GemmAnyFloat(const KernelContext& ctx, bool trans_a, bool trans_b, int64_
   }
 }
 
-template Status GemmAnyFloat<float>(const KernelContext&, bool, bool, int64_t, int64_t, int64_t, float,
-                                    const float*, int64_t, const float*, int64_t, float, float*, int64_t);
-template Status GemmAnyFloat<double>(const KernelContext&, bool, bool, int64_t, int64_t, int64_t, float,
-                                     const double*, int64_t, const double*, int64_t, float, double*, int64_t);
+template Status GemmAnyFloat<float>(const KernelContext&, bool, bool, int64_t, int64_t, int64_t, float, const float*,
+                                    int64_t, const float*, int64_t, float, float*, int64_t);
+template Status GemmAnyFloat<double>(const KernelContext&, bool, bool, int64_t, int64_t, int64_t, float, const double*,
+                                     int64_t, const double*, int64_t, float, double*, int64_t);
 template Status GemmAnyFloat<Float16>(const KernelContext&, bool, bool, int64_t, int64_t, int64_t, float,
-                                      const Float16*, int64_t, const Float16*, int64_t, float, Float16*,
-                                      int64_t);
+                                      const Float16*, int64_t, const Float16*, int64_t, float, Float16*, int64_t);
 template Status GemmAnyFloat<BFloat16>(const KernelContext&, bool, bool, int64_t, int64_t, int64_t, float,
-                                       const BFloat16*, int64_t, const BFloat16*, int64_t, float, BFloat16*,
-                                       int64_t);
+                                       const BFloat16*, int64_t, const BFloat16*, int64_t, float, BFloat16*, int64_t);
 
 }  // namespace tob

@@ -21,26 +21,23 @@ namespace tob {
 // C = alpha * op(A) * op(B) + beta * C with op(X) = X^T when trans_x. A is M x K (K x M when
 // trans_a), B is K x N (N x K when trans_b), C is M x N; lda/ldb/ldc are row strides. When
 // beta == 0, C is write-only (NaNs already there do not propagate).
-Status Gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-            int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
-            ThreadPool* pool);
-Status Gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
-            const double* A, int64_t lda, const double* B, int64_t ldb, double beta, double* C,
-            int64_t ldc, ThreadPool* pool);
+Status Gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+            const float* B, int64_t ldb, float beta, float* C, int64_t ldc, ThreadPool* pool);
+Status Gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
+            const double* B, int64_t ldb, double beta, double* C, int64_t ldc, ThreadPool* pool);
 
 // `batch` GEMMs of one shape: problem i reads a[i], b[i] and writes c[i].
-Status BatchedGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                   const float* const* a, int64_t lda, const float* const* b, int64_t ldb,
-                   float beta, float* const* c, int64_t ldc, int64_t batch, ThreadPool* pool);
-Status BatchedGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
-                   const double* const* a, int64_t lda, const double* const* b, int64_t ldb,
-                   double beta, double* const* c, int64_t ldc, int64_t batch, ThreadPool* pool);
+Status BatchedGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* const* a,
+                   int64_t lda, const float* const* b, int64_t ldb, float beta, float* const* c, int64_t ldc,
+                   int64_t batch, ThreadPool* pool);
+Status BatchedGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, const double* const* a,
+                   int64_t lda, const double* const* b, int64_t ldb, double beta, double* const* c, int64_t ldc,
+                   int64_t batch, ThreadPool* pool);
 
 // Gemm for any float type: float16/bfloat16 go through float32 scratch from ctx (BLAS has no
 // half-precision GEMM here) and round once at the end.
 template <typename T>
-Status GemmAnyFloat(const KernelContext& ctx, bool trans_a, bool trans_b, int64_t M, int64_t N,
-                    int64_t K, float alpha, const T* A, int64_t lda, const T* B, int64_t ldb,
-                    float beta, T* C, int64_t ldc);
+Status GemmAnyFloat(const KernelContext& ctx, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                    const T* A, int64_t lda, const T* B, int64_t ldb, float beta, T* C, int64_t ldc);
 
 }  // namespace tob

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <vector>
 
-#include "providers/cpu/float_compute.h"
 #include "framework/kernel_registry.h"
+#include "providers/cpu/float_compute.h"
 #include "providers/cpu/nn/vec_math.h"
 
 namespace tob {
@@ -221,12 +221,18 @@ class SkipLayerNormKernel final : public OpKernel {
 }  // namespace
 
 void RegisterCpuLayerNormKernels(KernelRegistry& registry) {
-  registry.Register(Def("LayerNormalization").Versions(17).Constraint("T", {0, 1, 2}, FloatTypes())
+  registry.Register(
+      Def("LayerNormalization").Versions(17).Constraint("T", {0, 1, 2}, FloatTypes()).Kernel<LayerNormKernel>());
+  registry.Register(Def("LayerNormalization")
+                        .Domain(kMicrosoftDomain)
+                        .Versions(1)
+                        .Constraint("T", {0, 1, 2}, FloatTypes())
                         .Kernel<LayerNormKernel>());
-  registry.Register(Def("LayerNormalization").Domain(kMicrosoftDomain).Versions(1)
-                        .Constraint("T", {0, 1, 2}, FloatTypes()).Kernel<LayerNormKernel>());
-  registry.Register(Def("SkipLayerNormalization").Domain(kMicrosoftDomain).Versions(1)
-                        .Constraint("T", {0, 1, 2, 3, 4}, FloatTypes()).Kernel<SkipLayerNormKernel>());
+  registry.Register(Def("SkipLayerNormalization")
+                        .Domain(kMicrosoftDomain)
+                        .Versions(1)
+                        .Constraint("T", {0, 1, 2, 3, 4}, FloatTypes())
+                        .Kernel<SkipLayerNormKernel>());
 }
 
 }  // namespace tob

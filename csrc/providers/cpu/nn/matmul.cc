@@ -3,10 +3,10 @@
 #include <cstring>
 #include <vector>
 
+#include "framework/kernel_registry.h"
 #include "ops/gemm_attributes.h"
 #include "providers/cpu/float_compute.h"
 #include "providers/cpu/nn/gemm.h"
-#include "framework/kernel_registry.h"
 
 namespace tob {
 
@@ -24,8 +24,7 @@ Status MatMulTyped(const KernelContext& ctx, const Tensor& A, const Tensor& B, T
   const int64_t K = as.back();
   const int64_t Kb = b_vector ? bs[0] : bs[bs.size() - 2];
   const int64_t N = b_vector ? 1 : bs.back();
-  if (K != Kb)
-    return ctx.Fail("inner dimensions do not match: ", ShapeToString(as), " x ", ShapeToString(bs));
+  if (K != Kb) return ctx.Fail("inner dimensions do not match: ", ShapeToString(as), " x ", ShapeToString(bs));
   if (Y.numel() == 0) return Status::OK();
 
   Shape a_batch = a_vector ? Shape{} : Shape(as.begin(), as.end() - 2);
@@ -37,8 +36,8 @@ Status MatMulTyped(const KernelContext& ctx, const Tensor& A, const Tensor& B, T
 
   // B shared by every batch: fold A's batch dims into M, one large GEMM.
   if (NumElements(b_batch) == 1 && NumElements(a_batch) * M * N == Y.numel()) {
-    return Gemm(false, false, NumElements(a_batch) * M, N, K, T(1), a, std::max<int64_t>(1, K), b, ldb, T(0),
-                y, ldb, ctx.thread_pool());
+    return Gemm(false, false, NumElements(a_batch) * M, N, K, T(1), a, std::max<int64_t>(1, K), b, ldb, T(0), y, ldb,
+                ctx.thread_pool());
   }
 
   // General case: one GEMM per broadcast batch index.
@@ -75,8 +74,8 @@ Status MatMulTyped(const KernelContext& ctx, const Tensor& A, const Tensor& B, T
     y_ptrs[i] = y + i * M * N;
     for (int64_t d = static_cast<int64_t>(rank) - 1; d >= 0 && ++index[d] == out_batch[d]; --d) index[d] = 0;
   }
-  return BatchedGemm(false, false, M, N, K, T(1), a_ptrs.data(), std::max<int64_t>(1, K), b_ptrs.data(), ldb,
-                     T(0), y_ptrs.data(), ldb, batch, ctx.thread_pool());
+  return BatchedGemm(false, false, M, N, K, T(1), a_ptrs.data(), std::max<int64_t>(1, K), b_ptrs.data(), ldb, T(0),
+                     y_ptrs.data(), ldb, batch, ctx.thread_pool());
 }
 
 class MatMulKernel final : public OpKernel {

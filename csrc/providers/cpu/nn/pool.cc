@@ -10,8 +10,8 @@
 #include <immintrin.h>
 #endif
 
-#include "providers/cpu/float_compute.h"
 #include "framework/kernel_registry.h"
+#include "providers/cpu/float_compute.h"
 #include "providers/cpu/nn/vec_math.h"
 #include "providers/cpu/nn/window_geometry.h"
 
@@ -32,8 +32,8 @@ std::vector<TapRange> TapRanges(const WindowGeometry& g, size_t d) {
     TapRange t;
     ValidOutputRange(start, g.dilations[d], g.in[d], g.kernel[d], &t.lo, &t.hi);
     int64_t plo, phi;
-    ValidOutputRange(start + g.pad_begin[d], g.dilations[d], g.in[d] + g.pad_begin[d] + g.pad_end[d], g.kernel[d],
-                     &plo, &phi);
+    ValidOutputRange(start + g.pad_begin[d], g.dilations[d], g.in[d] + g.pad_begin[d] + g.pad_end[d], g.kernel[d], &plo,
+                     &phi);
     t.padded_count = phi - plo;
     r[static_cast<size_t>(o)] = t;
   }
@@ -178,8 +178,7 @@ void AccumulateStride2(const float* src, int64_t n, float* a) {
   for (; i + 8 < n; i += 8) {
     const __m256 v0 = _mm256_loadu_ps(src + 2 * i), v1 = _mm256_loadu_ps(src + 2 * i + 8);
     const __m256 pairs = _mm256_shuffle_ps(v0, v1, _MM_SHUFFLE(2, 0, 2, 0));
-    const __m256 even =
-        _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(pairs), _MM_SHUFFLE(3, 1, 2, 0)));
+    const __m256 even = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(pairs), _MM_SHUFFLE(3, 1, 2, 0)));
     const __m256 acc = _mm256_loadu_ps(a + i);
     // max(even, acc) keeps acc when the input is NaN, like std::max(acc, v) below.
     _mm256_storeu_ps(a + i, kKind == PoolKind::kMax ? _mm256_max_ps(even, acc) : _mm256_add_ps(acc, even));
@@ -261,7 +260,10 @@ void PoolPlanes2D(const T* x, T* y, const WindowGeometry& g, const std::vector<s
 class PoolKernel final : public OpKernel {
  public:
   PoolKernel(const Node& node, PoolKind kind, WindowAttributes attrs, bool count_include_pad, bool column_major)
-      : OpKernel(node), kind_(kind), attrs_(std::move(attrs)), count_include_pad_(count_include_pad),
+      : OpKernel(node),
+        kind_(kind),
+        attrs_(std::move(attrs)),
+        count_include_pad_(count_include_pad),
         column_major_(column_major) {}
 
   static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node, PoolKind kind) {
@@ -379,14 +381,18 @@ void RegisterCpuPoolKernels(KernelRegistry& registry) {
   max_pool_types.push_back(DType::kUInt8);
   // One kernel serves every version: the attributes added over time (Indices output at 8,
   // ceil_mode and dilations at 10) default to the older behaviour; 12 added int8/uint8.
-  registry.Register(Def("MaxPool").Versions(1, 11).Constraint("T", {0}, FloatTypes()).Factory(PoolFactory(PoolKind::kMax)));
-  registry.Register(Def("MaxPool").Versions(12).Constraint("T", {0}, max_pool_types).Factory(PoolFactory(PoolKind::kMax)));
+  registry.Register(
+      Def("MaxPool").Versions(1, 11).Constraint("T", {0}, FloatTypes()).Factory(PoolFactory(PoolKind::kMax)));
+  registry.Register(
+      Def("MaxPool").Versions(12).Constraint("T", {0}, max_pool_types).Factory(PoolFactory(PoolKind::kMax)));
   registry.Register(
       Def("AveragePool").Versions(1).Constraint("T", {0}, FloatTypes()).Factory(PoolFactory(PoolKind::kAverage)));
-  registry.Register(Def("GlobalAveragePool").Versions(1).Constraint("T", {0}, FloatTypes())
+  registry.Register(Def("GlobalAveragePool")
+                        .Versions(1)
+                        .Constraint("T", {0}, FloatTypes())
                         .Factory(GlobalPoolFactory(PoolKind::kAverage)));
-  registry.Register(Def("GlobalMaxPool").Versions(1).Constraint("T", {0}, FloatTypes())
-                        .Factory(GlobalPoolFactory(PoolKind::kMax)));
+  registry.Register(
+      Def("GlobalMaxPool").Versions(1).Constraint("T", {0}, FloatTypes()).Factory(GlobalPoolFactory(PoolKind::kMax)));
 }
 
 }  // namespace tob

@@ -19,7 +19,6 @@ constexpr int64_t kMaxPanelWidth = 32;
 // The smallest problem worth waking the pool for.
 constexpr double kMinParallelFlops = 2.0 * 64 * 64 * 128;
 
-
 float* PackBuffer() {
   alignas(64) static thread_local float buffer[kKc * kMaxPanelWidth];
   return buffer;
@@ -45,8 +44,8 @@ void Transpose8x8(__m256 r[8]) {
 }
 
 // dst[k * width + j] = op(B)[k0 + k, n0 + j] for k < kc, j < nw; zero for nw <= j < width.
-void PackPanel(bool trans_b, const float* B, int64_t ldb, int64_t k0, int64_t kc, int64_t n0, int64_t nw,
-               int64_t width, float* dst) {
+void PackPanel(bool trans_b, const float* B, int64_t ldb, int64_t k0, int64_t kc, int64_t n0, int64_t nw, int64_t width,
+               float* dst) {
   if (!trans_b) {
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     for (int64_t k = 0; k < kc; ++k) {
@@ -54,8 +53,9 @@ void PackPanel(bool trans_b, const float* B, int64_t ldb, int64_t k0, int64_t kc
       float* d = dst + k * width;
       for (int64_t j = 0; j < width; j += 8) {
         int64_t left = nw - j;
-        __m256 x = left >= 8 ? _mm256_loadu_ps(src + j)
-                   : left > 0 ? _mm256_maskload_ps(src + j, _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(left)), lane))
+        __m256 x = left >= 8  ? _mm256_loadu_ps(src + j)
+                   : left > 0 ? _mm256_maskload_ps(src + j,
+                                                   _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(left)), lane))
                               : _mm256_setzero_ps();
         _mm256_store_ps(d + j, x);
       }
@@ -114,8 +114,8 @@ void RunPanel(const Kernels& ks, const Problem& p, int64_t n0, float* pack) {
     for (int64_t t = 0; t < tiles; ++t) {
       const int64_t m_lo = p.M * t / tiles, m_hi = p.M * (t + 1) / tiles;
       const float* a = p.trans_a ? p.A + k0 * p.lda + m_lo : p.A + m_lo * p.lda + k0;
-      ks.tile(static_cast<int>(m_hi - m_lo), vectors, p.trans_a, a, p.lda, pack, kc, p.C + m_lo * p.ldc + n0,
-              p.ldc, nw, p.alpha, beta);
+      ks.tile(static_cast<int>(m_hi - m_lo), vectors, p.trans_a, a, p.lda, pack, kc, p.C + m_lo * p.ldc + n0, p.ldc, nw,
+              p.alpha, beta);
     }
   }
 }
@@ -132,9 +132,9 @@ bool SmallGemmApplies(int64_t M, int64_t N, int64_t K) {
   return enabled && M <= kSmallGemmMaxM && small_gemm::avx512::Available();
 }
 
-void SmallGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-               const float* const* a, int64_t lda, const float* const* b, int64_t ldb, float beta,
-               float* const* c, int64_t ldc, int64_t batch, ThreadPool* pool) {
+void SmallGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* const* a,
+               int64_t lda, const float* const* b, int64_t ldb, float beta, float* const* c, int64_t ldc, int64_t batch,
+               ThreadPool* pool) {
   const Kernels& ks = small_gemm::avx512::Get();
   const int64_t panel_cols = 2 * ks.lanes;
   const int64_t panels = (N + panel_cols - 1) / panel_cols;

@@ -21,8 +21,8 @@ bool SmallGemmApplies(int64_t M, int64_t N, int64_t K);
 // `batch` problems C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i], row-major with row strides
 // lda/ldb/ldc, spread over the pool by (problem, panel). Arguments are assumed valid (gemm.cc
 // checks them), M, N, K > 0. beta == 0 does not read C. Needs AVX-512 (SmallGemmApplies checks).
-void SmallGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-               const float* const* a, int64_t lda, const float* const* b, int64_t ldb, float beta,
-               float* const* c, int64_t ldc, int64_t batch, ThreadPool* pool);
+void SmallGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* const* a,
+               int64_t lda, const float* const* b, int64_t ldb, float beta, float* const* c, int64_t ldc, int64_t batch,
+               ThreadPool* pool);
 
 }  // namespace tob

@@ -25,8 +25,8 @@ constexpr int kLanes = 16;
 constexpr int kMaxRows = 12;
 
 template <int Rows, int Vectors, bool TransA>
-TOB_AVX512_FN void Tile(const float* a, int64_t lda, const float* bp, int64_t kc, float* c, int64_t ldc,
-                        int64_t nw, float alpha, float beta) {
+TOB_AVX512_FN void Tile(const float* a, int64_t lda, const float* bp, int64_t kc, float* c, int64_t ldc, int64_t nw,
+                        float alpha, float beta) {
   __m512 acc[Rows][Vectors];
 #pragma GCC unroll 16
   for (int r = 0; r < Rows; ++r)
@@ -69,13 +69,15 @@ using RawTile = void (*)(const float*, int64_t, const float*, int64_t, float*, i
 template <size_t... R>
 constexpr auto MakeTable(std::index_sequence<R...>) {
   using Row = RawTile[2][2];
-  struct Table { Row rows[sizeof...(R)]; };
+  struct Table {
+    Row rows[sizeof...(R)];
+  };
   return Table{{{{Tile<R + 1, 1, false>, Tile<R + 1, 1, true>}, {Tile<R + 1, 2, false>, Tile<R + 1, 2, true>}}...}};
 }
 constexpr auto kTable = MakeTable(std::make_index_sequence<kMaxRows>());
 
-void RunTile(int rows, int vectors, bool trans_a, const float* a, int64_t lda, const float* bp, int64_t kc,
-             float* c, int64_t ldc, int64_t nw, float alpha, float beta) {
+void RunTile(int rows, int vectors, bool trans_a, const float* a, int64_t lda, const float* bp, int64_t kc, float* c,
+             int64_t ldc, int64_t nw, float alpha, float beta) {
   kTable.rows[rows - 1][vectors - 1][trans_a ? 1 : 0](a, lda, bp, kc, c, ldc, nw, alpha, beta);
 }
 

@@ -11,8 +11,8 @@ namespace tob::small_gemm {
 // a packed panel of kc rows of `vectors` SIMD vectors each (zero past column nw). `a` points at
 // op(A)[0, 0]: row r, step k is a[r * lda + k], or a[k * lda + r] when trans_a. beta == 0 does not
 // read C. rows is 1..max_rows, vectors is 1 or 2, nw is 1..vectors * lanes.
-using TileFn = void (*)(int rows, int vectors, bool trans_a, const float* a, int64_t lda, const float* bp,
-                        int64_t kc, float* c, int64_t ldc, int64_t nw, float alpha, float beta);
+using TileFn = void (*)(int rows, int vectors, bool trans_a, const float* a, int64_t lda, const float* bp, int64_t kc,
+                        float* c, int64_t ldc, int64_t nw, float alpha, float beta);
 
 struct Kernels {
   const char* name;

@@ -6,8 +6,8 @@
 #include <limits>
 #include <vector>
 
-#include "providers/cpu/float_compute.h"
 #include "framework/kernel_registry.h"
+#include "providers/cpu/float_compute.h"
 #include "providers/cpu/nn/vec_math.h"
 
 namespace tob {

@@ -41,8 +41,8 @@ struct WindowGeometry {
     WindowGeometry g;
     for (size_t i = 0; i < static_cast<size_t>(r); ++i) {
       int64_t in = x_shape[i + 2];
-      TOB_ASSIGN_OR_RETURN(WindowDim d, transposed ? TransposedWindowDim(node, a, i, in)
-                                                   : SlidingWindowDim(node, a, i, in));
+      TOB_ASSIGN_OR_RETURN(WindowDim d,
+                           transposed ? TransposedWindowDim(node, a, i, in) : SlidingWindowDim(node, a, i, in));
       g.in.push_back(in);
       g.out.push_back(d.out);
       g.kernel.push_back(a.kernel_shape[i]);

@@ -11,20 +11,16 @@ namespace {
 
 template <typename A>
 inline bool IsNan(A v) {
-  if constexpr (std::is_floating_point_v<A>)
-    return v != v;
-  else
-    return false;
+  if constexpr (std::is_floating_point_v<A>) return v != v;
+  else return false;
 }
 
 // Whether candidate v (at a later index) replaces the current best.
 template <bool kMax, bool kLast, typename A>
 inline bool Replaces(A v, A best) {
   bool better = kMax ? v > best : v < best;
-  if constexpr (kLast)
-    return IsNan(v) || (!IsNan(best) && (better || v == best));
-  else
-    return !IsNan(best) && (better || IsNan(v));
+  if constexpr (kLast) return IsNan(v) || (!IsNan(best) && (better || v == best));
+  else return !IsNan(best) && (better || IsNan(v));
 }
 
 template <bool kMax, bool kLast, typename T>
@@ -114,8 +110,7 @@ class ArgReduceKernel final : public OpKernel {
   Status Compute(KernelContext& ctx) const override {
     const Tensor& x = *ctx.input(0);
     int64_t rank = x.rank();
-    if (axis_ < -rank || axis_ >= rank)
-      return ctx.Fail("axis ", axis_, " is out of range for an input of rank ", rank);
+    if (axis_ < -rank || axis_ >= rank) return ctx.Fail("axis ", axis_, " is out of range for an input of rank ", rank);
     int64_t axis = axis_ < 0 ? axis_ + rank : axis_;
     ReduceExtent e;
     for (int64_t d = 0; d < axis; ++d) e.outer *= x.dim(d);
@@ -124,15 +119,12 @@ class ArgReduceKernel final : public OpKernel {
     int64_t* out = ctx.output(0)->data<int64_t>();
     if (e.outputs() == 0) return Status::OK();
     if (e.reduce == 0)
-      return ctx.Fail("cannot take the arg", is_max_ ? "max" : "min", " over axis ", axis_,
-                      " of size 0");
-    bool known = DispatchDType<float, double, Float16, BFloat16, int8_t, uint8_t, int16_t, uint16_t,
-                               int32_t, uint32_t, int64_t, uint64_t>(x.dtype(), [&]<typename T>() {
+      return ctx.Fail("cannot take the arg", is_max_ ? "max" : "min", " over axis ", axis_, " of size 0");
+    bool known = DispatchDType<float, double, Float16, BFloat16, int8_t, uint8_t, int16_t, uint16_t, int32_t, uint32_t,
+                               int64_t, uint64_t>(x.dtype(), [&]<typename T>() {
       const T* src = x.data<T>();
-      if (is_max_)
-        Run<true, T>(ctx, src, e, out);
-      else
-        Run<false, T>(ctx, src, e, out);
+      if (is_max_) Run<true, T>(ctx, src, e, out);
+      else Run<false, T>(ctx, src, e, out);
     });
     if (!known) return ctx.Fail("input dtype ", DTypeName(x.dtype()), " is not supported");
     return Status::OK();
@@ -142,15 +134,11 @@ class ArgReduceKernel final : public OpKernel {
   template <bool kMax, typename T>
   void Run(KernelContext& ctx, const T* x, ReduceExtent e, int64_t* out) const {
     if (e.inner == 1) {
-      if (select_last_)
-        ArgReduceRows<kMax, true>(ctx, x, e, out);
-      else
-        ArgReduceRows<kMax, false>(ctx, x, e, out);
+      if (select_last_) ArgReduceRows<kMax, true>(ctx, x, e, out);
+      else ArgReduceRows<kMax, false>(ctx, x, e, out);
     } else {
-      if (select_last_)
-        ArgReduceColumns<kMax, true>(ctx, x, e, out);
-      else
-        ArgReduceColumns<kMax, false>(ctx, x, e, out);
+      if (select_last_) ArgReduceColumns<kMax, true>(ctx, x, e, out);
+      else ArgReduceColumns<kMax, false>(ctx, x, e, out);
     }
   }
 
@@ -169,14 +157,12 @@ void RegisterCpuArgReduceKernels(KernelRegistry& registry) {
   using enum DType;
   const std::vector<DType> types = {kFloat32, kFloat64, kFloat16, kBFloat16, kInt8,  kUInt8,
                                     kInt16,   kUInt16,  kInt32,   kUInt32,   kInt64, kUInt64};
-  registry.Register(
-      Def("ArgMax").Versions(1).Constraint("T", {0}, types).Factory([](const Node& n) {
-        return ArgReduceKernel::Create(n, /*is_max=*/true);
-      }));
-  registry.Register(
-      Def("ArgMin").Versions(1).Constraint("T", {0}, types).Factory([](const Node& n) {
-        return ArgReduceKernel::Create(n, /*is_max=*/false);
-      }));
+  registry.Register(Def("ArgMax").Versions(1).Constraint("T", {0}, types).Factory([](const Node& n) {
+    return ArgReduceKernel::Create(n, /*is_max=*/true);
+  }));
+  registry.Register(Def("ArgMin").Versions(1).Constraint("T", {0}, types).Factory([](const Node& n) {
+    return ArgReduceKernel::Create(n, /*is_max=*/false);
+  }));
 }
 
 }  // namespace tob

@@ -11,10 +11,8 @@ namespace {
 
 template <typename T, typename A>
 inline T Narrow(A a) {
-  if constexpr (kIs16BitFloat<T>)
-    return T(static_cast<float>(a));
-  else
-    return static_cast<T>(a);
+  if constexpr (kIs16BitFloat<T>) return T(static_cast<float>(a));
+  else return static_cast<T>(a);
 }
 
 template <bool kExclusive, bool kReverse, typename T>
@@ -101,24 +99,20 @@ class CumSumKernel final : public OpKernel {
       return ctx.Fail("axis must be a scalar, got shape ", ShapeToString(axis_tensor.shape()));
     int64_t rank = x.rank();
     int64_t axis = axis_tensor.ElementAsInt64(0);
-    if (axis < -rank || axis >= rank)
-      return ctx.Fail("axis ", axis, " is out of range for an input of rank ", rank);
+    if (axis < -rank || axis >= rank) return ctx.Fail("axis ", axis, " is out of range for an input of rank ", rank);
     int64_t a = axis < 0 ? axis + rank : axis;
     ReduceExtent e;
     for (int64_t d = 0; d < a; ++d) e.outer *= x.dim(d);
     e.reduce = x.dim(a);
     for (int64_t d = a + 1; d < rank; ++d) e.inner *= x.dim(d);
     if (x.numel() == 0) return Status::OK();
-    bool known =
-        DispatchDType<float, double, Float16, BFloat16, int32_t, int64_t, uint32_t, uint64_t>(
-            x.dtype(), [&]<typename T>() {
-              const T* src = x.data<T>();
-              T* dst = ctx.output(0)->data<T>();
-              if (exclusive_)
-                Run<true, T>(ctx, src, e, dst);
-              else
-                Run<false, T>(ctx, src, e, dst);
-            });
+    bool known = DispatchDType<float, double, Float16, BFloat16, int32_t, int64_t, uint32_t, uint64_t>(
+        x.dtype(), [&]<typename T>() {
+          const T* src = x.data<T>();
+          T* dst = ctx.output(0)->data<T>();
+          if (exclusive_) Run<true, T>(ctx, src, e, dst);
+          else Run<false, T>(ctx, src, e, dst);
+        });
     if (!known) return ctx.Fail("input dtype ", DTypeName(x.dtype()), " is not supported");
     return Status::OK();
   }
@@ -127,15 +121,11 @@ class CumSumKernel final : public OpKernel {
   template <bool kExclusive, typename T>
   void Run(KernelContext& ctx, const T* x, ReduceExtent e, T* y) const {
     if (e.inner == 1) {
-      if (reverse_)
-        CumSumRows<kExclusive, true>(ctx, x, e, y);
-      else
-        CumSumRows<kExclusive, false>(ctx, x, e, y);
+      if (reverse_) CumSumRows<kExclusive, true>(ctx, x, e, y);
+      else CumSumRows<kExclusive, false>(ctx, x, e, y);
     } else {
-      if (reverse_)
-        CumSumColumns<kExclusive, true>(ctx, x, e, y);
-      else
-        CumSumColumns<kExclusive, false>(ctx, x, e, y);
+      if (reverse_) CumSumColumns<kExclusive, true>(ctx, x, e, y);
+      else CumSumColumns<kExclusive, false>(ctx, x, e, y);
     }
   }
 
@@ -154,8 +144,7 @@ void RegisterCpuCumSumKernels(KernelRegistry& registry) {
   registry.Register(
       Def("CumSum")
           .Versions(11)
-          .Constraint("T", {0},
-                      {kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kUInt32, kUInt64})
+          .Constraint("T", {0}, {kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kUInt32, kUInt64})
           .Constraint("T2", {1}, {kInt32, kInt64})
           .Kernel<CumSumKernel>());
 }

@@ -47,8 +47,7 @@ Status ReduceToAcc(KernelContext& ctx, const S* x, ReduceExtent e, A* acc, const
   if (e.inner == 1) {
     int64_t chunks = 1;
     if (threads > 1 && e.outer < kTasksPerThread * threads && total >= 2 * kReduceGrain)
-      chunks = std::min(CeilDiv(kTasksPerThread * threads, e.outer),
-                        std::max<int64_t>(1, e.reduce / kReduceGrain));
+      chunks = std::min(CeilDiv(kTasksPerThread * threads, e.outer), std::max<int64_t>(1, e.reduce / kReduceGrain));
     if (chunks <= 1) {
       int64_t grain = std::max<int64_t>(1, kReduceGrain / std::max<int64_t>(1, e.reduce));
       ParallelFor(pool, e.outer, grain, [&](int64_t begin, int64_t end) {
@@ -57,8 +56,7 @@ Status ReduceToAcc(KernelContext& ctx, const S* x, ReduceExtent e, A* acc, const
       });
       return Status::OK();
     }
-    TOB_ASSIGN_OR_RETURN(Tensor partial_tensor,
-                         ctx.AllocateScratch(DTypeOf<A>(), {e.outer * chunks}));
+    TOB_ASSIGN_OR_RETURN(Tensor partial_tensor, ctx.AllocateScratch(DTypeOf<A>(), {e.outer * chunks}));
     A* partial = partial_tensor.data<A>();
     const int64_t chunk_len = CeilDiv(CeilDiv(e.reduce, chunks), 64) * 64;
     ParallelFor(pool, e.outer * chunks, 1, [&](int64_t begin, int64_t end) {
@@ -99,18 +97,16 @@ Status ReduceToAcc(KernelContext& ctx, const S* x, ReduceExtent e, A* acc, const
   };
   int64_t chunks = 1;
   if (threads > 1 && units < kTasksPerThread * threads && total >= 2 * kReduceGrain)
-    chunks = std::min(CeilDiv(kTasksPerThread * threads, units),
-                      std::max<int64_t>(1, e.reduce * unit_width / kReduceGrain));
+    chunks =
+        std::min(CeilDiv(kTasksPerThread * threads, units), std::max<int64_t>(1, e.reduce * unit_width / kReduceGrain));
   if (chunks <= 1) {
-    int64_t grain =
-        std::max<int64_t>(1, kReduceGrain / std::max<int64_t>(1, e.reduce * unit_width));
+    int64_t grain = std::max<int64_t>(1, kReduceGrain / std::max<int64_t>(1, e.reduce * unit_width));
     ParallelFor(pool, units, grain, [&](int64_t begin, int64_t end) {
       for (int64_t u = begin; u < end; ++u) run_unit(u, 0, e.reduce, acc);
     });
     return Status::OK();
   }
-  TOB_ASSIGN_OR_RETURN(Tensor partial_tensor,
-                       ctx.AllocateScratch(DTypeOf<A>(), {chunks * outputs}));
+  TOB_ASSIGN_OR_RETURN(Tensor partial_tensor, ctx.AllocateScratch(DTypeOf<A>(), {chunks * outputs}));
   A* partial = partial_tensor.data<A>();
   const int64_t chunk_len = CeilDiv(e.reduce, chunks);
   ParallelFor(pool, units * chunks, 1, [&](int64_t begin, int64_t end) {

@@ -21,48 +21,36 @@ enum class AxesFrom { kAttribute, kInput };
 
 template <typename T, typename A>
 inline T FromAcc(A a) {
-  if constexpr (kIs16BitFloat<T>)
-    return T(static_cast<float>(a));
-  else
-    return static_cast<T>(a);
+  if constexpr (kIs16BitFloat<T>) return T(static_cast<float>(a));
+  else return static_cast<T>(a);
 }
 
 template <typename T, Finish F, typename A>
-void FinishLoop(KernelContext& ctx, const A* acc, const A* shift, int64_t n, int64_t count,
-                T* out) {
+void FinishLoop(KernelContext& ctx, const A* acc, const A* shift, int64_t n, int64_t count, T* out) {
   ParallelFor(ctx.thread_pool(), n, kReduceGrain, [&](int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k) {
       A a = acc[k];
-      if constexpr (F == Finish::kMean)
-        a = a / static_cast<A>(count);  // 0 / 0 = NaN when empty
-      else if constexpr (F == Finish::kSqrt)
-        a = std::sqrt(a);
-      else if constexpr (F == Finish::kLog)
-        a = std::log(a);
-      else if constexpr (F == Finish::kLogPlusShift)
-        a = std::log(a) + shift[k];
+      if constexpr (F == Finish::kMean) a = a / static_cast<A>(count);  // 0 / 0 = NaN when empty
+      else if constexpr (F == Finish::kSqrt) a = std::sqrt(a);
+      else if constexpr (F == Finish::kLog) a = std::log(a);
+      else if constexpr (F == Finish::kLogPlusShift) a = std::log(a) + shift[k];
       out[k] = FromAcc<T>(a);
     }
   });
 }
 
 template <typename T, typename A>
-void FinishOutputs(KernelContext& ctx, Finish finish, const A* acc, const A* shift, int64_t n,
-                   int64_t count, T* out) {
+void FinishOutputs(KernelContext& ctx, Finish finish, const A* acc, const A* shift, int64_t n, int64_t count, T* out) {
   switch (finish) {
     case Finish::kNone:
       if constexpr (std::is_same_v<A, T>) {
         if (acc == out) return;
       }
       return FinishLoop<T, Finish::kNone>(ctx, acc, shift, n, count, out);
-    case Finish::kMean:
-      return FinishLoop<T, Finish::kMean>(ctx, acc, shift, n, count, out);
-    case Finish::kSqrt:
-      return FinishLoop<T, Finish::kSqrt>(ctx, acc, shift, n, count, out);
-    case Finish::kLog:
-      return FinishLoop<T, Finish::kLog>(ctx, acc, shift, n, count, out);
-    case Finish::kLogPlusShift:
-      return FinishLoop<T, Finish::kLogPlusShift>(ctx, acc, shift, n, count, out);
+    case Finish::kMean: return FinishLoop<T, Finish::kMean>(ctx, acc, shift, n, count, out);
+    case Finish::kSqrt: return FinishLoop<T, Finish::kSqrt>(ctx, acc, shift, n, count, out);
+    case Finish::kLog: return FinishLoop<T, Finish::kLog>(ctx, acc, shift, n, count, out);
+    case Finish::kLogPlusShift: return FinishLoop<T, Finish::kLogPlusShift>(ctx, acc, shift, n, count, out);
   }
 }
 
@@ -105,10 +93,8 @@ Status RunReduce(KernelContext& ctx, const T* x, const ReducePlan& plan, Finish 
         TOB_ASSIGN_OR_RETURN(partials[k % 2], ctx.AllocateScratch(DTypeOf<A>(), {e.outputs()}));
         dst = partials[k % 2].template data<A>();
       }
-      if (k == 0)
-        TOB_RETURN_IF_ERROR((ReduceToAcc<C, M, T, A>(ctx, x, e, dst, nullptr)));
-      else
-        TOB_RETURN_IF_ERROR((ReduceToAcc<C, Map::kIdentity, A, A>(ctx, src, e, dst, nullptr)));
+      if (k == 0) TOB_RETURN_IF_ERROR((ReduceToAcc<C, M, T, A>(ctx, x, e, dst, nullptr)));
+      else TOB_RETURN_IF_ERROR((ReduceToAcc<C, Map::kIdentity, A, A>(ctx, src, e, dst, nullptr)));
       src = dst;
     }
   }
@@ -132,8 +118,7 @@ Status RunLogSumExp(KernelContext& ctx, const T* x, const ReducePlan& plan, T* o
   const int64_t n = e.outputs();
   TOB_ASSIGN_OR_RETURN(Tensor shift_tensor, ctx.AllocateScratch(DTypeOf<A>(), {n}));
   A* shift = shift_tensor.data<A>();
-  TOB_RETURN_IF_ERROR(
-      (ReduceToAcc<Combine::kMax, Map::kIdentity, T, A>(ctx, x, e, shift, nullptr)));
+  TOB_RETURN_IF_ERROR((ReduceToAcc<Combine::kMax, Map::kIdentity, T, A>(ctx, x, e, shift, nullptr)));
   // An infinite or NaN maximum cannot be subtracted; exp/log then give the right inf/NaN.
   for (int64_t k = 0; k < n; ++k)
     if (!std::isfinite(shift[k])) shift[k] = A(0);
@@ -175,12 +160,11 @@ class ReduceKernel final : public OpKernel {
     }
     ReducePlan plan = PlanReduce(x.shape(), mask);
     if (plan.passes.back().outputs() != y.numel())
-      return ctx.Fail("output has ", y.numel(), " elements, the reduction gives ",
-                      plan.passes.back().outputs());
+      return ctx.Fail("output has ", y.numel(), " elements, the reduction gives ", plan.passes.back().outputs());
     Status status;
-    bool known = DispatchDType<float, double, Float16, BFloat16, int32_t, int64_t, uint32_t,
-                               uint64_t, int8_t, uint8_t, bool>(
-        x.dtype(), [&]<typename T>() { status = RunTyped<T>(ctx, x, plan, y.data<T>()); });
+    bool known =
+        DispatchDType<float, double, Float16, BFloat16, int32_t, int64_t, uint32_t, uint64_t, int8_t, uint8_t, bool>(
+            x.dtype(), [&]<typename T>() { status = RunTyped<T>(ctx, x, plan, y.data<T>()); });
     if (!known) return ctx.Fail("input dtype ", DTypeName(x.dtype()), " is not supported");
     return status;
   }
@@ -194,16 +178,13 @@ class ReduceKernel final : public OpKernel {
     using enum Combine;
     using enum Map;
     switch (op_) {
-      case ReduceOp::kMax:
-        return RunReduce<T, kMax, kIdentity>(ctx, src, p, Finish::kNone, out);
-      case ReduceOp::kMin:
-        return RunReduce<T, kMin, kIdentity>(ctx, src, p, Finish::kNone, out);
+      case ReduceOp::kMax: return RunReduce<T, kMax, kIdentity>(ctx, src, p, Finish::kNone, out);
+      case ReduceOp::kMin: return RunReduce<T, kMin, kIdentity>(ctx, src, p, Finish::kNone, out);
       case ReduceOp::kSum:
         if constexpr (!kBool) return RunReduce<T, kSum, kIdentity>(ctx, src, p, Finish::kNone, out);
         break;
       case ReduceOp::kProd:
-        if constexpr (!kBool)
-          return RunReduce<T, kProd, kIdentity>(ctx, src, p, Finish::kNone, out);
+        if constexpr (!kBool) return RunReduce<T, kProd, kIdentity>(ctx, src, p, Finish::kNone, out);
         break;
       case ReduceOp::kMean:
         if constexpr (kFloat) return RunReduce<T, kSum, kIdentity>(ctx, src, p, Finish::kMean, out);
@@ -246,8 +227,8 @@ void RegisterCpuReduceKernels(KernelRegistry& registry) {
   const std::vector<DType> floats = FloatTypes();
   const std::vector<DType> sum_types =
       Types({kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kUInt32, kUInt64});
-  const std::vector<DType> minmax_types = Types({kFloat32, kFloat64, kFloat16, kBFloat16, kInt32,
-                                                 kInt64, kUInt32, kUInt64, kInt8, kUInt8, kBool});
+  const std::vector<DType> minmax_types =
+      Types({kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kUInt32, kUInt64, kInt8, kUInt8, kBool});
   struct Entry {
     const char* op_type;
     ReduceOp op;
@@ -271,16 +252,12 @@ void RegisterCpuReduceKernels(KernelRegistry& registry) {
     registry.Register(Def(entry.op_type)
                           .Versions(1, entry.axes_input_since - 1)
                           .Constraint("T", {0}, *entry.types)
-                          .Factory([op](const Node& n) {
-                            return ReduceKernel::Create(n, op, AxesFrom::kAttribute);
-                          }));
+                          .Factory([op](const Node& n) { return ReduceKernel::Create(n, op, AxesFrom::kAttribute); }));
     registry.Register(Def(entry.op_type)
                           .Versions(entry.axes_input_since)
                           .Constraint("T", {0}, *entry.types)
                           .Constraint("tensor(int64)", {1}, {kInt64})
-                          .Factory([op](const Node& n) {
-                            return ReduceKernel::Create(n, op, AxesFrom::kInput);
-                          }));
+                          .Factory([op](const Node& n) { return ReduceKernel::Create(n, op, AxesFrom::kInput); }));
   }
 }
 

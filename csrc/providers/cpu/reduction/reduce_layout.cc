@@ -18,10 +18,8 @@ ReducePlan PlanReduce(const Shape& shape, const std::vector<bool>& reduced) {
   ReducePlan plan;
   int64_t outputs = 1;
   for (size_t d = 0; d < shape.size(); ++d) {
-    if (reduced[d])
-      plan.count *= shape[d];
-    else
-      outputs *= shape[d];
+    if (reduced[d]) plan.count *= shape[d];
+    else outputs *= shape[d];
   }
   if (NumElements(shape) == 0) {
     // Nothing to read: every output is the reduction of an empty set (or there is no output).
@@ -57,8 +55,7 @@ ReducePlan PlanReduce(const Shape& shape, const std::vector<bool>& reduced) {
   // often; removing a group merges the kept groups around it.
   while (true) {
     size_t g = sizes.size();
-    while (!kinds[--g]) {
-    }
+    while (!kinds[--g]) {}
     ReduceExtent e;
     for (size_t i = 0; i < g; ++i) e.outer *= sizes[i];
     e.reduce = sizes[g];

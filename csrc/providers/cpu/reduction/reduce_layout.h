@@ -35,8 +35,7 @@ ReducePlan PlanReduce(const Shape& shape, const std::vector<bool>& reduced);
 
 // dst = src viewed as `dims`, permuted by `perm`.
 template <typename T>
-void PermuteCopy(const T* src, T* dst, const Shape& dims, const std::vector<int64_t>& perm,
-                 ThreadPool* pool) {
+void PermuteCopy(const T* src, T* dst, const Shape& dims, const std::vector<int64_t>& perm, ThreadPool* pool) {
   const int64_t rank = static_cast<int64_t>(dims.size());
   std::vector<int64_t> src_strides = ContiguousStrides(dims);
   Shape out_dims(rank);

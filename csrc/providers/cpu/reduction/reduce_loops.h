@@ -40,25 +40,19 @@ constexpr A IdentityOf() {
   } else if constexpr (C == Combine::kProd) {
     return A(1);
   } else if constexpr (C == Combine::kMax) {
-    if constexpr (std::is_floating_point_v<A>)
-      return -std::numeric_limits<A>::infinity();
-    else
-      return std::numeric_limits<A>::lowest();
+    if constexpr (std::is_floating_point_v<A>) return -std::numeric_limits<A>::infinity();
+    else return std::numeric_limits<A>::lowest();
   } else {
-    if constexpr (std::is_floating_point_v<A>)
-      return std::numeric_limits<A>::infinity();
-    else
-      return std::numeric_limits<A>::max();
+    if constexpr (std::is_floating_point_v<A>) return std::numeric_limits<A>::infinity();
+    else return std::numeric_limits<A>::max();
   }
 }
 
 // max/min that ignore a NaN in `b`; callers that must propagate NaN track it separately.
 template <Combine C, typename A>
 inline A PlainCombine(A a, A b) {
-  if constexpr (C == Combine::kMax)
-    return b > a ? b : a;
-  else
-    return b < a ? b : a;
+  if constexpr (C == Combine::kMax) return b > a ? b : a;
+  else return b < a ? b : a;
 }
 
 template <Combine C, typename A>
@@ -86,8 +80,7 @@ inline A CombineOf(A a, A b) {
 #endif
 
 // out[i] = exp(x[i] - shift[i]), or exp(x[i] - scalar_shift) when shift is null. out may be x.
-inline void ExpShifted(const float* x, const float* shift, float scalar_shift, float* out,
-                       int64_t n) {
+inline void ExpShifted(const float* x, const float* shift, float scalar_shift, float* out, int64_t n) {
   int64_t i = 0;
 #if defined(__AVX2__) && defined(__FMA__)
   const __m256 s = _mm256_set1_ps(scalar_shift);
@@ -101,27 +94,21 @@ inline void ExpShifted(const float* x, const float* shift, float scalar_shift, f
 
 template <Map M, typename A>
 inline A MapOf(A x, A shift) {
-  if constexpr (M == Map::kIdentity)
-    return x;
-  else if constexpr (M == Map::kAbs)
-    return std::abs(x);
-  else if constexpr (M == Map::kSquare)
-    return x * x;
-  else
-    return std::exp(x - shift);
+  if constexpr (M == Map::kIdentity) return x;
+  else if constexpr (M == Map::kAbs) return std::abs(x);
+  else if constexpr (M == Map::kSquare) return x * x;
+  else return std::exp(x - shift);
 }
 
 template <Map M, typename A>
 inline A ShiftAt(const A* shift, int64_t i) {
-  if constexpr (M == Map::kExpShifted)
-    return shift[i];
-  else
-    return A(0);
+  if constexpr (M == Map::kExpShifted) return shift[i];
+  else return A(0);
 }
 
 // float32 exp maps are applied a block at a time by ExpShifted (vectorised) before combining.
 template <Map M, typename A>
-inline constexpr bool kExpFloat = M == Map::kExpShifted && std::is_same_v<A, float>;
+inline constexpr bool kExpFloat = M == Map::kExpShifted&& std::is_same_v<A, float>;
 
 // Elements a pairwise leaf reduces with its lanes: bounded so a float32 lane sums few values,
 // and so a widened half leaf fits on the stack.
@@ -136,8 +123,7 @@ inline constexpr int64_t kInterleaveLanes = 64;
 template <Combine C, Map M, typename S, typename A>
 A ReduceLanes(const S* x, int64_t n, A shift) {
   constexpr int kLanes = static_cast<int>(std::max<size_t>(16, 128 / sizeof(A)));
-  constexpr bool kTrackNan =
-      (C == Combine::kMax || C == Combine::kMin) && std::is_floating_point_v<A>;
+  constexpr bool kTrackNan = (C == Combine::kMax || C == Combine::kMin) && std::is_floating_point_v<A>;
   A tail = IdentityOf<C, A>();
   int64_t i = 0;
   if (n >= kLanes) {
@@ -231,8 +217,7 @@ void ReduceInterleavedLeaf(const S* x, int64_t rows, int64_t inner, A* out, cons
     for (int64_t i = 0; i < inner; ++i) out[i] = CombineOf<C, A>(out[i], lanes[g * inner + i]);
   for (; r < rows; ++r)
     for (int64_t i = 0; i < inner; ++i)
-      out[i] =
-          CombineOf<C, A>(out[i], MapOf<M, A>(static_cast<A>(x[r * inner + i]), lane_shift[i]));
+      out[i] = CombineOf<C, A>(out[i], MapOf<M, A>(static_cast<A>(x[r * inner + i]), lane_shift[i]));
 }
 
 // ReduceInterleavedLeaf, pairwise over rows so long float32 sums stay accurate.
@@ -251,23 +236,18 @@ void ReduceInterleaved(const S* x, int64_t rows, int64_t inner, A* out, const A*
   if constexpr (kIs16BitFloat<S>) {
     float wide[kPairwiseLeaf];
     ToFloat(x, wide, rows * inner);
-    if (full_width)
-      ReduceInterleavedLeaf<true, C, M, float, A>(wide, rows, inner, out, shift);
-    else
-      ReduceInterleavedLeaf<false, C, M, float, A>(wide, rows, inner, out, shift);
+    if (full_width) ReduceInterleavedLeaf<true, C, M, float, A>(wide, rows, inner, out, shift);
+    else ReduceInterleavedLeaf<false, C, M, float, A>(wide, rows, inner, out, shift);
   } else {
-    if (full_width)
-      ReduceInterleavedLeaf<true, C, M, S, A>(x, rows, inner, out, shift);
-    else
-      ReduceInterleavedLeaf<false, C, M, S, A>(x, rows, inner, out, shift);
+    if (full_width) ReduceInterleavedLeaf<true, C, M, S, A>(x, rows, inner, out, shift);
+    else ReduceInterleavedLeaf<false, C, M, S, A>(x, rows, inner, out, shift);
   }
 }
 
 // acc[i] = Combine(acc[i], Map(x[r * stride + i])) for r in [0, rows), i in [0, width), with
 // width <= kColumnTile. `shift` (per column) is read only by Map::kExpShifted.
 template <Combine C, Map M, typename S, typename A>
-void AccumulateRows(const S* x, int64_t rows, int64_t stride, int64_t width, A* acc,
-                    const A* shift) {
+void AccumulateRows(const S* x, int64_t rows, int64_t stride, int64_t width, A* acc, const A* shift) {
   constexpr bool kBlocked = C == Combine::kSum && std::is_floating_point_v<A>;
   A block[kColumnTile];
   [[maybe_unused]] float wide[kIs16BitFloat<S> || kExpFloat<M, A> ? kColumnTile : 1];
@@ -294,8 +274,7 @@ void AccumulateRows(const S* x, int64_t rows, int64_t stride, int64_t width, A* 
           target[i] = CombineOf<C, A>(target[i], MapOf<M, A>(wide[i], ShiftAt<M>(shift, i)));
       } else {
         for (int64_t i = 0; i < width; ++i)
-          target[i] =
-              CombineOf<C, A>(target[i], MapOf<M, A>(static_cast<A>(row[i]), ShiftAt<M>(shift, i)));
+          target[i] = CombineOf<C, A>(target[i], MapOf<M, A>(static_cast<A>(row[i]), ShiftAt<M>(shift, i)));
       }
     }
     if constexpr (kBlocked)

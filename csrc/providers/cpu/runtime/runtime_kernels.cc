@@ -30,7 +30,11 @@ class HostCopyKernel final : public OpKernel {
 
 void RegisterCpuRuntimeKernels(KernelRegistry& registry) {
   for (const char* op : {"MemcpyFromHost", "MemcpyToHost"})
-    registry.Register(Def(op).Domain(kMicrosoftDomain).Versions(1).Constraint("T", {0}, AllTypes()).Alias(0, 0)
+    registry.Register(Def(op)
+                          .Domain(kMicrosoftDomain)
+                          .Versions(1)
+                          .Constraint("T", {0}, AllTypes())
+                          .Alias(0, 0)
                           .Kernel<HostCopyKernel>());
 }
 

@@ -1,7 +1,7 @@
 // Concat and Split: both view every tensor as [pre, axis, post] and move whole [axis * post]
 // blocks, so each is one memcpy per (pre index, input/output) pair.
-#include "providers/cpu/tensor/copy_utils.h"
 #include "framework/kernel_registry.h"
+#include "providers/cpu/tensor/copy_utils.h"
 
 namespace tob {
 
@@ -132,17 +132,23 @@ class SplitKernel final : public OpKernel {
 
 void RegisterCpuConcatSplitKernels(KernelRegistry& registry) {
   // Concat accepts negative axes from 11.
-  registry.Register(Def("Concat").Versions(4, 10).Constraint("T", {TypeConstraint::kAllInputs}, AllTypes())
-                        .Kernel<ConcatKernel>());
-  registry.Register(Def("Concat").Versions(11).Constraint("T", {TypeConstraint::kAllInputs}, AllTypes())
-                        .Kernel<ConcatKernel>());
+  registry.Register(
+      Def("Concat").Versions(4, 10).Constraint("T", {TypeConstraint::kAllInputs}, AllTypes()).Kernel<ConcatKernel>());
+  registry.Register(
+      Def("Concat").Versions(11).Constraint("T", {TypeConstraint::kAllInputs}, AllTypes()).Kernel<ConcatKernel>());
   // Split: negative axes from 11, split as an input from 13, num_outputs from 18.
   registry.Register(Def("Split").Versions(2, 10).Constraint("T", {0}, AllTypes()).Kernel<SplitKernel>());
   registry.Register(Def("Split").Versions(11, 12).Constraint("T", {0}, AllTypes()).Kernel<SplitKernel>());
-  registry.Register(Def("Split").Versions(13, 17).Constraint("T", {0}, AllTypes())
-                        .Constraint("tensor(int64)", {1}, {DType::kInt64}).Kernel<SplitKernel>());
-  registry.Register(Def("Split").Versions(18).Constraint("T", {0}, AllTypes())
-                        .Constraint("tensor(int64)", {1}, {DType::kInt64}).Kernel<SplitKernel>());
+  registry.Register(Def("Split")
+                        .Versions(13, 17)
+                        .Constraint("T", {0}, AllTypes())
+                        .Constraint("tensor(int64)", {1}, {DType::kInt64})
+                        .Kernel<SplitKernel>());
+  registry.Register(Def("Split")
+                        .Versions(18)
+                        .Constraint("T", {0}, AllTypes())
+                        .Constraint("tensor(int64)", {1}, {DType::kInt64})
+                        .Kernel<SplitKernel>());
 }
 
 }  // namespace tob

@@ -1,8 +1,8 @@
 // Expand (broadcast to a shape: a strided copy with stride 0 on broadcast dims) and Tile
 // (repetition: the input is placed once, then each axis's block is duplicated by memcpy, from the
 // innermost axis out, so every output byte is written exactly once).
-#include "providers/cpu/tensor/copy_utils.h"
 #include "framework/kernel_registry.h"
+#include "providers/cpu/tensor/copy_utils.h"
 
 namespace tob {
 
@@ -98,10 +98,16 @@ class TileKernel final : public OpKernel {
 }  // namespace
 
 void RegisterCpuExpandTileKernels(KernelRegistry& registry) {
-  registry.Register(Def("Expand").Versions(8).Constraint("T", {0}, AllTypes())
-                        .Constraint("tensor(int64)", {1}, {DType::kInt64}).Kernel<ExpandKernel>());
-  registry.Register(Def("Tile").Versions(6).Constraint("T", {0}, AllTypes())
-                        .Constraint("T1", {1}, {DType::kInt64}).Kernel<TileKernel>());
+  registry.Register(Def("Expand")
+                        .Versions(8)
+                        .Constraint("T", {0}, AllTypes())
+                        .Constraint("tensor(int64)", {1}, {DType::kInt64})
+                        .Kernel<ExpandKernel>());
+  registry.Register(Def("Tile")
+                        .Versions(6)
+                        .Constraint("T", {0}, AllTypes())
+                        .Constraint("T1", {1}, {DType::kInt64})
+                        .Kernel<TileKernel>());
 }
 
 }  // namespace tob

@@ -2,9 +2,9 @@
 // (one element per index) and GatherND (index tuples address slices).
 #include <type_traits>
 
+#include "framework/kernel_registry.h"
 #include "providers/cpu/tensor/copy_utils.h"
 #include "providers/cpu/tensor/index_utils.h"
-#include "framework/kernel_registry.h"
 
 namespace tob {
 
@@ -220,17 +220,32 @@ class GatherNDKernel final : public OpKernel {
 void RegisterCpuGatherKernels(KernelRegistry& registry) {
   const std::vector<DType> index_types{DType::kInt32, DType::kInt64};
   // Gather accepts negative indices from 11.
-  registry.Register(Def("Gather").Versions(1, 10).Constraint("T", {0}, AllTypes())
-                        .Constraint("Tind", {1}, index_types).Kernel<GatherKernel>());
-  registry.Register(Def("Gather").Versions(11).Constraint("T", {0}, AllTypes())
-                        .Constraint("Tind", {1}, index_types).Kernel<GatherKernel>());
-  registry.Register(Def("GatherElements").Versions(11).Constraint("T", {0}, AllTypes())
-                        .Constraint("Tind", {1}, index_types).Kernel<GatherElementsKernel>());
+  registry.Register(Def("Gather")
+                        .Versions(1, 10)
+                        .Constraint("T", {0}, AllTypes())
+                        .Constraint("Tind", {1}, index_types)
+                        .Kernel<GatherKernel>());
+  registry.Register(Def("Gather")
+                        .Versions(11)
+                        .Constraint("T", {0}, AllTypes())
+                        .Constraint("Tind", {1}, index_types)
+                        .Kernel<GatherKernel>());
+  registry.Register(Def("GatherElements")
+                        .Versions(11)
+                        .Constraint("T", {0}, AllTypes())
+                        .Constraint("Tind", {1}, index_types)
+                        .Kernel<GatherElementsKernel>());
   // GatherND gains batch_dims at 12.
-  registry.Register(Def("GatherND").Versions(11, 11).Constraint("T", {0}, AllTypes())
-                        .Constraint("tensor(int64)", {1}, {DType::kInt64}).Kernel<GatherNDKernel>());
-  registry.Register(Def("GatherND").Versions(12).Constraint("T", {0}, AllTypes())
-                        .Constraint("tensor(int64)", {1}, {DType::kInt64}).Kernel<GatherNDKernel>());
+  registry.Register(Def("GatherND")
+                        .Versions(11, 11)
+                        .Constraint("T", {0}, AllTypes())
+                        .Constraint("tensor(int64)", {1}, {DType::kInt64})
+                        .Kernel<GatherNDKernel>());
+  registry.Register(Def("GatherND")
+                        .Versions(12)
+                        .Constraint("T", {0}, AllTypes())
+                        .Constraint("tensor(int64)", {1}, {DType::kInt64})
+                        .Kernel<GatherNDKernel>());
 }
 
 }  // namespace tob

@@ -22,8 +22,8 @@ Status CheckIndices(const KernelContext& ctx, const I* idx, int64_t n, int64_t d
   for (int64_t i = 0; i < n; ++i) {
     int64_t v = static_cast<int64_t>(idx[i]);
     if (v < -dim || v >= dim)
-      return ctx.Fail(what, " index ", v, " at position ", i, " is out of range for a dim of size ", dim,
-                      " (valid: [", -dim, ", ", dim - 1, "])");
+      return ctx.Fail(what, " index ", v, " at position ", i, " is out of range for a dim of size ", dim, " (valid: [",
+                      -dim, ", ", dim - 1, "])");
   }
   return Status::OK();
 }

@@ -3,9 +3,9 @@
 // a stretch copy that stretch with one memcpy.
 #include <algorithm>
 
+#include "framework/kernel_registry.h"
 #include "ops/tensor_params.h"
 #include "providers/cpu/tensor/copy_utils.h"
-#include "framework/kernel_registry.h"
 
 namespace tob {
 
@@ -123,8 +123,8 @@ class PadKernel final : public OpKernel {
       if (cv->dtype() != in.dtype()) return ctx.Fail("constant_value must have the data's dtype");
       std::memcpy(&value_bits, cv->raw_data(), es);
     } else if (value_ != 0.f) {
-      DispatchDType<float, double, Float16, BFloat16, int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t,
-                    uint32_t, uint64_t, bool>(in.dtype(), [&]<typename T>() {
+      DispatchDType<float, double, Float16, BFloat16, int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t,
+                    uint64_t, bool>(in.dtype(), [&]<typename T>() {
         T v = static_cast<T>(value_);
         std::memcpy(&value_bits, &v, sizeof(T));
       });
@@ -159,7 +159,9 @@ void RegisterCpuPadKernels(KernelRegistry& registry) {
   // Pad takes pads and the constant as inputs from 11, the axes input from 18, wrap mode from 19.
   registry.Register(Def("Pad").Versions(2, 10).Constraint("T", {0}, AllTypes()).Factory(PadFactory(false)));
   for (auto [since, end] : {std::pair{11, 17}, std::pair{18, 18}, std::pair{19, kMaxOpset}}) {
-    registry.Register(Def("Pad").Versions(since, end).Constraint("T", {0, 2}, AllTypes())
+    registry.Register(Def("Pad")
+                          .Versions(since, end)
+                          .Constraint("T", {0, 2}, AllTypes())
                           .Constraint("tensor(int64)", {1}, {DType::kInt64})
                           .Constraint("Tind", {3}, {DType::kInt32, DType::kInt64})
                           .Factory(PadFactory(true)));

@@ -4,8 +4,8 @@
 // when the executor could not give the output the input's buffer.
 #include <algorithm>
 
-#include "providers/cpu/tensor/copy_utils.h"
 #include "framework/kernel_registry.h"
+#include "providers/cpu/tensor/copy_utils.h"
 
 namespace tob {
 
@@ -14,9 +14,7 @@ namespace {
 class AliasOrCopyKernel final : public OpKernel {
  public:
   using OpKernel::OpKernel;
-  static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node) {
-    return MakeKernel<AliasOrCopyKernel>(node);
-  }
+  static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node) { return MakeKernel<AliasOrCopyKernel>(node); }
 
   Status Compute(KernelContext& ctx) const override {
     const Tensor& in = *ctx.input(0);

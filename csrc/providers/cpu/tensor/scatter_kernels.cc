@@ -6,9 +6,9 @@
 #include <cmath>
 #include <type_traits>
 
+#include "framework/kernel_registry.h"
 #include "providers/cpu/tensor/copy_utils.h"
 #include "providers/cpu/tensor/index_utils.h"
-#include "framework/kernel_registry.h"
 
 namespace tob {
 
@@ -59,11 +59,10 @@ inline T Combine(T a, T b) {
 template <typename Fn>
 bool DispatchScatter(DType dtype, Reduction reduction, Fn&& fn) {
   if (reduction == Reduction::kNone)
-    return tensor_ops::DispatchElementSize(DTypeSize(dtype), [&]<typename E>() {
-      fn.template operator()<E, Reduction::kNone>();
-    });
-  return DispatchDType<float, double, Float16, BFloat16, int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t,
-                       uint32_t, uint64_t, bool>(dtype, [&]<typename T>() {
+    return tensor_ops::DispatchElementSize(DTypeSize(dtype),
+                                           [&]<typename E>() { fn.template operator()<E, Reduction::kNone>(); });
+  return DispatchDType<float, double, Float16, BFloat16, int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t,
+                       uint64_t, bool>(dtype, [&]<typename T>() {
     switch (reduction) {
       case Reduction::kAdd: fn.template operator()<T, Reduction::kAdd>(); break;
       case Reduction::kMul: fn.template operator()<T, Reduction::kMul>(); break;
@@ -227,14 +226,23 @@ class ScatterNDKernel final : public OpKernel {
 void RegisterCpuScatterKernels(KernelRegistry& registry) {
   const std::vector<DType> index_types{DType::kInt32, DType::kInt64};
   // Scatter (9-10) is ScatterElements without reduction under its old name.
-  registry.Register(Def("Scatter").Versions(9, 10).Constraint("T", {0, 2}, AllTypes())
-                        .Constraint("Tind", {1}, index_types).Kernel<ScatterElementsKernel>());
+  registry.Register(Def("Scatter")
+                        .Versions(9, 10)
+                        .Constraint("T", {0, 2}, AllTypes())
+                        .Constraint("Tind", {1}, index_types)
+                        .Kernel<ScatterElementsKernel>());
   // The reduction attribute: add/mul from 16, max/min from 18.
   for (auto [since, end] : {std::pair{11, 15}, std::pair{16, 17}, std::pair{18, kMaxOpset}}) {
-    registry.Register(Def("ScatterElements").Versions(since, end).Constraint("T", {0, 2}, AllTypes())
-                          .Constraint("Tind", {1}, index_types).Kernel<ScatterElementsKernel>());
-    registry.Register(Def("ScatterND").Versions(since, end).Constraint("T", {0, 2}, AllTypes())
-                          .Constraint("tensor(int64)", {1}, {DType::kInt64}).Kernel<ScatterNDKernel>());
+    registry.Register(Def("ScatterElements")
+                          .Versions(since, end)
+                          .Constraint("T", {0, 2}, AllTypes())
+                          .Constraint("Tind", {1}, index_types)
+                          .Kernel<ScatterElementsKernel>());
+    registry.Register(Def("ScatterND")
+                          .Versions(since, end)
+                          .Constraint("T", {0, 2}, AllTypes())
+                          .Constraint("tensor(int64)", {1}, {DType::kInt64})
+                          .Kernel<ScatterNDKernel>());
   }
 }
 

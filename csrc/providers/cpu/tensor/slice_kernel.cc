@@ -1,7 +1,7 @@
 // Slice: a strided view of the input (steps may be negative) copied out row by row.
+#include "framework/kernel_registry.h"
 #include "ops/tensor_params.h"
 #include "providers/cpu/tensor/copy_utils.h"
-#include "framework/kernel_registry.h"
 
 namespace tob {
 
@@ -49,8 +49,8 @@ class SliceKernel final : public OpKernel {
       strides[i] = spec.step[i] * in_strides[i];
     }
     const size_t es = DTypeSize(in.dtype());
-    tensor_ops::StridedCopy(ctx.thread_pool(), static_cast<const char*>(in.raw_data()) + offset * es,
-                            out->raw_data(), es, out->shape(), strides);
+    tensor_ops::StridedCopy(ctx.thread_pool(), static_cast<const char*>(in.raw_data()) + offset * es, out->raw_data(),
+                            es, out->shape(), strides);
     return Status::OK();
   }
 
@@ -69,7 +69,9 @@ void RegisterCpuSliceKernels(KernelRegistry& registry) {
   // Slice takes starts/ends/axes as inputs (and adds steps) from 10; negative axes from 11.
   registry.Register(Def("Slice").Versions(1, 9).Constraint("T", {0}, AllTypes()).Factory(SliceFactory(false)));
   for (auto [since, end] : {std::pair{10, 10}, std::pair{11, kMaxOpset}}) {
-    registry.Register(Def("Slice").Versions(since, end).Constraint("T", {0}, AllTypes())
+    registry.Register(Def("Slice")
+                          .Versions(since, end)
+                          .Constraint("T", {0}, AllTypes())
                           .Constraint("Tind", {1, 2, 3, 4}, {DType::kInt32, DType::kInt64})
                           .Factory(SliceFactory(true)));
   }

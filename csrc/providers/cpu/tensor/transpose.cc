@@ -45,8 +45,7 @@ inline void Transpose8x8x32(const uint32_t* src, int64_t src_ld, uint32_t* dst, 
   }
   for (int i = 0; i < 4; ++i) {
     _mm256_storeu_ps(reinterpret_cast<float*>(dst + i * dst_ld), _mm256_permute2f128_ps(u[i], u[4 + i], 0x20));
-    _mm256_storeu_ps(reinterpret_cast<float*>(dst + (i + 4) * dst_ld),
-                     _mm256_permute2f128_ps(u[i], u[4 + i], 0x31));
+    _mm256_storeu_ps(reinterpret_cast<float*>(dst + (i + 4) * dst_ld), _mm256_permute2f128_ps(u[i], u[4 + i], 0x31));
   }
 }
 

@@ -1,6 +1,6 @@
 // Transpose, and DepthToSpace / SpaceToDepth, which are transposes of a 6-D view of their input.
-#include "ops/tensor_params.h"
 #include "framework/kernel_registry.h"
+#include "ops/tensor_params.h"
 #include "providers/cpu/tensor/transpose.h"
 
 namespace tob {
@@ -29,8 +29,8 @@ class TransposeKernel final : public OpKernel {
       if (out->shape().size() != perm.size() || out->shape()[i] != in.shape()[perm[i]])
         return ctx.Fail("output shape ", ShapeToString(out->shape()), " is not the transpose of ",
                         ShapeToString(in.shape()));
-    tensor_ops::TransposeBytes(ctx.thread_pool(), in.raw_data(), out->raw_data(), DTypeSize(in.dtype()),
-                               in.shape(), perm);
+    tensor_ops::TransposeBytes(ctx.thread_pool(), in.raw_data(), out->raw_data(), DTypeSize(in.dtype()), in.shape(),
+                               perm);
     return Status::OK();
   }
 
@@ -83,16 +83,14 @@ class DepthSpaceKernel final : public OpKernel {
         perm = {0, 1, 4, 2, 5, 3};
       }
     } else {
-      if (h % b != 0 || w % b != 0)
-        return ctx.Fail("spatial dims ", h, "x", w, " must be multiples of blocksize ", b);
+      if (h % b != 0 || w % b != 0) return ctx.Fail("spatial dims ", h, "x", w, " must be multiples of blocksize ", b);
       view = {n, c, h / b, b, w / b, b};
-      perm = order_ == BlockOrder::kDCR ? std::vector<int64_t>{0, 3, 5, 1, 2, 4}
-                                        : std::vector<int64_t>{0, 1, 3, 5, 2, 4};
+      perm =
+          order_ == BlockOrder::kDCR ? std::vector<int64_t>{0, 3, 5, 1, 2, 4} : std::vector<int64_t>{0, 1, 3, 5, 2, 4};
     }
     if (out->numel() != in.numel() || out->dtype() != in.dtype())
       return ctx.Fail("output ", ShapeToString(out->shape()), " does not match input ", ShapeToString(in.shape()));
-    tensor_ops::TransposeBytes(ctx.thread_pool(), in.raw_data(), out->raw_data(), DTypeSize(in.dtype()), view,
-                               perm);
+    tensor_ops::TransposeBytes(ctx.thread_pool(), in.raw_data(), out->raw_data(), DTypeSize(in.dtype()), view, perm);
     return Status::OK();
   }
 
@@ -111,14 +109,14 @@ KernelFactory DepthSpaceFactory(bool to_space, bool has_mode) {
 void RegisterCpuTransposeKernels(KernelRegistry& registry) {
   registry.Register(Def("Transpose").Versions(1).Constraint("T", {0}, AllTypes()).Kernel<TransposeKernel>());
   // DepthToSpace gains the mode attribute at 11, SpaceToDepth at 28.
-  registry.Register(Def("DepthToSpace").Versions(1, 10).Constraint("T", {0}, AllTypes())
-                        .Factory(DepthSpaceFactory(true, false)));
-  registry.Register(Def("DepthToSpace").Versions(11).Constraint("T", {0}, AllTypes())
-                        .Factory(DepthSpaceFactory(true, true)));
-  registry.Register(Def("SpaceToDepth").Versions(1, 27).Constraint("T", {0}, AllTypes())
-                        .Factory(DepthSpaceFactory(false, false)));
-  registry.Register(Def("SpaceToDepth").Versions(28).Constraint("T", {0}, AllTypes())
-                        .Factory(DepthSpaceFactory(false, true)));
+  registry.Register(
+      Def("DepthToSpace").Versions(1, 10).Constraint("T", {0}, AllTypes()).Factory(DepthSpaceFactory(true, false)));
+  registry.Register(
+      Def("DepthToSpace").Versions(11).Constraint("T", {0}, AllTypes()).Factory(DepthSpaceFactory(true, true)));
+  registry.Register(
+      Def("SpaceToDepth").Versions(1, 27).Constraint("T", {0}, AllTypes()).Factory(DepthSpaceFactory(false, false)));
+  registry.Register(
+      Def("SpaceToDepth").Versions(28).Constraint("T", {0}, AllTypes()).Factory(DepthSpaceFactory(false, true)));
 }
 
 }  // namespace tob

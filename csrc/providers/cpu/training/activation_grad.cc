@@ -10,9 +10,9 @@
 #include <cmath>
 #include <type_traits>
 
+#include "framework/kernel_registry.h"
 #include "providers/cpu/elementwise/vector_math.h"
 #include "providers/cpu/float_compute.h"
-#include "framework/kernel_registry.h"
 
 namespace tob {
 
@@ -124,7 +124,9 @@ template <typename Op>
 class ElementwiseGradKernel final : public OpKernel {
  public:
   using OpKernel::OpKernel;
-  static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node) { return MakeKernel<ElementwiseGradKernel>(node); }
+  static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node) {
+    return MakeKernel<ElementwiseGradKernel>(node);
+  }
 
   Status Compute(KernelContext& ctx) const override {
     const Tensor& dy = *ctx.input(0);
@@ -159,7 +161,10 @@ class ElementwiseGradKernel final : public OpKernel {
 
 template <typename Op>
 void RegisterGrad(KernelRegistry& registry, const char* op) {
-  registry.Register(Def(op).Domain(kMicrosoftDomain).Versions(1).Constraint("T", {0, 1}, FloatTypes())
+  registry.Register(Def(op)
+                        .Domain(kMicrosoftDomain)
+                        .Versions(1)
+                        .Constraint("T", {0, 1}, FloatTypes())
                         .Kernel<ElementwiseGradKernel<Op>>());
 }
 

@@ -14,9 +14,9 @@
 #include <cmath>
 #include <cstring>
 
+#include "framework/kernel_registry.h"
 #include "providers/cpu/float_compute.h"
 #include "providers/cpu/nn/vec_math.h"
-#include "framework/kernel_registry.h"
 
 namespace tob {
 
@@ -131,7 +131,8 @@ StatusOr<ChannelView> ViewOf(const KernelContext& ctx, const Tensor& x, std::ini
 
 // Reads per-channel inputs into rows of a [count, C] float64 scratch tensor.
 StatusOr<Tensor> ReadChannels(const KernelContext& ctx, const std::vector<int>& inputs, int64_t C, int64_t extra_rows) {
-  TOB_ASSIGN_OR_RETURN(Tensor t, ctx.AllocateScratch(DType::kFloat64, {static_cast<int64_t>(inputs.size()) + extra_rows, C}));
+  TOB_ASSIGN_OR_RETURN(Tensor t,
+                       ctx.AllocateScratch(DType::kFloat64, {static_cast<int64_t>(inputs.size()) + extra_rows, C}));
   double* d = t.data<double>();
   for (size_t k = 0; k < inputs.size(); ++k)
     for (int64_t c = 0; c < C; ++c) d[k * C + c] = ctx.input(inputs[k])->ElementAsDouble(c);
@@ -309,10 +310,21 @@ class BatchNormGradKernel final : public OpKernel {
 
 void RegisterCpuBatchNormTrainingKernels(KernelRegistry& registry) {
   const auto& f = FloatTypes();
-  registry.Register(Def("BatchNormInternal").Domain(kMicrosoftDomain).Versions(1).Constraint("T", {0}, f)
-                        .Constraint("T1", {1, 2}, f).Constraint("T2", {3, 4}, f).Kernel<BatchNormInternalKernel>());
-  registry.Register(Def("BatchNormalizationGrad").Domain(kMicrosoftDomain).Versions(1).Constraint("T", {0, 1}, f)
-                        .Constraint("T1", {2}, f).Constraint("T2", {3, 4}, f).SkipsUnusedOutputs().Kernel<BatchNormGradKernel>());
+  registry.Register(Def("BatchNormInternal")
+                        .Domain(kMicrosoftDomain)
+                        .Versions(1)
+                        .Constraint("T", {0}, f)
+                        .Constraint("T1", {1, 2}, f)
+                        .Constraint("T2", {3, 4}, f)
+                        .Kernel<BatchNormInternalKernel>());
+  registry.Register(Def("BatchNormalizationGrad")
+                        .Domain(kMicrosoftDomain)
+                        .Versions(1)
+                        .Constraint("T", {0, 1}, f)
+                        .Constraint("T1", {2}, f)
+                        .Constraint("T2", {3, 4}, f)
+                        .SkipsUnusedOutputs()
+                        .Kernel<BatchNormGradKernel>());
 }
 
 }  // namespace tob

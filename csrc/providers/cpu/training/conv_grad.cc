@@ -14,13 +14,13 @@
 #include <optional>
 #include <vector>
 
+#include "framework/kernel_registry.h"
 #include "providers/cpu/float_compute.h"
+#include "providers/cpu/nn/conv_columns.h"
 #include "providers/cpu/nn/gemm.h"
 #include "providers/cpu/nn/vec_math.h"
 #include "providers/cpu/nn/window_geometry.h"
-#include "providers/cpu/nn/conv_columns.h"
 #include "providers/cpu/training/depthwise_conv_grad.h"
-#include "framework/kernel_registry.h"
 
 namespace tob {
 
@@ -301,8 +301,8 @@ class ConvGradKernel final : public OpKernel {
                       ShapeToString(x.shape()), " and ", ShapeToString(w.shape()));
     if (dy.dtype() != x.dtype() || w.dtype() != x.dtype()) return ctx.Fail("dY, X and W must have one dtype");
     if (x.dim(1) != w.dim(1) * group || w.dim(0) % group != 0)
-      return ctx.Fail("X has ", x.dim(1), " channels; W ", ShapeToString(w.shape()), " with group ", group,
-                      " expects ", w.dim(1) * group);
+      return ctx.Fail("X has ", x.dim(1), " channels; W ", ShapeToString(w.shape()), " with group ", group, " expects ",
+                      w.dim(1) * group);
     std::vector<int64_t> kernel(w.shape().begin() + 2, w.shape().end());
     TOB_ASSIGN_OR_RETURN(WindowGeometry geometry, WindowGeometry::Compute(node(), attrs_, x.shape(), kernel, false));
     Shape expected{x.dim(0), w.dim(0)};
@@ -353,8 +353,12 @@ class ConvGradKernel final : public OpKernel {
 }  // namespace
 
 void RegisterCpuConvGradKernels(KernelRegistry& registry) {
-  registry.Register(Def("ConvGrad").Domain(kMicrosoftDomain).Versions(1).Constraint("T", {0, 1, 2}, FloatTypes())
-                        .SkipsUnusedOutputs().Kernel<ConvGradKernel>());
+  registry.Register(Def("ConvGrad")
+                        .Domain(kMicrosoftDomain)
+                        .Versions(1)
+                        .Constraint("T", {0, 1, 2}, FloatTypes())
+                        .SkipsUnusedOutputs()
+                        .Kernel<ConvGradKernel>());
 }
 
 }  // namespace tob

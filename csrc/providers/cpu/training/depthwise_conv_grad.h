@@ -101,8 +101,8 @@ void DepthwiseWeightGrad(const T* dy, const T* x, const DepthwiseShape& s, const
             for (int64_t kw = 0; kw < KW; ++kw) {
               if (hi[kw] <= lo[kw]) continue;
               const int64_t off = kw * dw - g.pad_begin[1];
-              AccumulateRow(acc + (kh * KW + kw) * OW + lo[kw], dyr + lo[kw], xr + lo[kw] * sw + off,
-                            hi[kw] - lo[kw], sw);
+              AccumulateRow(acc + (kh * KW + kw) * OW + lo[kw], dyr + lo[kw], xr + lo[kw] * sw + off, hi[kw] - lo[kw],
+                            sw);
             }
           }
         }

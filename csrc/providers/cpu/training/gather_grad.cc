@@ -12,8 +12,8 @@
 #include <atomic>
 #include <cstring>
 
-#include "providers/cpu/float_compute.h"
 #include "framework/kernel_registry.h"
+#include "providers/cpu/float_compute.h"
 
 namespace tob {
 
@@ -97,7 +97,8 @@ class GatherGradKernel final : public OpKernel {
     const int64_t r = static_cast<int64_t>(shape.size());
     const int64_t axis = axis_ < 0 ? axis_ + r : axis_;
     if (axis < 0 || axis >= r) return ctx.Fail("axis ", axis_, " is out of range for rank ", r);
-    if (dx.shape() != shape) return ctx.Fail("output shape ", ShapeToString(dx.shape()), " differs from ", ShapeToString(shape));
+    if (dx.shape() != shape)
+      return ctx.Fail("output shape ", ShapeToString(dx.shape()), " differs from ", ShapeToString(shape));
     GatherGradLayout l;
     for (int64_t i = 0; i < r; ++i) {
       if (i < axis) l.outer *= shape[i];
@@ -159,7 +160,9 @@ class GatherGradKernel final : public OpKernel {
 }  // namespace
 
 void RegisterCpuGatherGradKernels(KernelRegistry& registry) {
-  registry.Register(Def("GatherGrad").Domain(kMicrosoftDomain).Versions(1)
+  registry.Register(Def("GatherGrad")
+                        .Domain(kMicrosoftDomain)
+                        .Versions(1)
                         .Constraint("I", {0}, {DType::kInt64})
                         .Constraint("Tind", {1}, {DType::kInt32, DType::kInt64})
                         .Constraint("T", {2}, FloatTypes())

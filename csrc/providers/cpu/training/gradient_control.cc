@@ -9,10 +9,10 @@
 #include <cstring>
 #include <type_traits>
 
-#include "core/half.h"
-#include "providers/cpu/training/optimizer_inputs.h"
-#include "framework/kernel_registry.h"
 #include "core/float_convert.h"
+#include "core/half.h"
+#include "framework/kernel_registry.h"
+#include "providers/cpu/training/optimizer_inputs.h"
 #include "training/multi_tensor_ops.h"
 #include "training/optimizer_math.h"
 
@@ -101,14 +101,25 @@ class ReduceAllL2Kernel final : public OpKernel {
 
 void RegisterCpuGradientControlKernels(KernelRegistry& registry) {
   const std::vector<DType> storage = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
-  registry.Register(Def("InPlaceAccumulator").Domain(kMicrosoftDomain).Versions(1)
-                        .Constraint("T", {0}, {DType::kFloat32}).Constraint("T_GRAD", {1}, storage)
-                        .Constraint("T_BOOL", {2}, {DType::kBool}).MayInplace(0, 0)
+  registry.Register(Def("InPlaceAccumulator")
+                        .Domain(kMicrosoftDomain)
+                        .Versions(1)
+                        .Constraint("T", {0}, {DType::kFloat32})
+                        .Constraint("T_GRAD", {1}, storage)
+                        .Constraint("T_BOOL", {2}, {DType::kBool})
+                        .MayInplace(0, 0)
                         .Kernel<InPlaceAccumulatorKernel>());
-  registry.Register(Def("ZeroGradient").Domain(kMicrosoftDomain).Versions(1).Constraint("T1", {0}, FloatTypes())
-                        .MayInplace(0, 0).Kernel<ZeroGradientKernel>());
-  registry.Register(Def("ReduceAllL2").Domain(kMicrosoftDomain).Versions(1)
-                        .Constraint("TIn", {TypeConstraint::kAllInputs}, storage).Kernel<ReduceAllL2Kernel>());
+  registry.Register(Def("ZeroGradient")
+                        .Domain(kMicrosoftDomain)
+                        .Versions(1)
+                        .Constraint("T1", {0}, FloatTypes())
+                        .MayInplace(0, 0)
+                        .Kernel<ZeroGradientKernel>());
+  registry.Register(Def("ReduceAllL2")
+                        .Domain(kMicrosoftDomain)
+                        .Versions(1)
+                        .Constraint("TIn", {TypeConstraint::kAllInputs}, storage)
+                        .Kernel<ReduceAllL2Kernel>());
 }
 
 }  // namespace tob

@@ -5,10 +5,10 @@
 // The direction goes to scratch memory; the gradient input is never written.
 #include <algorithm>
 
-#include "core/half.h"
-#include "providers/cpu/training/optimizer_inputs.h"
-#include "framework/kernel_registry.h"
 #include "core/float_convert.h"
+#include "core/half.h"
+#include "framework/kernel_registry.h"
+#include "providers/cpu/training/optimizer_inputs.h"
 #include "training/multi_tensor_ops.h"
 #include "training/optimizer_attributes.h"
 
@@ -53,8 +53,7 @@ class LambOptimizerKernel final : public OpKernel {
       TOB_RETURN_IF_ERROR(PassThrough(ctx, ctx.input(kStepInput), ctx.output(0)));
       for (int k = 0; k < groups_; ++k)
         for (int j = 0; j < kGroupSize; ++j)
-          TOB_RETURN_IF_ERROR(PassThrough(ctx, ctx.input(kFirstGroupInput + kGroupSize * k + j),
-                                          Output(ctx, k, j)));
+          TOB_RETURN_IF_ERROR(PassThrough(ctx, ctx.input(kFirstGroupInput + kGroupSize * k + j), Output(ctx, k, j)));
       return Status::OK();
     }
     TOB_ASSIGN_OR_RETURN(std::optional<double> loss_scale, OptionalScalar(ctx, 1, "loss_scale"));
@@ -69,11 +68,11 @@ class LambOptimizerKernel final : public OpKernel {
                                     attrs_.do_bias_correction, divisor);
       Status status;
       const Tensor& g = *Input(ctx, k, kGradients);
-      const bool known = DispatchDType<float, Float16, BFloat16>(g.dtype(), [&]<typename G>() {
-        status = UpdateGroup<G>(ctx, k, s, static_cast<float>(lr));
-      });
-      if (!known) return ctx.Fail("weight group ", k, ": gradients must be float32, float16 or bfloat16, got ",
-                                  DTypeName(g.dtype()));
+      const bool known = DispatchDType<float, Float16, BFloat16>(
+          g.dtype(), [&]<typename G>() { status = UpdateGroup<G>(ctx, k, s, static_cast<float>(lr)); });
+      if (!known)
+        return ctx.Fail("weight group ", k, ": gradients must be float32, float16 or bfloat16, got ",
+                        DTypeName(g.dtype()));
       TOB_RETURN_IF_ERROR(status);
     }
     if (Tensor* new_step = ctx.output(0); new_step != nullptr) {
@@ -165,9 +164,13 @@ class LambOptimizerKernel final : public OpKernel {
 }  // namespace
 
 void RegisterCpuLambOptimizerKernels(KernelRegistry& registry) {
-  KernelDef def = Def("LambOptimizer").Domain(kMicrosoftDomain).Versions(1)
-                      .Constraint("T_BOOL", {0}, {DType::kBool}).Constraint("T1", {3}, {DType::kFloat32})
-                      .Constraint("TInt64", {kStepInput}, {DType::kInt64}).MayInplace(kStepInput, 0);
+  KernelDef def = Def("LambOptimizer")
+                      .Domain(kMicrosoftDomain)
+                      .Versions(1)
+                      .Constraint("T_BOOL", {0}, {DType::kBool})
+                      .Constraint("T1", {3}, {DType::kFloat32})
+                      .Constraint("TInt64", {kStepInput}, {DType::kInt64})
+                      .MayInplace(kStepInput, 0);
   for (int k = 0; k < kMaxGroups; ++k)
     for (int j : {kWeights, kMoment1, kMoment2, kMixedPrecision})
       def.MayInplace(kFirstGroupInput + kGroupSize * k + j, kFirstGroupOutput + kGroupSize * k + j);

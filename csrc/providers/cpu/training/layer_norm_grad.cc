@@ -12,9 +12,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "framework/kernel_registry.h"
 #include "providers/cpu/float_compute.h"
 #include "providers/cpu/nn/vec_math.h"
-#include "framework/kernel_registry.h"
 
 namespace tob {
 
@@ -144,8 +144,7 @@ Status LayerNormGradTyped(const KernelContext& ctx, const Tensor& dy_t, const Te
           RowGrads(dyr, xr, scale, mean, inv, mean_g, mean_gx, D, dx_buf, pscale, pbias);
           if (dx != nullptr) FromFloat(dx_buf, dx + r * D, D);
         } else {
-          RowGrads(dyr, xr, scale, mean, inv, mean_g, mean_gx, D, dx != nullptr ? dx + r * D : nullptr, pscale,
-                   pbias);
+          RowGrads(dyr, xr, scale, mean, inv, mean_g, mean_gx, D, dx != nullptr ? dx + r * D : nullptr, pscale, pbias);
         }
       }
     }
@@ -219,10 +218,13 @@ class LayerNormGradKernel final : public OpKernel {
 }  // namespace
 
 void RegisterCpuLayerNormGradKernels(KernelRegistry& registry) {
-  registry.Register(Def("LayerNormalizationGrad").Domain(kMicrosoftDomain).Versions(1)
+  registry.Register(Def("LayerNormalizationGrad")
+                        .Domain(kMicrosoftDomain)
+                        .Versions(1)
                         .Constraint("T", {0, 1, 2}, FloatTypes())
                         .Constraint("U", {3, 4}, {DType::kFloat32, DType::kFloat64})
-                        .SkipsUnusedOutputs().Kernel<LayerNormGradKernel>());
+                        .SkipsUnusedOutputs()
+                        .Kernel<LayerNormGradKernel>());
 }
 
 }  // namespace tob

@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <atomic>
 
-#include "providers/cpu/float_compute.h"
 #include "framework/kernel_registry.h"
+#include "providers/cpu/float_compute.h"
 
 namespace tob {
 
@@ -38,8 +38,8 @@ class MaxPoolGradKernel final : public OpKernel {
       if constexpr (kIs16BitFloat<T>) {
         TOB_ASSIGN_OR_RETURN(Tensor dyf, ToFloatScratch(ctx, dy));
         TOB_ASSIGN_OR_RETURN(Tensor dxf, ctx.AllocateScratch(DType::kFloat32, dx.shape()));
-        TOB_RETURN_IF_ERROR(Scatter(ctx, dyf.data<float>(), indices.data<int64_t>(), dxf.data<float>(), planes, in_size,
-                                    out_size));
+        TOB_RETURN_IF_ERROR(
+            Scatter(ctx, dyf.data<float>(), indices.data<int64_t>(), dxf.data<float>(), planes, in_size, out_size));
         return FromFloatScratch(ctx, dxf, &dx);
       } else {
         return Scatter(ctx, dy.data<T>(), indices.data<int64_t>(), dx.data<T>(), planes, in_size, out_size);
@@ -81,8 +81,12 @@ class MaxPoolGradKernel final : public OpKernel {
 }  // namespace
 
 void RegisterCpuMaxPoolGradKernels(KernelRegistry& registry) {
-  registry.Register(Def("MaxPoolGrad").Domain(kMicrosoftDomain).Versions(1).Constraint("T", {0}, FloatTypes())
-                        .Constraint("I", {1}, {DType::kInt64}).Kernel<MaxPoolGradKernel>());
+  registry.Register(Def("MaxPoolGrad")
+                        .Domain(kMicrosoftDomain)
+                        .Versions(1)
+                        .Constraint("T", {0}, FloatTypes())
+                        .Constraint("I", {1}, {DType::kInt64})
+                        .Kernel<MaxPoolGradKernel>());
 }
 
 }  // namespace tob

@@ -13,8 +13,8 @@
 #include <cstring>
 #include <optional>
 
-#include "providers/cpu/float_compute.h"
 #include "framework/kernel_registry.h"
+#include "providers/cpu/float_compute.h"
 
 namespace tob {
 
@@ -52,7 +52,8 @@ struct NllLayout {
   int64_t count() const { return N * inner; }
 };
 
-StatusOr<NllLayout> CheckOperands(const KernelContext& ctx, const Tensor& x, const Tensor& target, const Tensor* weight) {
+StatusOr<NllLayout> CheckOperands(const KernelContext& ctx, const Tensor& x, const Tensor& target,
+                                  const Tensor* weight) {
   if (x.rank() < 2) return ctx.Fail("input must be [N, C, d1, ...], got ", ShapeToString(x.shape()));
   NllLayout l;
   l.N = x.dim(0);
@@ -194,9 +195,8 @@ Status NllLossGradTyped(const KernelContext& ctx, const Tensor& dy_t, const Targ
                         Reduction reduction, Tensor& dx_t) {
   T* dx = dx_t.data<T>();
   const T* dy = dy_t.data<T>();
-  ParallelFor(ctx.thread_pool(), dx_t.numel(), 1 << 16, [&](int64_t b, int64_t e) {
-    std::memset(static_cast<void*>(dx + b), 0, sizeof(T) * (e - b));
-  });
+  ParallelFor(ctx.thread_pool(), dx_t.numel(), 1 << 16,
+              [&](int64_t b, int64_t e) { std::memset(static_cast<void*>(dx + b), 0, sizeof(T) * (e - b)); });
   double scale = reduction == Reduction::kNone ? 1.0 : static_cast<double>(dy[0]);
   if (reduction == Reduction::kMean) scale /= scan.total_weight();
   // Each (n, i) writes only dx[n, target, i]: distinct positions, so chunks never collide.
@@ -247,12 +247,21 @@ class NllLossGradKernel final : public OpKernel {
 void RegisterCpuNllLossKernels(KernelRegistry& registry) {
   const std::vector<DType> index_types{DType::kInt32, DType::kInt64};
   const std::vector<DType> float_types{DType::kFloat32, DType::kFloat64, DType::kFloat16};
-  registry.Register(Def("NegativeLogLikelihoodLoss").Versions(12, 21).Constraint("T", {0, 2}, float_types)
-                        .Constraint("Tind", {1}, index_types).Kernel<NllLossKernel>());
-  registry.Register(Def("NegativeLogLikelihoodLoss").Versions(22).Constraint("T", {0, 2}, FloatTypes())
-                        .Constraint("Tind", {1}, index_types).Kernel<NllLossKernel>());
-  registry.Register(Def("NegativeLogLikelihoodLossGrad").Domain(kMicrosoftDomain).Versions(1)
-                        .Constraint("T", {0, 1, 3}, FloatTypes()).Constraint("Tind", {2}, index_types)
+  registry.Register(Def("NegativeLogLikelihoodLoss")
+                        .Versions(12, 21)
+                        .Constraint("T", {0, 2}, float_types)
+                        .Constraint("Tind", {1}, index_types)
+                        .Kernel<NllLossKernel>());
+  registry.Register(Def("NegativeLogLikelihoodLoss")
+                        .Versions(22)
+                        .Constraint("T", {0, 2}, FloatTypes())
+                        .Constraint("Tind", {1}, index_types)
+                        .Kernel<NllLossKernel>());
+  registry.Register(Def("NegativeLogLikelihoodLossGrad")
+                        .Domain(kMicrosoftDomain)
+                        .Versions(1)
+                        .Constraint("T", {0, 1, 3}, FloatTypes())
+                        .Constraint("Tind", {2}, index_types)
                         .Kernel<NllLossGradKernel>());
 }
 

@@ -6,10 +6,10 @@
 // inputs before writing the same block of its outputs, so an output may be its input.
 #include <algorithm>
 
-#include "core/half.h"
-#include "providers/cpu/training/optimizer_inputs.h"
-#include "framework/kernel_registry.h"
 #include "core/float_convert.h"
+#include "core/half.h"
+#include "framework/kernel_registry.h"
+#include "providers/cpu/training/optimizer_inputs.h"
 #include "training/multi_tensor_adam.h"
 #include "training/optimizer_attributes.h"
 #include "training/optimizer_math.h"
@@ -94,9 +94,8 @@ class AdamOptimizerKernel final : public OpKernel {
     const training::AdamScalars s = training::MakeAdamOpScalars(attrs_, lr, step, divisor);
 
     Status status;
-    const bool known = DispatchDType<float, Float16, BFloat16>(g->dtype(), [&]<typename G>() {
-      status = Update<G>(ctx, s, w, *g, new_m1, new_m2, new_w, new_g, new_mixed);
-    });
+    const bool known = DispatchDType<float, Float16, BFloat16>(
+        g->dtype(), [&]<typename G>() { status = Update<G>(ctx, s, w, *g, new_m1, new_m2, new_w, new_g, new_mixed); });
     if (!known) return ctx.Fail("gradients must be float32, float16 or bfloat16, got ", DTypeName(g->dtype()));
     TOB_RETURN_IF_ERROR(status);
     if (new_step != nullptr) new_step->data<int64_t>()[0] = step + 1;
@@ -105,8 +104,8 @@ class AdamOptimizerKernel final : public OpKernel {
 
  private:
   template <typename G>
-  Status Update(KernelContext& ctx, const training::AdamScalars& s, const Tensor& w, const Tensor& g,
-                Tensor* new_m1, Tensor* new_m2, Tensor* new_w, Tensor* new_g, Tensor* new_mixed) const {
+  Status Update(KernelContext& ctx, const training::AdamScalars& s, const Tensor& w, const Tensor& g, Tensor* new_m1,
+                Tensor* new_m2, Tensor* new_w, Tensor* new_g, Tensor* new_mixed) const {
     const float* wp = w.data<float>();
     const G* gp = g.data<G>();
     const float* m1p = ctx.input(4)->data<float>();
@@ -147,16 +146,32 @@ class AdamOptimizerKernel final : public OpKernel {
 void RegisterCpuOptimizerKernels(KernelRegistry& registry) {
   const std::vector<DType> f32 = {DType::kFloat32};
   const std::vector<DType> grads = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
-  registry.Register(Def("SGDOptimizer").Domain(kMicrosoftDomain).Versions(1).Constraint("L", {0}, f32)
-                        .Constraint("T", {1, 2}, f32).MayInplace(1, 0).SkipsUnusedOutputs()
+  registry.Register(Def("SGDOptimizer")
+                        .Domain(kMicrosoftDomain)
+                        .Versions(1)
+                        .Constraint("L", {0}, f32)
+                        .Constraint("T", {1, 2}, f32)
+                        .MayInplace(1, 0)
+                        .SkipsUnusedOutputs()
                         .Kernel<SgdOptimizerKernel>());
-  registry.Register(Def("AdamOptimizer").Domain(kMicrosoftDomain).Versions(1).Constraint("T1", {0}, f32)
-                        .Constraint("T2", {1}, {DType::kInt64}).Constraint("T3", {2, 7}, f32)
-                        .Constraint("T_GRAD", {3}, grads).Constraint("T4", {4, 5}, f32)
+  registry.Register(Def("AdamOptimizer")
+                        .Domain(kMicrosoftDomain)
+                        .Versions(1)
+                        .Constraint("T1", {0}, f32)
+                        .Constraint("T2", {1}, {DType::kInt64})
+                        .Constraint("T3", {2, 7}, f32)
+                        .Constraint("T_GRAD", {3}, grads)
+                        .Constraint("T4", {4, 5}, f32)
                         .Constraint("T_MIXED_PRECISION_FP", {6}, {DType::kFloat16, DType::kBFloat16})
-                        .Constraint("T_GRAD_NORM", {8}, grads).Constraint("T_BOOL", {9}, {DType::kBool})
-                        .MayInplace(1, 0).MayInplace(4, 1).MayInplace(5, 2).MayInplace(2, 3).MayInplace(6, 5)
-                        .SkipsUnusedOutputs().Kernel<AdamOptimizerKernel>());
+                        .Constraint("T_GRAD_NORM", {8}, grads)
+                        .Constraint("T_BOOL", {9}, {DType::kBool})
+                        .MayInplace(1, 0)
+                        .MayInplace(4, 1)
+                        .MayInplace(5, 2)
+                        .MayInplace(2, 3)
+                        .MayInplace(6, 5)
+                        .SkipsUnusedOutputs()
+                        .Kernel<AdamOptimizerKernel>());
 }
 
 }  // namespace tob

@@ -9,9 +9,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "framework/kernel_registry.h"
 #include "providers/cpu/float_compute.h"
 #include "providers/cpu/nn/vec_math.h"
-#include "framework/kernel_registry.h"
 
 namespace tob {
 
@@ -173,9 +173,15 @@ KernelFactory SoftmaxGradFactory(bool coerce_2d, bool log) {
 void RegisterCpuSoftmaxGradKernels(KernelRegistry& registry) {
   for (bool log : {false, true}) {
     const std::string op = log ? "LogSoftmaxGrad" : "SoftmaxGrad";
-    registry.Register(Def(op + "_13").Domain(kMicrosoftDomain).Versions(1).Constraint("T", {0, 1}, FloatTypes())
+    registry.Register(Def(op + "_13")
+                          .Domain(kMicrosoftDomain)
+                          .Versions(1)
+                          .Constraint("T", {0, 1}, FloatTypes())
                           .Factory(SoftmaxGradFactory(false, log)));
-    registry.Register(Def(op).Domain(kMicrosoftDomain).Versions(1).Constraint("T", {0, 1}, FloatTypes())
+    registry.Register(Def(op)
+                          .Domain(kMicrosoftDomain)
+                          .Versions(1)
+                          .Constraint("T", {0, 1}, FloatTypes())
                           .Factory(SoftmaxGradFactory(true, log)));
   }
 }

@@ -1,16 +1,15 @@
 // The ops of kernels/elementwise/elementwise_ops.inc on the GPU (kernels/elementwise/elementwise.cu).
 #include <string>
 
+#include "framework/kernel_registry.h"
 #include "kernels/elementwise/elementwise.h"
 #include "providers/cuda/cuda_broadcast.h"
 #include "providers/cuda/cuda_common.h"
 #include "providers/cuda/cuda_device_context.h"
-#include "framework/kernel_registry.h"
 
 namespace tob {
 
 namespace {
-
 
 class CudaBinaryKernel final : public OpKernel {
  public:
@@ -26,8 +25,8 @@ class CudaBinaryKernel final : public OpKernel {
     const Tensor& b = *ctx.input(1);
     Tensor& y = *ctx.output(0);
     if (a.dtype() != b.dtype() || y.dtype() != a.dtype())
-      return ctx.Fail("inputs and output must share one dtype, got ", DTypeName(a.dtype()), ", ",
-                      DTypeName(b.dtype()), " -> ", DTypeName(y.dtype()));
+      return ctx.Fail("inputs and output must share one dtype, got ", DTypeName(a.dtype()), ", ", DTypeName(b.dtype()),
+                      " -> ", DTypeName(y.dtype()));
     const int64_t n = y.numel();
     const bool plain = (a.numel() == n || a.numel() == 1) && (b.numel() == n || b.numel() == 1) &&
                        (a.shape() == y.shape() || a.numel() == 1) && (b.shape() == y.shape() || b.numel() == 1);
@@ -37,10 +36,10 @@ class CudaBinaryKernel final : public OpKernel {
       if (!idx.ok()) return ctx.Fail(idx.status().message());
       indexing = idx.value();
     }
-    return CheckCuda("launch_binary_elementwise",
-                     cuda::launch_binary_elementwise(op_, ToElementType(a.dtype()), a.raw_data(), a.numel(),
-                                                     b.raw_data(), b.numel(), y.raw_data(), n,
-                                                     plain ? nullptr : &indexing, dev->stream()));
+    return CheckCuda(
+        "launch_binary_elementwise",
+        cuda::launch_binary_elementwise(op_, ToElementType(a.dtype()), a.raw_data(), a.numel(), b.raw_data(), b.numel(),
+                                        y.raw_data(), n, plain ? nullptr : &indexing, dev->stream()));
   }
 
  private:
@@ -61,8 +60,8 @@ class CudaUnaryKernel final : public OpKernel {
     TOB_RETURN_IF_ERROR(node.GetAttr("approximate", &approximate, std::string("none")));
     if (approximate == "none") return MakeKernel<CudaUnaryKernel>(node, cuda::UnaryOp::kGelu);
     if (approximate == "tanh") return MakeKernel<CudaUnaryKernel>(node, cuda::UnaryOp::kGeluTanh);
-    return InvalidModel(node.Describe(), ": attribute 'approximate' must be \"none\" or \"tanh\", got \"",
-                        approximate, "\"");
+    return InvalidModel(node.Describe(), ": attribute 'approximate' must be \"none\" or \"tanh\", got \"", approximate,
+                        "\"");
   }
 
   Status Compute(KernelContext& ctx) const override {
@@ -93,8 +92,8 @@ const std::vector<DType>& FloatsBf16() {
 const std::vector<DType>& ArithmeticTypes(bool bf16) {
   static const std::vector<DType> without = {DType::kFloat32, DType::kFloat16, DType::kFloat64, DType::kInt32,
                                              DType::kInt64};
-  static const std::vector<DType> with = {DType::kFloat32, DType::kFloat16, DType::kFloat64, DType::kInt32,
-                                          DType::kInt64, DType::kBFloat16};
+  static const std::vector<DType> with = {DType::kFloat32, DType::kFloat16, DType::kFloat64,
+                                          DType::kInt32,   DType::kInt64,   DType::kBFloat16};
   return bf16 ? with : without;
 }
 
@@ -110,10 +109,16 @@ void RegisterCudaElementwiseKernels(KernelRegistry& registry) {
   };
   for (const auto& [op, kind] : binary) {
     // bfloat16 joined the type set at opset 13 (and the 8/16-bit integers, not run here, at 14).
-    registry.Register(Def(op).Versions(7, 12).Provider(kCudaProvider)
-                          .Constraint("T", {0, 1}, ArithmeticTypes(false)).Factory(CudaBinaryKernel::Factory(kind)));
-    registry.Register(Def(op).Versions(13).Provider(kCudaProvider)
-                          .Constraint("T", {0, 1}, ArithmeticTypes(true)).Factory(CudaBinaryKernel::Factory(kind)));
+    registry.Register(Def(op)
+                          .Versions(7, 12)
+                          .Provider(kCudaProvider)
+                          .Constraint("T", {0, 1}, ArithmeticTypes(false))
+                          .Factory(CudaBinaryKernel::Factory(kind)));
+    registry.Register(Def(op)
+                          .Versions(13)
+                          .Provider(kCudaProvider)
+                          .Constraint("T", {0, 1}, ArithmeticTypes(true))
+                          .Factory(CudaBinaryKernel::Factory(kind)));
   }
   const std::pair<const char*, cuda::UnaryOp> unary[] = {
 #define TOB_CUDA_BINARY_OP(op, functor, onnx_name)
@@ -124,15 +129,28 @@ void RegisterCudaElementwiseKernels(KernelRegistry& registry) {
   };
   for (const auto& [op, kind] : unary) {
     if (op == nullptr) continue;  // registered below
-    registry.Register(Def(op).Versions(6, 12).Provider(kCudaProvider)
-                          .Constraint("T", {0}, Floats()).Factory(CudaUnaryKernel::Factory(kind)));
-    registry.Register(Def(op).Versions(13).Provider(kCudaProvider)
-                          .Constraint("T", {0}, FloatsBf16()).Factory(CudaUnaryKernel::Factory(kind)));
+    registry.Register(Def(op)
+                          .Versions(6, 12)
+                          .Provider(kCudaProvider)
+                          .Constraint("T", {0}, Floats())
+                          .Factory(CudaUnaryKernel::Factory(kind)));
+    registry.Register(Def(op)
+                          .Versions(13)
+                          .Provider(kCudaProvider)
+                          .Constraint("T", {0}, FloatsBf16())
+                          .Factory(CudaUnaryKernel::Factory(kind)));
   }
-  registry.Register(Def("Gelu").Versions(20).Provider(kCudaProvider)
-                        .Constraint("T", {0}, FloatsBf16()).Factory(CudaUnaryKernel::CreateOnnxGelu));
-  registry.Register(Def("Gelu").Domain(kMicrosoftDomain).Versions(1).Provider(kCudaProvider)
-                        .Constraint("T", {0}, FloatsBf16()).Factory(CudaUnaryKernel::Factory(cuda::UnaryOp::kGelu)));
+  registry.Register(Def("Gelu")
+                        .Versions(20)
+                        .Provider(kCudaProvider)
+                        .Constraint("T", {0}, FloatsBf16())
+                        .Factory(CudaUnaryKernel::CreateOnnxGelu));
+  registry.Register(Def("Gelu")
+                        .Domain(kMicrosoftDomain)
+                        .Versions(1)
+                        .Provider(kCudaProvider)
+                        .Constraint("T", {0}, FloatsBf16())
+                        .Factory(CudaUnaryKernel::Factory(cuda::UnaryOp::kGelu)));
 }
 
 }  // namespace tob

@@ -1,13 +1,13 @@
 // MatMul (numpy semantics, batched with broadcasting) and Gemm on cuBLAS (cuda_blas.h).
 #include <vector>
 
+#include "framework/kernel_registry.h"
 #include "kernels/elementwise/elementwise.h"
 #include "ops/gemm_attributes.h"
 #include "providers/cuda/cuda_blas.h"
 #include "providers/cuda/cuda_broadcast.h"
 #include "providers/cuda/cuda_common.h"
 #include "providers/cuda/cuda_device_context.h"
-#include "framework/kernel_registry.h"
 
 namespace tob {
 
@@ -37,8 +37,8 @@ class CudaMatMulKernel final : public OpKernel {
     Tensor& y = *ctx.output(0);
     if (a.rank() == 0 || b.rank() == 0) return ctx.Fail("MatMul inputs must have rank >= 1");
     if (a.dtype() != b.dtype() || y.dtype() != a.dtype())
-      return ctx.Fail("inputs and output must share one dtype, got ", DTypeName(a.dtype()), ", ",
-                      DTypeName(b.dtype()), " -> ", DTypeName(y.dtype()));
+      return ctx.Fail("inputs and output must share one dtype, got ", DTypeName(a.dtype()), ", ", DTypeName(b.dtype()),
+                      " -> ", DTypeName(y.dtype()));
     // A vector operand is a 1 x K (left) or K x 1 (right) matrix with the same bytes.
     const Shape sa = a.rank() == 1 ? Shape{1, a.dim(0)} : a.shape();
     const Shape sb = b.rank() == 1 ? Shape{b.dim(0), 1} : b.shape();
@@ -57,8 +57,8 @@ class CudaMatMulKernel final : public OpKernel {
     }
     const int64_t batches = NumElements(batch);
     if (y.numel() != batches * m * n)
-      return ctx.Fail("output ", ShapeToString(y.shape()), " does not hold the product of ",
-                      ShapeToString(a.shape()), " x ", ShapeToString(b.shape()));
+      return ctx.Fail("output ", ShapeToString(y.shape()), " does not hold the product of ", ShapeToString(a.shape()),
+                      " x ", ShapeToString(b.shape()));
     if (y.numel() == 0) return Status::OK();
     if (k == 0) {  // an empty sum
       TOB_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(y.raw_data(), 0, y.nbytes(), dev->stream()));
@@ -101,8 +101,8 @@ class CudaMatMulKernel final : public OpKernel {
   }
 
  private:
-  static Status Run(KernelContext& ctx, CudaDeviceContext* dev, const RowMajorGemmArgs& g, const void* a,
-                    const void* b, void* c) {
+  static Status Run(KernelContext& ctx, CudaDeviceContext* dev, const RowMajorGemmArgs& g, const void* a, const void* b,
+                    void* c) {
     Status st = RowMajorGemm(dev->cublas(), ctx.input(0)->dtype(), g, a, b, c);
     return st.ok() ? st : ctx.Fail(st.message());
   }
@@ -130,8 +130,7 @@ class CudaGemmKernel final : public OpKernel {
       return ctx.Fail("A, B, C and Y must share one dtype");
     const int64_t m = trans_a_ ? a.dim(1) : a.dim(0), k = trans_a_ ? a.dim(0) : a.dim(1);
     const int64_t kb = trans_b_ ? b.dim(1) : b.dim(0), n = trans_b_ ? b.dim(0) : b.dim(1);
-    if (k != kb)
-      return ctx.Fail("op(A) is ", m, " x ", k, " but op(B) is ", kb, " x ", n);
+    if (k != kb) return ctx.Fail("op(A) is ", m, " x ", k, " but op(B) is ", kb, " x ", n);
     if (y.shape() != Shape{m, n}) return ctx.Fail("output ", ShapeToString(y.shape()), " is not ", m, " x ", n);
     if (y.numel() == 0) return Status::OK();
 
@@ -151,9 +150,9 @@ class CudaGemmKernel final : public OpKernel {
       } else {
         auto idx = MakeBroadcastIndexing(y.shape(), c->shape(), c->shape());
         if (!idx.ok()) return ctx.Fail("C ", ShapeToString(c->shape()), " does not broadcast to ", m, " x ", n);
-        TOB_RETURN_IF_ERROR(CheckCuda("launch_broadcast_copy",
-                                      cuda::launch_broadcast_copy(static_cast<int>(DTypeSize(y.dtype())), c->raw_data(),
-                                                                  y.raw_data(), y.numel(), idx.value(), dev->stream())));
+        TOB_RETURN_IF_ERROR(CheckCuda(
+            "launch_broadcast_copy", cuda::launch_broadcast_copy(static_cast<int>(DTypeSize(y.dtype())), c->raw_data(),
+                                                                 y.raw_data(), y.numel(), idx.value(), dev->stream())));
       }
       g.beta = beta_;
     }
@@ -172,14 +171,20 @@ void RegisterCudaGemmKernels(KernelRegistry& registry) {
   const std::vector<DType> floats = {DType::kFloat32, DType::kFloat16, DType::kFloat64};
   const std::vector<DType> floats_bf16 = {DType::kFloat32, DType::kFloat16, DType::kFloat64, DType::kBFloat16};
   // bfloat16 joined both ops' type sets at opset 13.
-  registry.Register(Def("MatMul").Versions(1, 12).Provider(kCudaProvider).Constraint("T", {0, 1}, floats)
-                        .Kernel<CudaMatMulKernel>());
-  registry.Register(Def("MatMul").Versions(13).Provider(kCudaProvider).Constraint("T", {0, 1}, floats_bf16)
+  registry.Register(
+      Def("MatMul").Versions(1, 12).Provider(kCudaProvider).Constraint("T", {0, 1}, floats).Kernel<CudaMatMulKernel>());
+  registry.Register(Def("MatMul")
+                        .Versions(13)
+                        .Provider(kCudaProvider)
+                        .Constraint("T", {0, 1}, floats_bf16)
                         .Kernel<CudaMatMulKernel>());
   // C is required before opset 11 and optional after; the kernel takes both forms.
-  registry.Register(Def("Gemm").Versions(7, 12).Provider(kCudaProvider).Constraint("T", {0, 1, 2}, floats)
-                        .Kernel<CudaGemmKernel>());
-  registry.Register(Def("Gemm").Versions(13).Provider(kCudaProvider).Constraint("T", {0, 1, 2}, floats_bf16)
+  registry.Register(
+      Def("Gemm").Versions(7, 12).Provider(kCudaProvider).Constraint("T", {0, 1, 2}, floats).Kernel<CudaGemmKernel>());
+  registry.Register(Def("Gemm")
+                        .Versions(13)
+                        .Provider(kCudaProvider)
+                        .Constraint("T", {0, 1, 2}, floats_bf16)
                         .Kernel<CudaGemmKernel>());
 }
 

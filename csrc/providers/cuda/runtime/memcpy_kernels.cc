@@ -3,9 +3,9 @@
 // the kernel is right whichever allocator the executor gave the output.
 #include <cstring>
 
+#include "framework/kernel_registry.h"
 #include "providers/cuda/cuda_common.h"
 #include "providers/cuda/cuda_device_context.h"
-#include "framework/kernel_registry.h"
 
 namespace tob {
 
@@ -47,11 +47,20 @@ class CudaMemcpyKernel final : public OpKernel {
 }  // namespace
 
 void RegisterCudaMemcpyKernels(KernelRegistry& registry) {
-  registry.Register(Def("MemcpyFromHost").Domain(kMicrosoftDomain).Versions(1).Provider(kCudaProvider)
-                        .Constraint("T", {0}, AllTypes()).Kernel<CudaMemcpyKernel>());
+  registry.Register(Def("MemcpyFromHost")
+                        .Domain(kMicrosoftDomain)
+                        .Versions(1)
+                        .Provider(kCudaProvider)
+                        .Constraint("T", {0}, AllTypes())
+                        .Kernel<CudaMemcpyKernel>());
   // The copy back lands in host memory: the executor allocates its output there.
-  registry.Register(Def("MemcpyToHost").Domain(kMicrosoftDomain).Versions(1).Provider(kCudaProvider)
-                        .Constraint("T", {0}, AllTypes()).HostOutput(0).Kernel<CudaMemcpyKernel>());
+  registry.Register(Def("MemcpyToHost")
+                        .Domain(kMicrosoftDomain)
+                        .Versions(1)
+                        .Provider(kCudaProvider)
+                        .Constraint("T", {0}, AllTypes())
+                        .HostOutput(0)
+                        .Kernel<CudaMemcpyKernel>());
 }
 
 }  // namespace tob

@@ -10,16 +10,15 @@
 #include <type_traits>
 #include <vector>
 
+#include "framework/kernel_registry.h"
 #include "kernels/training/optimizer_ops.h"
 #include "providers/cuda/cuda_common.h"
 #include "providers/cuda/cuda_device_context.h"
-#include "framework/kernel_registry.h"
 #include "training/optimizer_attributes.h"
 
 namespace tob {
 
 namespace {
-
 
 // The value of a one-element device input as a double; nullopt when the input is omitted.
 StatusOr<std::optional<double>> ReadScalar(const KernelContext& ctx, const CudaDeviceContext& dev, int i,
@@ -48,7 +47,8 @@ StatusOr<bool> ShouldUpdate(const KernelContext& ctx, const CudaDeviceContext& d
 
 Status WriteStep(const CudaDeviceContext& dev, Tensor* out, int64_t value) {
   if (out == nullptr) return Status::OK();
-  TOB_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out->raw_data(), &value, sizeof(value), cudaMemcpyHostToDevice, dev.stream()));
+  TOB_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(out->raw_data(), &value, sizeof(value), cudaMemcpyHostToDevice, dev.stream()));
   return dev.Synchronize();  // `value` lives on this stack frame
 }
 
@@ -96,8 +96,8 @@ StatusOr<double> L2Norm(KernelContext& ctx, const CudaDeviceContext& dev, const 
     offset += cuda::SquareSumPartialCount(t->numel());
   }
   std::vector<double> host(static_cast<size_t>(count));
-  TOB_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host.data(), partials.raw_data(), partials.nbytes(),
-                                           cudaMemcpyDeviceToHost, dev.stream()));
+  TOB_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(host.data(), partials.raw_data(), partials.nbytes(), cudaMemcpyDeviceToHost, dev.stream()));
   TOB_RETURN_IF_ERROR(dev.Synchronize());
   double sum = 0.0;
   for (double p : host) sum += p;
@@ -155,14 +155,13 @@ class CudaAdamOptimizerKernel final : public OpKernel {
     TOB_ASSIGN_OR_RETURN(std::optional<double> grad_norm, ReadScalar(ctx, *dev, 8, "global_gradient_norm"));
     const training::AdamScalars s =
         training::MakeAdamOpScalars(attrs_, lr, step, Divisor(loss_scale, grad_norm, attrs_.max_norm_clip));
-    TOB_RETURN_IF_ERROR(CheckCuda(
-        "launch_adam_optimizer",
-        cuda::launch_adam_optimizer(s, ToElementType(g->dtype()), w.data<float>(), g->raw_data(),
-                                    ctx.input(4)->data<float>(), ctx.input(5)->data<float>(),
-                                    DataOrNull<float>(ctx.output(3)), RawOrNull(ctx.output(4)),
-                                    DataOrNull<float>(ctx.output(1)), DataOrNull<float>(ctx.output(2)),
-                                    TypeOr(new_mixed, DType::kFloat16), RawOrNull(new_mixed), w.numel(),
-                                    dev->stream())));
+    TOB_RETURN_IF_ERROR(
+        CheckCuda("launch_adam_optimizer",
+                  cuda::launch_adam_optimizer(
+                      s, ToElementType(g->dtype()), w.data<float>(), g->raw_data(), ctx.input(4)->data<float>(),
+                      ctx.input(5)->data<float>(), DataOrNull<float>(ctx.output(3)), RawOrNull(ctx.output(4)),
+                      DataOrNull<float>(ctx.output(1)), DataOrNull<float>(ctx.output(2)),
+                      TypeOr(new_mixed, DType::kFloat16), RawOrNull(new_mixed), w.numel(), dev->stream())));
     return WriteStep(*dev, ctx.output(0), step + 1);
   }
 
@@ -207,16 +206,16 @@ class CudaLambOptimizerKernel final : public OpKernel {
       const Tensor& w = *In(ctx, k, 0);
       const Tensor& g = *In(ctx, k, 1);
       Tensor* new_mixed = In(ctx, k, 4) != nullptr ? Out(ctx, k, 4) : nullptr;
-      const training::LambScalars s = training::MakeLambScalars(
-          attrs_.alpha[k], attrs_.beta[k], attrs_.lambda[k], attrs_.epsilon[k], step_count, attrs_.do_bias_correction,
-          Divisor(loss_scale, grad_norm, attrs_.max_norm_clip[k]));
+      const training::LambScalars s =
+          training::MakeLambScalars(attrs_.alpha[k], attrs_.beta[k], attrs_.lambda[k], attrs_.epsilon[k], step_count,
+                                    attrs_.do_bias_correction, Divisor(loss_scale, grad_norm, attrs_.max_norm_clip[k]));
       TOB_ASSIGN_OR_RETURN(Tensor direction, ctx.AllocateScratch(DType::kFloat32, w.shape()));
-      TOB_RETURN_IF_ERROR(CheckCuda(
-          "launch_lamb_direction",
-          cuda::launch_lamb_direction(s, ToElementType(g.dtype()), w.data<float>(), g.raw_data(),
-                                      In(ctx, k, 2)->data<float>(), In(ctx, k, 3)->data<float>(),
-                                      direction.data<float>(), DataOrNull<float>(Out(ctx, k, 2)),
-                                      DataOrNull<float>(Out(ctx, k, 3)), w.numel(), dev->stream())));
+      TOB_RETURN_IF_ERROR(
+          CheckCuda("launch_lamb_direction",
+                    cuda::launch_lamb_direction(s, ToElementType(g.dtype()), w.data<float>(), g.raw_data(),
+                                                In(ctx, k, 2)->data<float>(), In(ctx, k, 3)->data<float>(),
+                                                direction.data<float>(), DataOrNull<float>(Out(ctx, k, 2)),
+                                                DataOrNull<float>(Out(ctx, k, 3)), w.numel(), dev->stream())));
       TOB_ASSIGN_OR_RETURN(double w_norm, L2Norm(ctx, *dev, {&w}));
       TOB_ASSIGN_OR_RETURN(double d_norm, L2Norm(ctx, *dev, {&direction}));
       const float ratio =
@@ -224,8 +223,8 @@ class CudaLambOptimizerKernel final : public OpKernel {
       TOB_RETURN_IF_ERROR(CheckCuda(
           "launch_lamb_apply",
           cuda::launch_lamb_apply(ratio, w.data<float>(), direction.data<float>(), DataOrNull<float>(Out(ctx, k, 0)),
-                                  ToElementType(g.dtype()), RawOrNull(Out(ctx, k, 1)), TypeOr(new_mixed, DType::kFloat16),
-                                  RawOrNull(new_mixed), w.numel(), dev->stream())));
+                                  ToElementType(g.dtype()), RawOrNull(Out(ctx, k, 1)),
+                                  TypeOr(new_mixed, DType::kFloat16), RawOrNull(new_mixed), w.numel(), dev->stream())));
     }
     if (ctx.output(0) != nullptr && !step) return ctx.Fail("output 0 (new_step) needs input 4 (step)");
     return WriteStep(*dev, ctx.output(0), step_count + 1);
@@ -242,7 +241,9 @@ class CudaLambOptimizerKernel final : public OpKernel {
 class CudaInPlaceAccumulatorKernel final : public OpKernel {
  public:
   using OpKernel::OpKernel;
-  static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& n) { return MakeKernel<CudaInPlaceAccumulatorKernel>(n); }
+  static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& n) {
+    return MakeKernel<CudaInPlaceAccumulatorKernel>(n);
+  }
 
   Status Compute(KernelContext& ctx) const override {
     TOB_ASSIGN_OR_RETURN(CudaDeviceContext * dev, KernelDeviceContext(ctx));
@@ -250,10 +251,10 @@ class CudaInPlaceAccumulatorKernel final : public OpKernel {
     TOB_RETURN_IF_ERROR(CheckOperand(ctx, ctx.input(1), 1, "value", sum.shape()));
     TOB_ASSIGN_OR_RETURN(bool update, ShouldUpdate(ctx, *dev, 2));
     if (!update) return PassThrough(ctx, *dev, &sum, ctx.output(0));
-    return CheckCuda("launch_accumulate",
-                     cuda::launch_accumulate(sum.data<float>(), ToElementType(ctx.input(1)->dtype()),
-                                             ctx.input(1)->raw_data(), ctx.output(0)->data<float>(), sum.numel(),
-                                             dev->stream()));
+    return CheckCuda(
+        "launch_accumulate",
+        cuda::launch_accumulate(sum.data<float>(), ToElementType(ctx.input(1)->dtype()), ctx.input(1)->raw_data(),
+                                ctx.output(0)->data<float>(), sum.numel(), dev->stream()));
   }
 };
 
@@ -304,25 +305,57 @@ void RegisterCudaOptimizerKernels(KernelRegistry& registry) {
   const std::vector<DType> f32 = {DType::kFloat32};
   const std::vector<DType> storage = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
   const std::vector<DType> half = {DType::kFloat16, DType::kBFloat16};
-  registry.Register(Def("SGDOptimizer").Domain(kMicrosoftDomain).Versions(1).Provider(kCudaProvider).Constraint("L", {0}, f32)
-                        .Constraint("T", {1, 2}, f32).SkipsUnusedOutputs().Kernel<CudaSgdOptimizerKernel>());
-  registry.Register(Def("AdamOptimizer").Domain(kMicrosoftDomain).Versions(1).Provider(kCudaProvider).Constraint("T1", {0}, f32)
-                        .Constraint("T2", {1}, {DType::kInt64}).Constraint("T3", {2, 7}, f32)
-                        .Constraint("T_GRAD", {3}, storage).Constraint("T4", {4, 5}, f32)
-                        .Constraint("T_MIXED_PRECISION_FP", {6}, half).Constraint("T_GRAD_NORM", {8}, storage)
-                        .Constraint("T_BOOL", {9}, {DType::kBool}).SkipsUnusedOutputs()
+  registry.Register(Def("SGDOptimizer")
+                        .Domain(kMicrosoftDomain)
+                        .Versions(1)
+                        .Provider(kCudaProvider)
+                        .Constraint("L", {0}, f32)
+                        .Constraint("T", {1, 2}, f32)
+                        .SkipsUnusedOutputs()
+                        .Kernel<CudaSgdOptimizerKernel>());
+  registry.Register(Def("AdamOptimizer")
+                        .Domain(kMicrosoftDomain)
+                        .Versions(1)
+                        .Provider(kCudaProvider)
+                        .Constraint("T1", {0}, f32)
+                        .Constraint("T2", {1}, {DType::kInt64})
+                        .Constraint("T3", {2, 7}, f32)
+                        .Constraint("T_GRAD", {3}, storage)
+                        .Constraint("T4", {4, 5}, f32)
+                        .Constraint("T_MIXED_PRECISION_FP", {6}, half)
+                        .Constraint("T_GRAD_NORM", {8}, storage)
+                        .Constraint("T_BOOL", {9}, {DType::kBool})
+                        .SkipsUnusedOutputs()
                         .Kernel<CudaAdamOptimizerKernel>());
-  registry.Register(Def("LambOptimizer").Domain(kMicrosoftDomain).Versions(1).Provider(kCudaProvider)
-                        .Constraint("T_BOOL", {0}, {DType::kBool}).Constraint("T1", {3}, f32)
-                        .Constraint("TInt64", {4}, {DType::kInt64}).SkipsUnusedOutputs()
+  registry.Register(Def("LambOptimizer")
+                        .Domain(kMicrosoftDomain)
+                        .Versions(1)
+                        .Provider(kCudaProvider)
+                        .Constraint("T_BOOL", {0}, {DType::kBool})
+                        .Constraint("T1", {3}, f32)
+                        .Constraint("TInt64", {4}, {DType::kInt64})
+                        .SkipsUnusedOutputs()
                         .Kernel<CudaLambOptimizerKernel>());
-  registry.Register(Def("InPlaceAccumulator").Domain(kMicrosoftDomain).Versions(1).Provider(kCudaProvider)
-                        .Constraint("T", {0}, f32).Constraint("T_GRAD", {1}, storage)
-                        .Constraint("T_BOOL", {2}, {DType::kBool}).Kernel<CudaInPlaceAccumulatorKernel>());
-  registry.Register(Def("ZeroGradient").Domain(kMicrosoftDomain).Versions(1).Provider(kCudaProvider)
-                        .Constraint("T1", {0}, FloatTypes()).Kernel<CudaZeroGradientKernel>());
-  registry.Register(Def("ReduceAllL2").Domain(kMicrosoftDomain).Versions(1).Provider(kCudaProvider)
-                        .Constraint("TIn", {TypeConstraint::kAllInputs}, storage).Kernel<CudaReduceAllL2Kernel>());
+  registry.Register(Def("InPlaceAccumulator")
+                        .Domain(kMicrosoftDomain)
+                        .Versions(1)
+                        .Provider(kCudaProvider)
+                        .Constraint("T", {0}, f32)
+                        .Constraint("T_GRAD", {1}, storage)
+                        .Constraint("T_BOOL", {2}, {DType::kBool})
+                        .Kernel<CudaInPlaceAccumulatorKernel>());
+  registry.Register(Def("ZeroGradient")
+                        .Domain(kMicrosoftDomain)
+                        .Versions(1)
+                        .Provider(kCudaProvider)
+                        .Constraint("T1", {0}, FloatTypes())
+                        .Kernel<CudaZeroGradientKernel>());
+  registry.Register(Def("ReduceAllL2")
+                        .Domain(kMicrosoftDomain)
+                        .Versions(1)
+                        .Provider(kCudaProvider)
+                        .Constraint("TIn", {TypeConstraint::kAllInputs}, storage)
+                        .Kernel<CudaReduceAllL2Kernel>());
 }
 
 }  // namespace tob
