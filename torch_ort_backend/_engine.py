@@ -29,6 +29,9 @@ except ImportError as first_error:  # pragma: no cover - depends on the install 
 
 C = _C
 
+# The domain of onnxruntime's contrib and training ops: the engine's one constant (core/domain.h).
+MS_DOMAIN: str = _C.MICROSOFT_DOMAIN
+
 EngineError = _C.EngineError
 InvalidArgumentError = _C.InvalidArgumentError
 InvalidModelError = _C.InvalidModelError

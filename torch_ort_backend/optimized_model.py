@@ -8,6 +8,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from . import dtypes
+from ._engine import MS_DOMAIN
 
 
 def _array(t) -> tuple[np.ndarray, int]:
@@ -70,8 +71,8 @@ def optimized_model_proto(graph: dict, source: onnx.ModelProto) -> onnx.ModelPro
     ]
     g = helper.make_graph(nodes, f"{source.graph.name}_optimized", inputs, outputs, inits, value_info=value_info)
     opsets = [helper.make_opsetid(d, v) for d, v in graph["opsets"].items()]
-    if "com.microsoft" not in graph["opsets"] and any(n.domain == "com.microsoft" for n in nodes):
-        opsets.append(helper.make_opsetid("com.microsoft", 1))
+    if MS_DOMAIN not in graph["opsets"] and any(n.domain == MS_DOMAIN for n in nodes):
+        opsets.append(helper.make_opsetid(MS_DOMAIN, 1))
     model = helper.make_model(g, opset_imports=opsets, producer_name="torch_ort_backend")
     model.ir_version = source.ir_version
     return model

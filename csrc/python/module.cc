@@ -230,6 +230,7 @@ PYBIND11_MODULE(_C, m) {
 
   RegisterStatusExceptions(m);
 
+  m.attr("MICROSOFT_DOMAIN") = kMicrosoftDomain;  // core/domain.h: Python reads the one constant
   m.attr("CPU_PROVIDER") = kCpuProvider;
   m.attr("CUDA_PROVIDER") = kCudaProvider;
 #ifdef TOB_WITH_CUDA
@@ -394,7 +395,7 @@ PYBIND11_MODULE(_C, m) {
       l.append(py::dict(py::arg("domain") = d.domain, py::arg("op_type") = d.op_type,
                         py::arg("since_version") = d.since_version,
                         py::arg("end_version") = d.end_version == kMaxOpset ? -1 : d.end_version,
-                        py::arg("provider") = d.provider, py::arg("constraints") = cons));
+                        py::arg("provider") = d.provider, py::arg("family") = d.family, py::arg("constraints") = cons));
     }
     return l;
   });

@@ -13,10 +13,9 @@ import onnx
 import torch
 from onnx import TensorProto, helper
 
+from .._engine import MS_DOMAIN
 from . import opset_compat
 from .errors import UnsupportedTorchModelError
-
-MS_DOMAIN = "com.microsoft"
 
 TORCH_TO_ONNX = {
     torch.float32: TensorProto.FLOAT,

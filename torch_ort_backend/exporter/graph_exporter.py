@@ -18,7 +18,7 @@ import torch
 import torch.fx
 
 from . import registry
-from .context import ExportContext, Val, val_from_meta, wrap_integer
+from .context import MS_DOMAIN, ExportContext, Val, val_from_meta, wrap_integer
 from .errors import UnsupportedTorchModelError
 
 DEFAULT_OPSET = 18
@@ -238,7 +238,7 @@ class _Exporter:
         # are omitted ONNX outputs ("").
         refs = [None if m is None else val_from_meta(node.name, m) for m in metas]
         present = [r for r in refs if r is not None]
-        outs = ctx.op("ATen", *inputs, outputs=len(present), domain="com.microsoft",
+        outs = ctx.op("ATen", *inputs, outputs=len(present), domain=MS_DOMAIN,
                       dtypes=[r.dtype for r in present], **call.attributes)
         outs = outs if isinstance(outs, list) else [outs]
         it = iter(outs)

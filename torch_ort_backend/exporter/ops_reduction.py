@@ -1,4 +1,5 @@
-"""Reductions. From opset 18 every Reduce* takes its axes as an input; before, only ReduceSum does."""
+"""Reductions (and CumSum). From opset 18 every Reduce* takes its axes as an input; before, only
+ReduceSum does."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import numpy as np
 import torch
 
 from .context import ExportContext, Val
+from .ops_tensor import _norm_dim, out_meta
 from .registry import converter
 
 aten = torch.ops.aten
@@ -91,3 +93,9 @@ def argmax(ctx, node, a):
         x = ctx.op("Reshape", x, ctx.const(np.asarray([-1], np.int64), torch.int64))
         dim = 0
     return ctx.op(op, x, axis=dim, keepdims=int(bool(a.keepdim)), dtype=torch.int64)
+
+
+@converter(aten.cumsum.default)
+def cumsum(ctx, node, a):
+    dt = out_meta(node).dtype
+    return ctx.op("CumSum", ctx.cast(a.self, dt), ctx.scalar(_norm_dim(a.dim, a.self.rank), torch.int64))

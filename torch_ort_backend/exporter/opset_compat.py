@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from .._engine import MS_DOMAIN
 from .errors import UnsupportedTorchModelError
 
 if TYPE_CHECKING:
     from .context import ExportContext, Val
 
-MS_DOMAIN = "com.microsoft"
 _AXES_INPUT_SINCE_13 = {"Squeeze": "axes", "Unsqueeze": "axes", "ReduceSum": "axes", "Split": "split"}
 
 

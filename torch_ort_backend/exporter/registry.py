@@ -58,13 +58,14 @@ def _load_families() -> None:
     _loaded = True
     # Importing a family module registers its converters.
     from . import (  # noqa: F401
-        ops_bitwise,
-        ops_division,
         ops_elementwise,
-        ops_gradients,
+        ops_elementwise_bitwise,
+        ops_elementwise_division,
+        ops_generator,
         ops_nn,
         ops_python,
         ops_reduction,
         ops_symbolic,
         ops_tensor,
+        ops_training,
     )
