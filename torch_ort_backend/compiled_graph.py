@@ -6,15 +6,14 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import threading
-import weakref
-from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
+from .compile_state import COMPILE_STATE, CompileState
+from .compile_state import CompileStats as CompileStats  # backend.compile_stats()' type
+from .compile_state import live_graphs as live_graphs  # for tests and tools
 from .errors import (
     BadInitializationError,
     FallbackError,
@@ -34,34 +33,7 @@ from .runtime_inspector import inspector_for
 logger = logging.getLogger("torch_ort_backend")
 
 
-@dataclass
-class CompileStats:
-    """Counters the backend exposes (torch_ort_backend.backend.compile_stats()): tests use them to show
-    that a new sequence length reused a session instead of exporting again."""
-
-    graphs: int = 0  # graphs handed to fw/bw/inference compilers
-    exports: int = 0  # FX -> ONNX exports
-    sessions_created: int = 0
-    session_cache_hits: int = 0  # an export identical to an earlier one reused its session
-    runs: int = 0
-    fallbacks: int = 0  # graphs (or runs) sent to eager by the policy
-    recompile_limit_fallbacks: int = 0  # functions TorchDynamo runs in eager past its recompile limit
-    aten_fallback_ops: Counter = field(default_factory=Counter)
-
-    def reset(self) -> None:
-        self.__init__()
-
-
-STATS = CompileStats()
-_SESSION_CACHE: dict[tuple, Any] = {}
-_CACHE_LOCK = threading.Lock()
-_GRAPH_IDS = Counter()
-_LIVE: "weakref.WeakSet[CompiledGraph]" = weakref.WeakSet()
-
-
-def live_graphs() -> list["CompiledGraph"]:
-    """The compiled graphs still referenced (by dynamo's cache), oldest first (for tests and tools)."""
-    return sorted(_LIVE, key=lambda g: g.serial)
+STATS = COMPILE_STATE.stats
 
 
 def _load_engine():
@@ -119,7 +91,7 @@ class CompiledGraph:
     """The callable AOTAutograd runs (boxed calling convention: one list of arguments)."""
 
     def __init__(self, gm: torch.fx.GraphModule, stage: str, opts: BackendOptions,
-                 unaliased_outputs: frozenset = frozenset()) -> None:
+                 unaliased_outputs: frozenset = frozenset(), state: CompileState = COMPILE_STATE) -> None:
         # An instance attribute, so that the wrappers torch puts around the backward (functools.wraps
         # copies __dict__) keep the boxed calling convention.
         self._boxed_call = True
@@ -127,17 +99,14 @@ class CompiledGraph:
         self.stage = stage
         self.opts = opts
         self.unaliased_outputs = unaliased_outputs
-        _GRAPH_IDS[stage] += 1
-        self.serial = sum(_GRAPH_IDS.values())
-        _LIVE.add(self)
-        self.name = f"{stage}_{_GRAPH_IDS[stage] - 1}"
+        self.state = state
+        self.name, self.serial = state.register_graph(self, stage)
         self.fallback = FallbackManager(opts.fallback_policy, opts.fallback_retry, f"the {stage} graph {self.name}")
         self.eager = False
         self.session = None
         self.exported: ExportedGraph | None = None
         self.memory = GraphMemory.for_graph(gm, stage)  # memory_stats() (memory_optimizer/step_memory.py)
         self.inspector = None
-        STATS.graphs += 1
         try:
             # AOTAutograd may call compilers with its fake-tensor mode active; the export reads real
             # constants and the session creation makes real tensors, so every dispatch mode is off.
@@ -148,7 +117,7 @@ class CompiledGraph:
         except FallbackError as e:
             if not self.fallback.should_fall_back(e):
                 raise
-            STATS.fallbacks += 1
+            self.state.stats.fallbacks += 1
             self.eager = True
 
     # ---- compile ----
@@ -162,7 +131,7 @@ class CompiledGraph:
             exported = self._export()
             if key:
                 cache.store(key, exported)
-        STATS.aten_fallback_ops.update(exported.aten_fallback_ops)
+        self.state.stats.aten_fallback_ops.update(exported.aten_fallback_ops)
         self.exported = exported
         model = exported.model
         prefix = f"{self.opts.onnx_prefix}_{self.name}"
@@ -183,31 +152,27 @@ class CompiledGraph:
             raise
         except Exception as e:  # a converter bug or an FX construct we do not know is a model we cannot export
             raise UnsupportedTorchModelError(f"exporting {self.name} failed: {type(e).__name__}: {e}") from e
-        STATS.exports += 1
+        self.state.stats.exports += 1
         return exported
 
     def _session_for(self, model):
-        from .session import InferenceSession
-
+        """The engine session of this export: shared with earlier identical exports (same model and
+        session options) through the compile state, except when the optimized model is to be saved."""
         key = (hashlib.sha1(model.SerializeToString(deterministic=True)).hexdigest(), self.opts.optimization_level,
                self.opts.intra_op_threads, self.opts.enable_profiling)
-        with _CACHE_LOCK:
-            cached = _SESSION_CACHE.get(key)
-        if cached is not None and not self.opts.save_onnx:
-            STATS.session_cache_hits += 1
-            return cached
+        return self.state.shared_session(key, lambda: self._create_session(model), reuse=not self.opts.save_onnx)
+
+    def _create_session(self, model):
+        from .session import InferenceSession
+
         so = _session_options(self.opts)
         if self.opts.save_onnx:
             so.optimized_model_filepath = os.path.join(
                 self.opts.save_path or os.getcwd(), f"{self.opts.onnx_prefix}_{self.name}_optimized.onnx")
         try:
-            session = InferenceSession(model, so)
+            return InferenceSession(model, so)
         except Exception as e:
             raise UnsupportedOnnxModelError(f"the engine rejected {self.name}: {e}") from e
-        STATS.sessions_created += 1
-        with _CACHE_LOCK:
-            _SESSION_CACHE[key] = session
-        return session
 
     def _report(self) -> None:
         ex = self.exported
@@ -235,7 +200,7 @@ class CompiledGraph:
         except FallbackError as e:
             if not self.fallback.should_fall_back(e):
                 raise
-            STATS.fallbacks += 1
+            self.state.stats.fallbacks += 1
             self.eager = not self.opts.fallback_retry
             return self._run_eager(args)
 
@@ -244,26 +209,23 @@ class CompiledGraph:
 
     def _run_engine(self, args: list) -> list:
         ex = self.exported
-        feeds = []
-        for a, kind in zip(args, ex.input_kinds):
+        feeds = {}
+        for name, a, kind in zip(self._input_names, args, ex.input_kinds):
             if kind == "tensor":
                 if a.device.type != "cpu":
                     raise UnsupportedDeviceError(f"{self.name}: an input is on {a.device}; the CPU only")
-                t = a.detach()
-                if not t.is_contiguous():
-                    t = t.contiguous()
-                feeds.append(t.__dlpack__())
+                feeds[name] = a
             elif kind == "symint":
-                feeds.append(np.asarray(int(a), dtype=np.int64))
+                feeds[name] = np.asarray(int(a), dtype=np.int64)
             else:
-                feeds.append(np.asarray(float(a), dtype=np.float64))
+                feeds[name] = np.asarray(float(a), dtype=np.float64)
         if self.inspector is not None:
             self.inspector.before_run(args)
         try:
-            results = self.session._session.run(self._input_names, feeds, []) if self.session else []
+            results = self.session.run(None, feeds, as_torch=True) if self.session else []
         except Exception as e:
             raise UnsupportedOnnxModelError(f"running {self.name} failed: {e}") from e
-        STATS.runs += 1
+        self.state.stats.runs += 1
         if self.session is not None:
             self.memory.record(self.session, args)
         if self.inspector is not None:
@@ -275,9 +237,9 @@ class CompiledGraph:
         views = []
         for kind in ex.output_kinds:
             if kind == "tensor":
-                outs.append(torch.from_dlpack(next(it)))
+                outs.append(next(it))
             elif kind == "symint":
-                outs.append(int(torch.from_dlpack(next(it)).item()))
+                outs.append(int(next(it).item()))
             elif kind[0] == "input":
                 outs.append(args[kind[1]])
             elif kind[0] == "same_as":
@@ -288,7 +250,7 @@ class CompiledGraph:
             else:
                 outs.append(kind[1])
         if views:
-            hidden = [torch.from_dlpack(r) for r in it]
+            hidden = list(it)
             for i, (_, (where, k), ops, copy) in views:
                 # Replayed torch views share their base's version counter, as in eager, so an in-place
                 # edit of a returned tensor the backward needs raises instead of corrupting gradients.

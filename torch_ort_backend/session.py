@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import logging
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
@@ -238,15 +239,30 @@ class InferenceSession:
         return _from_engine(self._session.state(name), self._state_is_torch.get(name, False))
 
     # ---- running ----
-    def run(self, output_names: Iterable[str] | None, input_feed: dict, run_options: Any = None) -> list:
+    def run(
+        self,
+        output_names: Iterable[str] | None,
+        input_feed: dict,
+        run_options: Any = None,
+        *,
+        as_torch: bool | None = None,
+    ) -> list:
+        """The outputs named (all of them for None) for ``input_feed`` ({input name: value}).
+
+        Outputs share engine memory: torch tensors when ``as_torch`` is True, numpy arrays when it
+        is False, and by default torch tensors when any feed or bound state is one. This is the one
+        run path: the compiled graphs of the "ort" backend (compiled_graph.py) call it too.
+        """
         if not isinstance(input_feed, dict):
             raise TypeError(f"input_feed must be a dict of name -> tensor, got {type(input_feed).__name__}")
-        names, values, as_torch = [], [], any(self._state_is_torch.values())
+        names, values, any_torch = [], [], any(self._state_is_torch.values())
         for name, value in input_feed.items():
             engine_value, is_torch = _to_engine_value(name, value)
-            as_torch = as_torch or is_torch
+            any_torch = any_torch or is_torch
             names.append(name)
             values.append(engine_value)
+        if as_torch is None:
+            as_torch = any_torch
         fetch = [] if output_names is None else list(output_names)
         results = self._session.run(names, values, fetch)
         return [_from_engine(r, as_torch) for r in results]
@@ -300,8 +316,6 @@ def _c_contiguous(a: np.ndarray) -> np.ndarray:
 
 
 def _torch_if_loaded():
-    import sys
-
     return sys.modules.get("torch")
 
 

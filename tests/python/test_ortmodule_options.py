@@ -284,10 +284,10 @@ def test_info_shows_the_partition_report_but_not_verbose_details(caplog, strict)
 def test_verbose_shows_passes_execution_plan_and_run_memory(caplog, monkeypatch, strict):
     """LogLevel.VERBOSE adds the engine's applied passes, its execution plan and each run's memory
     statistics (last_run_stats)."""
-    from torch_ort_backend import compiled_graph
+    from torch_ort_backend.compile_state import COMPILE_STATE
 
     # Sessions are logged when created; an earlier test's identical graph would be reused silently.
-    monkeypatch.setattr(compiled_graph, "_SESSION_CACHE", {})
+    COMPILE_STATE.clear_sessions()
     caplog.set_level(logging.NOTSET)
     model = ORTModule(Small(), DebugOptions(log_level=LogLevel.VERBOSE))
     train_step(model)
