@@ -4,7 +4,7 @@
                                        [--modes train,infer] [--steps 20] [--rounds 1]
                                        [--size bench|test] [--json PATH]
 
-For each model (tests/python/compile_models.py: MLP, MNIST CNN, the tutorial transformer LM, GPT-2,
+For each model (torch_ort_backend/testing/models.py: MLP, MNIST CNN, the tutorial transformer LM, GPT-2,
 BERT, LLaMA) and each backend it times
   - train: one training step = forward, backward, AdamW step (model.train(), the model's own loss);
   - infer: one forward in model.eval() under torch.no_grad().
@@ -111,7 +111,7 @@ def run_worker(args: argparse.Namespace) -> dict:
 
     import torch
 
-    import compile_models
+    from torch_ort_backend.testing import models as compile_models
     from compile_harness import extract_loss
 
     if args.threads:
@@ -247,7 +247,7 @@ def format_table(results: list[dict]) -> str:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", default=DEFAULT_MODELS, help="comma-separated keys of compile_models.MODELS")
+    parser.add_argument("--models", default=DEFAULT_MODELS, help="comma-separated keys of torch_ort_backend.testing.models.MODELS")
     parser.add_argument("--backends", default=DEFAULT_BACKENDS, help="comma-separated torch.compile backends")
     parser.add_argument("--modes", default="train,infer", help="train, infer or both")
     parser.add_argument("--steps", type=int, default=20, help="timed calls per configuration, at least")
@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result), flush=True)
         return 0
 
-    import compile_models
+    from torch_ort_backend.testing import models as compile_models
     unknown = [m for m in args.model_list if m not in compile_models.MODELS]
     if unknown:
         print(f"unknown model(s) {unknown}; known: {', '.join(compile_models.MODELS)}", file=sys.stderr)

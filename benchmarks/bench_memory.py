@@ -7,7 +7,7 @@ memory_opt_level 0, 1 and 2, in one run.
                                       [--configs eager,checkpoint,inductor_budget,ort0,ort1,ort2]
                                       [--json PATH]
 
-The models are tests/python/compile_models.py's GPT-2 and LLaMA (eager attention, dropout 0.1) at
+The models are torch_ort_backend/testing/models.py's GPT-2 and LLaMA (eager attention, dropout 0.1) at
 the given sizes; the default (6 layers, batch 16 x 256 tokens, hidden 256) is one where activations
 dominate: they are tens of times the parameters. Every configuration runs in a fresh subprocess with
 the same seed and batch; SGD (no momentum: no optimizer state) updates the weights.
@@ -35,8 +35,6 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 
 CONFIGS = ("eager", "checkpoint", "inductor_budget", "ort0", "ort1", "ort2")
 WARMUP = 2
@@ -51,7 +49,7 @@ def _rss_kib(field: str) -> int:
 
 
 def _build(model_name: str, sizes: dict):
-    from compile_models import causal_lm_batch, make_gpt2, make_llama
+    from torch_ort_backend.testing.models import causal_lm_batch, make_gpt2, make_llama
 
     common = {"vocab": sizes["vocab"], "hidden": sizes["hidden"], "layers": sizes["layers"], "heads": sizes["heads"],
               "positions": sizes["seq"], "dropout": 0.1}

@@ -4,7 +4,7 @@ of its own (TORCHINDUCTOR_CACHE_DIR, FX graph cache on).
 
     python benchmarks/bench_model_cache.py [--models gpt2,bert_mlm] [--rounds 1] [--json PATH]
 
-Each measurement is a fresh subprocess that builds the model (tests/python/compile_models.py, the
+Each measurement is a fresh subprocess that builds the model (torch_ort_backend/testing/models.py, the
 small test configs: the point is the fixed cost of compiling, not the step) and times its first
 training step (forward + backward: TorchDynamo, AOTAutograd, export or cache read, engine session,
 the run) and then a second step, for reference. "cold" starts from an empty cache directory,
@@ -21,14 +21,12 @@ import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 _CHILD = r"""
 import json, sys, time
 t0 = time.perf_counter()
 import torch
-sys.path.insert(0, {tests!r})
-import compile_models as cm
+from torch_ort_backend.testing import models as cm
 from torch_ort_backend import compile_stats
 make, batch = {{"gpt2": (cm.make_gpt2, cm.causal_lm_batch), "bert_mlm": (cm.make_bert_mlm, cm.bert_mlm_batch)}}[{model!r}]
 model = make()
@@ -46,7 +44,7 @@ print(json.dumps({{"import_s": t1 - t0, "first_s": t2 - t1, "second_s": t3 - t2,
 def _run(model: str, backend: str, env_extra: dict) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ORTMODULE_", "TORCHINDUCTOR_"))}
     env.update(env_extra)
-    code = _CHILD.format(tests=os.path.join(HERE, "..", "tests", "python"), model=model, backend=backend)
+    code = _CHILD.format(model=model, backend=backend)
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
     if done.returncode != 0:
         raise RuntimeError(f"{model}/{backend} failed:\n{done.stderr[-3000:]}")

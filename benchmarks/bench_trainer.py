@@ -5,7 +5,7 @@ torch.compile(backend="ort") + FusedAdam, Inductor + AdamW(fused=True) and eager
                                        [--seconds 1.0] [--rounds 1] [--json PATH]
 
 The models and batches are those of bench_compile.py at their benchmark sizes
-(tests/python/compile_models.py), dropout 0. Every configuration runs in a fresh subprocess; after 3
+(torch_ort_backend/testing/models.py), dropout 0. Every configuration runs in a fresh subprocess; after 3
 warm-up steps at least --steps steps and --seconds seconds are timed and the median step is reported
 with its ratio to eager's (below 1: faster than eager). All four apply Adam with decoupled weight decay
 0.01 at lr 1e-4, no gradient clipping (ORTTrainer: AdamConfig with its default
@@ -23,8 +23,6 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 
 MODES = ("eager", "inductor", "ort", "orttrainer")
 WARMUP = 3
@@ -45,7 +43,7 @@ def _loss_and_logits(out):
 def worker(model_name: str, mode: str, steps: int, seconds: float) -> dict:
     import torch
 
-    from compile_models import MODELS
+    from torch_ort_backend.testing.models import MODELS
 
     torch.manual_seed(0)
     make_model, make_batch = MODELS[model_name].builders(MODELS[model_name].bench_sizes)

@@ -4,7 +4,7 @@ torch.compile(model, backend="ort"), next to the same model in eager PyTorch.
     bash scripts/demo.sh                   # sets everything up, then runs this
     python examples/demo.py [--steps 500] [--backend ort] [--level char|word] ...
 
-The model is examples/transformer_lm_model.py (embedding, positional encoding, causal
+The model is torch_ort_backend/testing/transformer_lm.py (embedding, positional encoding, causal
 nn.TransformerEncoder, linear decoder); the data is Shakespeare's plays read offline (see
 examples/text_corpus.py), tokenised per character (default) or per word with a vocabulary built
 from the corpus, and cut into (bptt, batch) windows with the tutorial's batchify/get_batch.
@@ -41,7 +41,7 @@ from torch import nn
 from tqdm import tqdm
 
 from text_corpus import load_corpus
-from transformer_lm_model import TransformerModel
+from torch_ort_backend.testing.transformer_lm import TransformerModel
 
 # Loss agreement with eager. Rounding differences (another summation order in a kernel) are ~1e-7
 # at the first step and grow through every AdamW update, as any two float32 trainings drift apart

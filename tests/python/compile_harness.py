@@ -3,7 +3,7 @@
     check_training_matches_eager(make_model, make_batch, backend="ort", steps=3)
     check_inference_matches_eager(make_model, make_batch, backend="ort")
 
-`make_model()` builds the model (seeded, dropout 0: see compile_models.py); `make_batch(step)` returns
+`make_model()` builds the model (seeded, dropout 0: see torch_ort_backend/testing/models.py); `make_batch(step)` returns
 the keyword arguments of one forward call. The eager model and the compiled one start from the same
 weights (the second is a deepcopy of the first) and get the same batches. At every step the
 forward outputs (loss, logits, every tensor of a nested output, matched by path) and EVERY

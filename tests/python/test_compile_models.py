@@ -14,7 +14,7 @@ import torch
 from functorch.compile import make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
 
-import compile_models as cm
+from torch_ort_backend.testing import models as cm
 from compile_harness import check_inference_matches_eager, check_training_matches_eager
 
 BACKEND = "ort"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from compile_models import causal_lm_batch, make_gpt2
+from torch_ort_backend.testing.models import causal_lm_batch, make_gpt2
 from distributed_harness import (
     assert_compiled_on_every_rank,
     assert_same_training,

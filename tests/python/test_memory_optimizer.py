@@ -17,10 +17,10 @@ import pytest
 import torch
 from torch import nn
 
-from compile_models import causal_lm_batch, make_gpt2, make_mlp, mlp_batch
+from torch_ort_backend.testing.models import causal_lm_batch, make_gpt2, make_mlp, mlp_batch
 from memory_optimizer_harness import assert_identical, graph_memory, reset_warning, train
 from ortmodule_helpers import assert_engine_ran, fresh_state
-from torch_ort_backend import ORTModule, compile_stats
+from torch_ort_backend import ORTModule
 from torch_ort_backend.memory_optimizer import PlanConfig, parse_plan
 from torch_ort_backend.memory_optimizer.rng_replay import REPLAYING, SAVING
 from torch_ort_backend.options import resolve

@@ -9,9 +9,8 @@ import functools
 import re
 
 import pytest
-import torch
 
-from compile_models import bert_mlm_batch, causal_lm_batch, make_bert_mlm, make_gpt2, make_llama
+from torch_ort_backend.testing.models import bert_mlm_batch, causal_lm_batch, make_bert_mlm, make_gpt2, make_llama
 from memory_optimizer_harness import assert_identical, graph_memory, train
 from ortmodule_helpers import fresh_state
 

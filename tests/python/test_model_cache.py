@@ -15,12 +15,11 @@ import pytest
 import torch
 from torch import nn
 
-from compile_models import causal_lm_batch, make_gpt2
+from torch_ort_backend.testing.models import causal_lm_batch, make_gpt2
 from ortmodule_helpers import assert_engine_ran, fresh_state
 from torch_ort_backend import compile_stats, model_cache
 from torch_ort_backend.model_cache import CacheWarning
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 @pytest.fixture(autouse=True)
@@ -153,8 +152,7 @@ def test_an_entry_others_may_write_is_not_trusted(tmp_path):
 
 _CHILD = textwrap.dedent("""
     import json, sys, torch
-    sys.path.insert(0, {here!r})
-    from compile_models import causal_lm_batch, make_gpt2
+    from torch_ort_backend.testing.models import causal_lm_batch, make_gpt2
     from torch_ort_backend import compile_stats, model_cache
     model = make_gpt2()
     compiled = torch.compile(model, backend="ort")
@@ -173,7 +171,7 @@ def test_a_new_process_with_a_warm_cache_skips_the_export_of_gpt2(tmp_path):
     env.update(ORTMODULE_CACHE_DIR=str(tmp_path / "cache"), ORTMODULE_FALLBACK_POLICY="FALLBACK_DISABLE")
     runs = []
     for _ in range(2):
-        done = subprocess.run([sys.executable, "-c", _CHILD.format(here=HERE)], env=env, capture_output=True,
+        done = subprocess.run([sys.executable, "-c", _CHILD.format()], env=env, capture_output=True,
                               text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))

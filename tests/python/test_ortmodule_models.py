@@ -1,4 +1,4 @@
-"""ORTModule trains the models of compile_models.py like eager PyTorch: at every one of 3 SGD steps
+"""ORTModule trains the models of torch_ort_backend/testing/models.py like eager PyTorch: at every one of 3 SGD steps
 the outputs, every parameter's gradient (rtol 1e-4, atol 1e-5) and the updated parameters match;
 the same models in eval mode give eager's outputs through an inference graph. FALLBACK_DISABLE
 makes any export or engine failure an error, so a silent fallback cannot pass."""
@@ -10,7 +10,7 @@ import copy
 import pytest
 import torch
 
-import compile_models as cm
+from torch_ort_backend.testing import models as cm
 from compile_harness import _call, _compare_outputs
 from ortmodule_helpers import ATOL, RTOL, assert_engine_ran, fresh_state, train_beside_eager
 from torch_ort_backend import ORTModule

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from compile_models import causal_lm_batch, make_bert_mlm, make_gpt2
+from torch_ort_backend.testing.models import causal_lm_batch, make_bert_mlm, make_gpt2
 from ortmodule_helpers import assert_engine_ran, fresh_state
 from torch_ort_backend import ORTModule, compile_stats
 from torch_ort_backend.options import REFUSED, SPEC, resolve
@@ -155,7 +155,7 @@ def test_input_density_of_bert_embedding_and_labels(monkeypatch, capsys):
     model(input_ids=ids, attention_mask=(ids != 0).long(), labels=labels).loss.backward()
     (line,) = _density_lines(capsys.readouterr().out)
     valid_labels, valid_ids = int((labels != -100).sum()), int((ids != 0).sum())
-    assert f"label input" in line and f"({valid_labels}/32)" in line, line
+    assert "label input" in line and f"({valid_labels}/32)" in line, line
     assert re.search(rf"embedding input '\w+' \(padding_idx 0\): {100.0 * valid_ids / 32:.1f}% dense "
                      rf"\({valid_ids}/32\)", line), line
     assert_engine_ran(2)

@@ -6,8 +6,8 @@ positional encoding followed by dropout, an `nn.TransformerEncoder` under a caus
 subsequent) mask, and a linear decoder to vocabulary logits. Inputs are laid out (seq, batch) as in
 the tutorial's `batchify` / `get_batch`.
 
-It is used by the getting-started demo (examples/demo.py), the compile tests
-(tests/python/compile_models.py) and the compile benchmark (benchmarks/bench_compile.py).
+It is used by the getting-started demo (examples/demo.py, examples/getting_started), and by the
+tests and benchmarks through torch_ort_backend.testing.models.
 """
 
 from __future__ import annotations
