@@ -55,8 +55,6 @@ import sys
 import time
 import traceback
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 
 DEFAULT_MODELS = "mlp,cnn,transformer_lm,gpt2,bert_mlm,llama"
 DEFAULT_BACKENDS = "eager,inductor,ort"
@@ -95,7 +93,7 @@ def _peak_rss_kib() -> int:
 
 
 def _output_tensors(output) -> list:
-    from compile_harness import flatten_outputs
+    from torch_ort_backend.testing.models import flatten_outputs
     return [t.detach().double() for _, t in flatten_outputs(output)]
 
 
@@ -112,7 +110,7 @@ def run_worker(args: argparse.Namespace) -> dict:
     import torch
 
     from torch_ort_backend.testing import models as compile_models
-    from compile_harness import extract_loss
+    from torch_ort_backend.testing.models import extract_loss
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -25,6 +25,8 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from torch_ort_backend.testing.models import extract_loss, flatten_outputs  # noqa: F401  (flatten_outputs: tests)
+
 OptimizerFactory = Callable[[list[nn.Parameter]], torch.optim.Optimizer]
 
 OPTIMIZERS: dict[str, OptimizerFactory] = {
@@ -34,35 +36,6 @@ OPTIMIZERS: dict[str, OptimizerFactory] = {
     "sgd": lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9),
     "adamw": lambda params: torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01),
 }
-
-
-def flatten_outputs(output: Any, prefix: str = "output") -> list[tuple[str, torch.Tensor]]:
-    """Every tensor of a (nested) output with its path: dicts and HuggingFace ModelOutputs by key
-    (None fields are skipped, as ModelOutput does), lists and tuples by index."""
-    if isinstance(output, torch.Tensor):
-        return [(prefix, output)]
-    if isinstance(output, Mapping):
-        items = [(f"{prefix}.{key}", value) for key, value in output.items() if value is not None]
-    elif isinstance(output, (list, tuple)):
-        items = [(f"{prefix}[{i}]", value) for i, value in enumerate(output)]
-    else:
-        return []
-    return [pair for path, value in items for pair in flatten_outputs(value, path)]
-
-
-def extract_loss(output: Any) -> torch.Tensor:
-    """The scalar to call backward() on: output["loss"] (mappings, ModelOutput), output[0]
-    (tuples), or the output itself."""
-    if isinstance(output, Mapping):
-        loss = output.get("loss")
-    elif isinstance(output, (list, tuple)) and output:
-        loss = output[0]
-    else:
-        loss = output
-    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-        raise TypeError(f"the model must return a scalar loss, a mapping with 'loss' or a tuple starting with it; "
-                        f"got {type(output).__name__}")
-    return loss
 
 
 def _call(model: nn.Module, batch: Any) -> Any:

@@ -16,6 +16,7 @@ MODELS maps a name to a ModelSpec (builder, batch maker, description) for tests 
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -26,6 +27,35 @@ from torch import nn
 from .transformer_lm import TransformerModel
 
 Batch = dict[str, Any]
+
+
+def flatten_outputs(output: Any, prefix: str = "output") -> list[tuple[str, torch.Tensor]]:
+    """Every tensor of a (nested) output with its path: dicts and HuggingFace ModelOutputs by key
+    (None fields are skipped, as ModelOutput does), lists and tuples by index."""
+    if isinstance(output, torch.Tensor):
+        return [(prefix, output)]
+    if isinstance(output, Mapping):
+        items = [(f"{prefix}.{key}", value) for key, value in output.items() if value is not None]
+    elif isinstance(output, (list, tuple)):
+        items = [(f"{prefix}[{i}]", value) for i, value in enumerate(output)]
+    else:
+        return []
+    return [pair for path, value in items for pair in flatten_outputs(value, path)]
+
+
+def extract_loss(output: Any) -> torch.Tensor:
+    """The scalar to call backward() on: output["loss"] (mappings, ModelOutput), output[0]
+    (tuples), or the output itself."""
+    if isinstance(output, Mapping):
+        loss = output.get("loss")
+    elif isinstance(output, (list, tuple)) and output:
+        loss = output[0]
+    else:
+        loss = output
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        raise TypeError(f"the model must return a scalar loss, a mapping with 'loss' or a tuple starting with it; "
+                        f"got {type(output).__name__}")
+    return loss
 
 
 def generator(step: int, salt: int) -> torch.Generator:
