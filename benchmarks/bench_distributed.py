@@ -5,7 +5,7 @@ on 1 and 2 ranks, in one run.
                                            [--backends eager,inductor,ort] [--steps 10] [--rounds 1]
                                            [--size bench|test] [--threads 0] [--json PATH]
 
-The model is GPT-2 from a small config (tests/python/compile_models.py, "gpt2" at its benchmark
+The model is GPT-2 from a small config (torch_ort_backend/testing/models.py, "gpt2" at its benchmark
 size: 2 layers, hidden 128, 4 heads, vocab 1024, 4 sequences of 128 tokens per rank and step).
 A step is forward, backward (with the gradients' all-reduce or reduce-scatter) and AdamW:
 - ddp:   DDP(torch.compile(model, backend=B)) with torch.optim.AdamW (eager: DDP(model));
@@ -36,8 +36,6 @@ import sys
 import time
 import traceback
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 
 WARMUP_STEPS = 3
 
@@ -54,7 +52,7 @@ def _build(args: argparse.Namespace):
     """(step function, model) for this rank's wrapper and backend."""
     import torch
 
-    import compile_models
+    from torch_ort_backend.testing import models as compile_models
 
     spec = compile_models.MODELS["gpt2"]
     make_model, make_batch = spec.builders(spec.bench_sizes if args.size == "bench" else None)
