@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from onnx import numpy_helper
 from torch import nn
 
+from .._engine import MS_DOMAIN
 from ..exporter.context import ONNX_TO_TORCH
 
 
@@ -161,7 +162,7 @@ _STATIC_INPUTS = {"Reshape": {1}, "Slice": {1, 2, 3, 4}, "Squeeze": {1}, "Unsque
 
 # com.microsoft ops with the same meaning as the entry of that name (what our exporter emits below
 # opset 17 / 20).
-_CONTRIB = {("com.microsoft", "LayerNormalization"), ("com.microsoft", "Gelu"), ("com.microsoft", "FastGelu")}
+_CONTRIB = {(MS_DOMAIN, "LayerNormalization"), (MS_DOMAIN, "Gelu"), (MS_DOMAIN, "FastGelu")}
 
 
 def _unsqueeze(x: torch.Tensor, axes: Any) -> torch.Tensor:

@@ -29,9 +29,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from .._engine import MS_DOMAIN
 from .training_graph import ExportedModel
 
-MS_DOMAIN = "com.microsoft"
 LEARNING_RATE = "Learning_Rate"
 
 
