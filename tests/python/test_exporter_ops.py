@@ -96,16 +96,17 @@ def strict(monkeypatch):
     yield from fresh_state(monkeypatch)
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_op_matches_eager_forward_and_backward(name):
+def check_case(name: str, options: dict, expected_fallbacks: set[str], why: str = "") -> list:
+    """Compiles CASES[name] with `options`, compares outputs and input gradients with eager, checks
+    that the engine ran every graph (onnx.checker-valid) and that exactly `expected_fallbacks` went to
+    ATen nodes; returns the exported graphs."""
     import onnx
 
     fn, make, grads = CASES[name]
     inputs = make()
     ours = [t.clone().requires_grad_(i in grads) for i, t in enumerate(inputs)]
     ref = [t.clone().requires_grad_(i in grads) for i, t in enumerate(inputs)]
-    # Every converter is exercised, including those of ops whose torch kernel is preferred by default.
-    out = torch.compile(fn, backend=ort_backend, options={"prefer_torch_kernels": []})(*ours)
+    out = torch.compile(fn, backend=ort_backend, options=options)(*ours)
     exp = fn(*ref)
     torch.testing.assert_close(out, exp, rtol=1e-4, atol=1e-5)
     if grads:
@@ -120,8 +121,16 @@ def test_op_matches_eager_forward_and_backward(name):
     assert stats.runs >= (2 if grads else 1), f"the engine ran {stats.runs} graphs: {stats}"
     for g in graphs:
         onnx.checker.check_model(g.exported.model)
+    assert set(stats.aten_fallback_ops) == expected_fallbacks, \
+        f"{dict(stats.aten_fallback_ops)}; expected {expected_fallbacks}: {why}"
+    return graphs
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_op_matches_eager_forward_and_backward(name):
+    # Every converter is exercised, including those of ops whose torch kernel is preferred by default.
     expected, why = EXPECTED_FALLBACKS.get(name, (set(), "native"))
-    assert set(stats.aten_fallback_ops) == expected, f"{dict(stats.aten_fallback_ops)}; expected {expected}: {why}"
+    check_case(name, {"prefer_torch_kernels": []}, expected, why)
 
 
 def test_prefer_torch_kernels_sends_an_op_to_its_torch_kernel():
