@@ -4,7 +4,6 @@ eager twin with every output, gradient and updated parameter compared."""
 from __future__ import annotations
 
 import copy
-import gc
 import logging
 from typing import Any, Callable
 
@@ -30,11 +29,9 @@ def fresh_state(monkeypatch, strict: bool = True):
     logger = logging.getLogger("torch_ort_backend")
     level, handlers = logger.level, list(logger.handlers)
     torch._dynamo.reset()
-    gc.collect()  # compiled graphs of earlier tests held in reference cycles leave live_graphs() now
     compile_stats().reset()
     yield
     torch._dynamo.reset()
-    gc.collect()
     logger.setLevel(level)
     logger.handlers[:] = handlers
 

@@ -8,6 +8,7 @@ report lists plans in exactly the syntax the config takes: a line copied from it
 
 from __future__ import annotations
 
+import gc
 import functools
 import json
 import logging
@@ -30,6 +31,7 @@ small_gpt2 = functools.partial(make_gpt2, layers=3, dropout=0.1)
 
 @pytest.fixture(autouse=True)
 def _clean(monkeypatch):
+    gc.collect()  # graphs of earlier tests held in reference cycles would stay in memory_stats()
     yield from fresh_state(monkeypatch)
 
 

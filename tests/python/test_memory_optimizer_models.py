@@ -5,6 +5,7 @@ whose activations dominate, level 1's step peak is clearly below level 0's."""
 
 from __future__ import annotations
 
+import gc
 import functools
 import re
 
@@ -24,6 +25,7 @@ MODELS = {
 
 @pytest.fixture(autouse=True)
 def _clean(monkeypatch):
+    gc.collect()  # graphs of earlier tests held in reference cycles would stay in memory_stats()
     yield from fresh_state(monkeypatch)
 
 
