@@ -1,4 +1,5 @@
-// Cast and CastLike: same shape, element type from the 'to' attribute or from the second input.
+// Cast, CastLike and BitCast: same shape, element type from the 'to' attribute or from the second
+// input.
 #include "ops/elementwise_schema_utils.h"
 
 namespace tob {
@@ -27,6 +28,20 @@ Status InferCastLike(InferenceContext& ctx) {
   return InferUnaryWithType(ctx, ctx.input_type(1)->dtype);
 }
 
+// BitCast reinterprets the bytes, so both element types must have the same width.
+Status InferBitCast(InferenceContext& ctx) {
+  int64_t to = 0;
+  TOB_RETURN_IF_ERROR(ctx.node().GetAttr("to", &to));
+  DType dtype = DTypeFromOnnx(static_cast<int32_t>(to));
+  if (dtype == DType::kUndefined || dtype == DType::kString)
+    return ctx.Fail("attribute 'to' = ", to, " is not a supported element type");
+  const DType from = ctx.input_type(0)->dtype;
+  if (DTypeSize(from) != DTypeSize(dtype))
+    return ctx.Fail("BitCast needs element types of one width: ", DTypeName(from), " is ", DTypeSize(from) * 8,
+                    " bits, 'to' = ", DTypeName(dtype), " is ", DTypeSize(dtype) * 8);
+  return InferUnaryWithType(ctx, dtype);
+}
+
 }  // namespace
 
 void RegisterElementwiseCastSchemas(OpSchemaRegistry& registry) {
@@ -41,6 +56,8 @@ void RegisterElementwiseCastSchemas(OpSchemaRegistry& registry) {
   cast_like.min_inputs = cast_like.max_inputs = 2;
   cast_like.infer = InferCastLike;
   registry.Register(std::move(cast_like));
+
+  registry.Register(OpSchema{"", "BitCast", 1, 1, 1, 1, InferBitCast});
 }
 
 }  // namespace tob

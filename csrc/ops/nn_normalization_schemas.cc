@@ -134,6 +134,7 @@ void RegisterNnNormalizationSchemas(OpSchemaRegistry& registry) {
   registry.Register(OpSchema{kMicrosoftDomain, "SkipLayerNormalization", 3, 5, 1, 4, InferSkipLayerNorm});
   registry.Register(OpSchema{"", "Softmax", 1, 1, 1, 1, InferSoftmax});
   registry.Register(OpSchema{"", "LogSoftmax", 1, 1, 1, 1, InferSoftmax});
+  registry.Register(OpSchema{"", "Hardmax", 1, 1, 1, 1, InferSoftmax});  // Softmax's axis rules
 }
 
 }  // namespace tob

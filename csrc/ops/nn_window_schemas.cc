@@ -1,4 +1,6 @@
-// Sliding-window ops: Conv, ConvTranspose, MaxPool, AveragePool and the global pools.
+// Sliding-window ops: Conv, ConvTranspose, MaxPool, AveragePool, LpPool, the global pools and Col2Im.
+#include <optional>
+
 #include "ops/nn_window_attributes.h"
 #include "ops/op_schema.h"
 
@@ -114,6 +116,50 @@ Status InferGlobalPool(InferenceContext& ctx) {
   return Status::OK();
 }
 
+// Col2Im: X [N, C * prod(block_shape), L] -> [N, C, image_shape...]; both shapes are inputs.
+Status InferCol2Im(InferenceContext& ctx) {
+  const ValueType& x = *ctx.input_type(0);
+  for (int i : {1, 2}) {
+    const ValueType& t = *ctx.input_type(i);
+    if (t.dtype != DType::kInt64)
+      return ctx.Fail(i == 1 ? "image_shape" : "block_shape", " must be int64, got ", DTypeName(t.dtype));
+    if (t.has_rank() && t.rank() != 1)
+      return ctx.Fail(i == 1 ? "image_shape" : "block_shape", " must be 1-D, got ", t.ToString());
+  }
+  if (x.has_rank() && x.rank() != 3) return ctx.Fail("input must be [N, C * prod(block_shape), L], got ", x.ToString());
+  const Tensor* image = ctx.input_value(1);
+  const Tensor* block = ctx.input_value(2);
+  if (image == nullptr) {
+    const ValueType& t = *ctx.input_type(1);
+    std::optional<Dims> out;
+    if (t.has_rank() && (*t.shape)[0].is_known())
+      out = Dims(static_cast<size_t>(2 + (*t.shape)[0].value), Dim::Unknown());
+    if (out && x.has_rank()) (*out)[0] = (*x.shape)[0];
+    ctx.set_output(0, ValueType(x.dtype, out));
+    return Status::OK();
+  }
+  Dims out{x.has_rank() ? (*x.shape)[0] : Dim::Unknown(), Dim::Unknown()};
+  for (int64_t v : image->ToInt64Vector()) {
+    if (v <= 0) return ctx.Fail("image_shape values must be positive, got ", v);
+    out.push_back(Dim(v));
+  }
+  if (block != nullptr && x.has_rank() && (*x.shape)[1].is_known()) {
+    int64_t k = 1;
+    for (int64_t v : block->ToInt64Vector()) {
+      if (v <= 0) return ctx.Fail("block_shape values must be positive, got ", v);
+      k *= v;
+    }
+    if (block->numel() != image->numel())
+      return ctx.Fail("block_shape has ", block->numel(), " values, image_shape ", image->numel());
+    const int64_t ck = (*x.shape)[1].value;
+    if (ck % k != 0)
+      return ctx.Fail("input dim 1 (", ck, ") is not divisible by the block size prod(block_shape) = ", k);
+    out[1] = Dim(ck / k);
+  }
+  ctx.set_output(0, ValueType(x.dtype, out));
+  return Status::OK();
+}
+
 }  // namespace
 
 void RegisterNnWindowSchemas(OpSchemaRegistry& registry) {
@@ -124,6 +170,9 @@ void RegisterNnWindowSchemas(OpSchemaRegistry& registry) {
   registry.Register(OpSchema{"", "AveragePool", 1, 1, 1, 1, InferPool});
   registry.Register(OpSchema{"", "GlobalAveragePool", 1, 1, 1, 1, InferGlobalPool});
   registry.Register(OpSchema{"", "GlobalMaxPool", 1, 1, 1, 1, InferGlobalPool});
+  registry.Register(OpSchema{"", "LpPool", 1, 1, 1, 1, InferPool});
+  registry.Register(OpSchema{"", "GlobalLpPool", 1, 1, 1, 1, InferGlobalPool});
+  registry.Register(OpSchema{"", "Col2Im", 3, 3, 1, 1, InferCol2Im});
 }
 
 }  // namespace tob

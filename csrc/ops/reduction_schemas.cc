@@ -1,5 +1,6 @@
 // Schemas of the reductions: Reduce* (axes as an attribute before opset 13 for ReduceSum and 18
-// for the others, as an optional input from then on), ArgMax/ArgMin and CumSum.
+// for the others, as an optional input from then on), ArgMax/ArgMin, CumSum/CumProd and TopK.
+#include <optional>
 #include <vector>
 
 #include "ops/op_schema.h"
@@ -112,6 +113,46 @@ Status InferCumSum(InferenceContext& ctx) {
   return PropagateType(ctx);
 }
 
+// TopK: k from the attribute before opset 10, from the second input (one int64) from then on.
+Status InferTopK(InferenceContext& ctx) {
+  const ValueType& in = *ctx.input_type(0);
+  int64_t axis = -1;
+  TOB_RETURN_IF_ERROR(ctx.node().GetAttr("axis", &axis, int64_t{-1}));
+  for (const char* flag : {"largest", "sorted"}) {
+    int64_t v = 1;
+    TOB_RETURN_IF_ERROR(ctx.node().GetAttr(flag, &v, int64_t{1}));
+    if (v != 0 && v != 1) return ctx.Fail("attribute '", flag, "' must be 0 or 1, got ", v);
+  }
+  std::optional<int64_t> k;
+  if (ctx.opset() < 10) {
+    int64_t attr_k = 0;
+    TOB_RETURN_IF_ERROR(ctx.node().GetAttr("k", &attr_k));
+    k = attr_k;
+  } else {
+    if (!ctx.has_input(1)) return ctx.Fail("input K is required from opset 10");
+    const ValueType& k_type = *ctx.input_type(1);
+    if (k_type.dtype != DType::kInt64) return ctx.Fail("K must be int64, got ", DTypeName(k_type.dtype));
+    if (const Tensor* value = ctx.input_value(1)) {
+      if (value->numel() != 1) return ctx.Fail("K must hold one value, got ", value->numel());
+      k = value->ElementAsInt64(0);
+    }
+  }
+  if (k && *k < 0) return ctx.Fail("k must be >= 0, got ", *k);
+  std::optional<Dims> out;
+  if (in.has_rank()) {
+    int64_t a = 0;
+    TOB_RETURN_IF_ERROR(NormalizeAxis(ctx, axis, in.rank(), &a));
+    out = *in.shape;
+    const Dim& n = (*out)[a];
+    if (k && n.is_known() && *k > n.value)
+      return ctx.Fail("k = ", *k, " exceeds the size ", n.value, " of axis ", axis);
+    (*out)[a] = k ? Dim(*k) : Dim::Unknown();
+  }
+  ctx.set_output(0, ValueType(in.dtype, out));
+  ctx.set_output(1, ValueType(DType::kInt64, out));
+  return Status::OK();
+}
+
 OpSchema Reduce(const char* op_type, int axes_input_since) {
   OpSchema s;
   s.op_type = op_type;
@@ -130,6 +171,8 @@ void RegisterReductionSchemas(OpSchemaRegistry& registry) {
     registry.Register(Reduce(op, 18));
   for (const char* op : {"ArgMax", "ArgMin"}) registry.Register(OpSchema{"", op, 1, 1, 1, 1, InferArgReduce});
   registry.Register(OpSchema{"", "CumSum", 2, 2, 1, 1, InferCumSum});
+  registry.Register(OpSchema{"", "CumProd", 2, 2, 1, 1, InferCumSum});  // same shape rules
+  registry.Register(OpSchema{"", "TopK", 1, 2, 2, 2, InferTopK});
 }
 
 }  // namespace tob

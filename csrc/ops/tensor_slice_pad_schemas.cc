@@ -1,5 +1,5 @@
-// Shape functions of Slice and Pad, whose output shapes depend on the values of their
-// starts/ends/axes/steps and pads inputs.
+// Shape functions of Slice, Pad and CenterCropPad, whose output shapes depend on the values of
+// their starts/ends/axes/steps, pads and shape inputs.
 #include <climits>
 
 #include "ops/tensor_params.h"
@@ -145,11 +145,50 @@ Status InferPad(InferenceContext& ctx) {
   return Status::OK();
 }
 
+// CenterCropPad: the dims named by 'axes' (all when absent) become the values of the shape input.
+Status InferCenterCropPad(InferenceContext& ctx) {
+  DType dtype = InputDType(ctx, 0);
+  const Dims* in = InputDims(ctx, 0);
+  DType shape_type = InputDType(ctx, 1);
+  if (shape_type != DType::kInt32 && shape_type != DType::kInt64)
+    return ctx.Fail("shape must be int32 or int64, got ", DTypeName(shape_type));
+  std::vector<int64_t> axes;
+  TOB_RETURN_IF_ERROR(ctx.node().GetAttr("axes", &axes, std::vector<int64_t>{}));
+  if (in == nullptr) {
+    ctx.set_output(0, ValueType(dtype, std::nullopt));
+    return Status::OK();
+  }
+  const int64_t rank = static_cast<int64_t>(in->size());
+  std::vector<int64_t> resolved;
+  if (axes.empty()) {
+    for (int64_t i = 0; i < rank; ++i) resolved.push_back(i);
+  } else {
+    TOB_RETURN_IF_ERROR(NormalizeAxes(ctx, axes, rank, &resolved));
+  }
+  auto shape = InputInts(ctx, 1);
+  if (!shape) {
+    Dims out = *in;
+    for (int64_t a : resolved) out[a] = Dim::Unknown();
+    ctx.set_output(0, ValueType(dtype, std::move(out)));
+    return Status::OK();
+  }
+  if (shape->size() != resolved.size())
+    return ctx.Fail("shape has ", shape->size(), " values for ", resolved.size(), " axes");
+  Dims out = *in;
+  for (size_t i = 0; i < resolved.size(); ++i) {
+    if ((*shape)[i] < 0) return ctx.Fail("shape values must be non-negative, got ", (*shape)[i]);
+    out[resolved[i]] = Dim((*shape)[i]);
+  }
+  ctx.set_output(0, ValueType(dtype, std::move(out)));
+  return Status::OK();
+}
+
 }  // namespace
 
 void RegisterTensorSlicePadSchemas(OpSchemaRegistry& registry) {
   registry.Register(OpSchema{"", "Slice", 1, 5, 1, 1, InferSlice});
   registry.Register(OpSchema{"", "Pad", 1, 4, 1, 1, InferPad});
+  registry.Register(OpSchema{"", "CenterCropPad", 2, 2, 1, 1, InferCenterCropPad});
 }
 
 }  // namespace tob

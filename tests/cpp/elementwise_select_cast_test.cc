@@ -147,6 +147,28 @@ TEST(ElementwiseCast, FloatToIntTruncatesAndCastLikeFollowsTarget) {
   EXPECT_FALSE(bad.ok());
 }
 
+TEST(ElementwiseBitCast, ReinterpretsBytesAndRefusesOtherWidths) {
+  // float32 bits of 1.0f and -2.0f as int32; int16 -1 as uint16 65535.
+  OpTester("BitCast", 26)
+      .Attr("to", Attribute::Int(6))
+      .Input("x", Values<float>({1.0, -2.0}))
+      .Output("y", {2}, {1065353216.0, -1073741824.0}, 0, 0)
+      .Run();
+  OpTester("BitCast", 26)
+      .Attr("to", Attribute::Int(4))
+      .Input("x", Values<int16_t>({-1, 7}))
+      .Output("y", {2}, {65535, 7}, 0, 0)
+      .Run();
+  auto bad = OpTester("BitCast", 26)
+                 .Attr("to", Attribute::Int(7))
+                 .Input("x", Values<float>({1.0}))
+                 .Output("y", {1}, {})
+                 .Compute();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("float32 is 32 bits, 'to' = int64 is 64"), std::string::npos)
+      << bad.status().message();
+}
+
 // ---------------------------------------------------------------- clip and variadic
 
 TEST(ElementwiseClip, AttributesInputsAndTypes) {

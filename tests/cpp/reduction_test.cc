@@ -1,4 +1,4 @@
-// Reductions (Reduce*, ArgMax/ArgMin, CumSum) against float64 references computed here.
+// Reductions (Reduce*, ArgMax/ArgMin, CumSum/CumProd, TopK) against float64 references computed here.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -471,6 +471,137 @@ TEST(ReductionCumSum, Int32AxisAndBadAxis) {
   auto r = bad.Compute();
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("out of range"), std::string::npos) << r.status().message();
+}
+
+// ---- CumProd ----
+
+TEST(ReductionCumProd, EveryAxisExclusiveAndReverseMatchFloat64) {
+  // Values near 1 keep a product of 30 factors well conditioned.
+  Tensor x = RandomTensor<float>({3, 30, 4}, 0.7, 1.3, 21);
+  const std::vector<double> xd = ToDoubles(x);
+  for (int64_t axis : {0, 1, 2, -1})
+    for (bool exclusive : {false, true})
+      for (bool reverse : {false, true}) {
+        const int64_t a = axis < 0 ? axis + 3 : axis;
+        int64_t outer = 1, inner = 1, n = x.dim(a);
+        for (int64_t d = 0; d < a; ++d) outer *= x.dim(d);
+        for (int64_t d = a + 1; d < 3; ++d) inner *= x.dim(d);
+        std::vector<double> ref(xd.size());
+        for (int64_t o = 0; o < outer; ++o)
+          for (int64_t i = 0; i < inner; ++i) {
+            double acc = 1;
+            for (int64_t k = 0; k < n; ++k) {
+              const int64_t j = reverse ? n - 1 - k : k;
+              const size_t at = static_cast<size_t>((o * n + j) * inner + i);
+              if (exclusive) ref[at] = acc;
+              acc *= xd[at];
+              if (!exclusive) ref[at] = acc;
+            }
+          }
+        OpTester t("CumProd", 26);
+        t.Input("x", x)
+            .Input("axis", Tensor::FromVector<int64_t>({axis}, {}))
+            .Attr("exclusive", Attribute::Int(exclusive))
+            .Attr("reverse", Attribute::Int(reverse));
+        t.Output("y", x.shape(), ref, 1e-5, 1e-6);
+        SCOPED_TRACE("axis " + std::to_string(axis) + " exclusive " + std::to_string(exclusive) + " reverse " +
+                     std::to_string(reverse));
+        t.Run();
+      }
+}
+
+TEST(ReductionCumProd, IntegerProductsWrap) {
+  // 2^40 does not fit int32: the product wraps modulo 2^32 (0 from 2^32 on).
+  std::vector<int32_t> twos(40, 2);
+  std::vector<double> expected;
+  uint32_t acc = 1;
+  for (int i = 0; i < 40; ++i) {
+    acc *= 2u;
+    expected.push_back(static_cast<double>(static_cast<int32_t>(acc)));
+  }
+  OpTester t("CumProd", 26);
+  t.Input("x", Tensor::FromVector<int32_t>(twos, {40})).Input("axis", Tensor::FromVector<int64_t>({0}, {}));
+  t.Output("y", {40}, expected, 0, 0);
+  t.Run();
+}
+
+TEST(ReductionCumProd, BadExclusiveIsAnError) {
+  OpTester t("CumProd", 26);
+  t.Input("x", RandomTensor<float>({4}, 0.5, 1.5, 2))
+      .Input("axis", Tensor::FromVector<int64_t>({0}, {}))
+      .Attr("exclusive", Attribute::Int(2));
+  t.Output("y", {4}, {});
+  auto r = t.Compute();
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("'exclusive' must be 0 or 1"), std::string::npos) << r.status().message();
+}
+
+// ---- TopK ----
+
+// The k largest (or smallest) of each row along `axis` in order, equal values lower index first.
+void ReferenceTopK(const std::vector<double>& x, const Shape& shape, int64_t axis, int64_t k, bool largest,
+                   std::vector<double>* values, std::vector<double>* indices) {
+  int64_t outer = 1, inner = 1, n = shape[axis];
+  for (int64_t d = 0; d < axis; ++d) outer *= shape[d];
+  for (size_t d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
+  values->assign(static_cast<size_t>(outer * k * inner), 0);
+  indices->assign(values->size(), 0);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      std::vector<int64_t> order(static_cast<size_t>(n));
+      for (int64_t j = 0; j < n; ++j) order[j] = j;
+      auto at = [&](int64_t j) { return x[static_cast<size_t>((o * n + j) * inner + i)]; };
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int64_t a, int64_t b) { return largest ? at(a) > at(b) : at(a) < at(b); });
+      for (int64_t j = 0; j < k; ++j) {
+        (*values)[(o * k + j) * inner + i] = at(order[j]);
+        (*indices)[(o * k + j) * inner + i] = static_cast<double>(order[j]);
+      }
+    }
+}
+
+TEST(ReductionTopK, LargestAndSmallestAlongEveryAxis) {
+  Tensor f = RandomTensor<float>({3, 17, 5}, -4, 4, 31);
+  // Integers from a small range: many ties, which must keep the lower index first.
+  Tensor i = RandomTensor<int32_t>({3, 17, 5}, -4, 4, 32, 0);
+  for (const Tensor* x : {&f, &i})
+    for (int64_t axis : {0, 1, 2, -2})
+      for (bool largest : {true, false}) {
+        const int64_t a = axis < 0 ? axis + 3 : axis;
+        const int64_t k = std::min<int64_t>(4, x->dim(a));
+        std::vector<double> values, indices;
+        ReferenceTopK(ToDoubles(*x), x->shape(), a, k, largest, &values, &indices);
+        Shape out = x->shape();
+        out[a] = k;
+        OpTester t("TopK", 11);
+        t.Input("x", *x)
+            .Input("k", Tensor::FromVector<int64_t>({k}, {1}))
+            .Attr("axis", Attribute::Int(axis))
+            .Attr("largest", Attribute::Int(largest));
+        t.Output("values", out, values, 0, 0).Output("indices", out, indices, 0, 0);
+        SCOPED_TRACE(std::string(DTypeName(x->dtype())) + " axis " + std::to_string(axis) + " largest " +
+                     std::to_string(largest));
+        t.Run();
+      }
+}
+
+TEST(ReductionTopK, KFromTheAttributeBeforeOpset10) {
+  Tensor x = RandomTensor<float>({2, 9}, -1, 1, 33);
+  std::vector<double> values, indices;
+  ReferenceTopK(ToDoubles(x), x.shape(), 1, 3, true, &values, &indices);
+  OpTester t("TopK", 1);
+  t.Input("x", x).Attr("k", Attribute::Int(3));
+  t.Output("values", {2, 3}, values, 0, 0).Output("indices", {2, 3}, indices, 0, 0);
+  t.Run();
+}
+
+TEST(ReductionTopK, KLargerThanTheAxisIsAnError) {
+  OpTester t("TopK", 11);
+  t.Input("x", RandomTensor<float>({2, 3}, -1, 1, 34)).Input("k", Tensor::FromVector<int64_t>({4}, {1}));
+  t.Output("values", {2, 4}, {}).Output("indices", {2, 4}, {});
+  auto r = t.Compute();
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("k = 4 exceeds the size 3"), std::string::npos) << r.status().message();
 }
 
 }  // namespace

@@ -92,6 +92,23 @@ class CastLikeKernel final : public OpKernel {
   }
 };
 
+// BitCast: the input's bytes under another element type of the same width (checked by the shape
+// function; checked again here because the kernel copies bytes).
+class BitCastKernel final : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node) { return MakeKernel<BitCastKernel>(node); }
+  Status Compute(KernelContext& ctx) const override {
+    const Tensor& x = *ctx.input(0);
+    Tensor& y = *ctx.output(0);
+    if (x.nbytes() != y.nbytes())
+      return ctx.Fail("input ", DTypeName(x.dtype()), ShapeToString(x.shape()), " and output ", DTypeName(y.dtype()),
+                      ShapeToString(y.shape()), " differ in size");
+    if (x.nbytes() > 0 && !y.SharesDataWith(x)) std::memcpy(y.raw_data(), x.raw_data(), x.nbytes());
+    return Status::OK();
+  }
+};
+
 }  // namespace
 }  // namespace tob::ew
 
@@ -106,6 +123,7 @@ void RegisterCpuCastKernels(KernelRegistry& registry) {
   registry.Register(Def("Cast").Versions(13).Constraint("T1", {0}, all).Kernel<CastKernel>());
   registry.Register(
       Def("CastLike").Versions(15).Constraint("T1", {0}, all).Constraint("T2", {1}, all).Kernel<CastLikeKernel>());
+  registry.Register(Def("BitCast").Versions(26).Constraint("T1", {0}, all).Kernel<BitCastKernel>());
 }
 
 }  // namespace tob

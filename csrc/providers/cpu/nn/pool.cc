@@ -1,7 +1,8 @@
-// MaxPool (optional Indices), AveragePool, GlobalAveragePool, GlobalMaxPool. Planes (n, c) are
+// MaxPool (optional Indices), AveragePool, LpPool and their global forms. Planes (n, c) are
 // independent and split across the pool; windows are clipped to the input once per output row
 // and column rather than tested per element.
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -60,13 +61,37 @@ std::vector<int64_t> IndexStrides(const std::vector<int64_t>& in, bool column_ma
   return s;
 }
 
-enum class PoolKind { kMax, kAverage };
+// kLp: (sum over the window's taps inside the input of |x|^p)^(1/p); padding adds nothing.
+enum class PoolKind { kMax, kAverage, kLp };
+
+// LpPool's p (an integer attribute from opset 2; default 2).
+StatusOr<int64_t> ReadLpOrder(const Node& node) {
+  int64_t p = 2;
+  TOB_RETURN_IF_ERROR(node.GetAttr("p", &p, int64_t{2}));
+  if (p < 1) return InvalidModel(node.Describe(), ": attribute 'p' must be >= 1, got ", p);
+  return p;
+}
+
+template <typename A>
+inline A PowerOfAbs(A v, int64_t p) {
+  const A a = std::abs(v);
+  if (p == 1) return a;
+  if (p == 2) return a * a;
+  return std::pow(a, static_cast<A>(p));
+}
+
+template <typename A>
+inline A RootOf(A sum, int64_t p) {
+  if (p == 1) return sum;
+  if (p == 2) return std::sqrt(sum);
+  return std::pow(sum, A(1) / static_cast<A>(p));
+}
 
 // Pools every plane in [begin, end) for any spatial rank; `taps[d]` come from TapRanges.
 template <typename T, PoolKind kKind>
 void PoolPlanes(const T* x, T* y, int64_t* indices, const WindowGeometry& g,
                 const std::vector<std::vector<TapRange>>& taps, bool count_include_pad, bool column_major,
-                int64_t begin, int64_t end) {
+                int64_t begin, int64_t end, int64_t lp_order = 2) {
   const size_t r = g.rank();
   const int64_t in_size = g.in_size(), out_size = g.out_size();
   const std::vector<int64_t> x_strides = IndexStrides(g.in, false);
@@ -102,6 +127,8 @@ void PoolPlanes(const T* x, T* y, int64_t* indices, const WindowGeometry& g,
             best_index = i_off;
             first = false;
           }
+        } else if constexpr (kKind == PoolKind::kLp) {
+          sum += PowerOfAbs(v, lp_order);
         } else {
           sum += v;
         }
@@ -116,6 +143,8 @@ void PoolPlanes(const T* x, T* y, int64_t* indices, const WindowGeometry& g,
       if constexpr (kKind == PoolKind::kMax) {
         y[p * out_size + oi] = static_cast<T>(best);
         if (indices != nullptr) indices[p * out_size + oi] = p * in_size + best_index;
+      } else if constexpr (kKind == PoolKind::kLp) {
+        y[p * out_size + oi] = static_cast<T>(RootOf(sum, lp_order));
       } else {
         const int64_t divisor = count_include_pad ? padded : count;
         y[p * out_size + oi] = static_cast<T>(divisor > 0 ? sum / static_cast<Acc<T>>(divisor) : Acc<T>(0));
@@ -259,12 +288,14 @@ void PoolPlanes2D(const T* x, T* y, const WindowGeometry& g, const std::vector<s
 
 class PoolKernel final : public OpKernel {
  public:
-  PoolKernel(const Node& node, PoolKind kind, WindowAttributes attrs, bool count_include_pad, bool column_major)
+  PoolKernel(const Node& node, PoolKind kind, WindowAttributes attrs, bool count_include_pad, bool column_major,
+             int64_t lp_order)
       : OpKernel(node),
         kind_(kind),
         attrs_(std::move(attrs)),
         count_include_pad_(count_include_pad),
-        column_major_(column_major) {}
+        column_major_(column_major),
+        lp_order_(lp_order) {}
 
   static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node, PoolKind kind) {
     TOB_ASSIGN_OR_RETURN(WindowAttributes attrs, WindowAttributes::Read(node));
@@ -274,7 +305,11 @@ class PoolKernel final : public OpKernel {
     TOB_RETURN_IF_ERROR(node.GetAttr("storage_order", &storage_order, int64_t{0}));
     if (storage_order != 0 && storage_order != 1)
       return InvalidModel(node.Describe(), ": storage_order must be 0 or 1, got ", storage_order);
-    return MakeKernel<PoolKernel>(node, kind, std::move(attrs), count_include_pad != 0, storage_order == 1);
+    int64_t lp_order = 2;
+    if (kind == PoolKind::kLp) {
+      TOB_ASSIGN_OR_RETURN(lp_order, ReadLpOrder(node));
+    }
+    return MakeKernel<PoolKernel>(node, kind, std::move(attrs), count_include_pad != 0, storage_order == 1, lp_order);
   }
 
   Status Compute(KernelContext& ctx) const override {
@@ -300,7 +335,10 @@ class PoolKernel final : public OpKernel {
       ParallelFor(ctx.thread_pool(), planes, grain, [&](int64_t b, int64_t e) {
         const T* xp = x.data<T>();
         T* yp = y.data<T>();
-        if (kind_ == PoolKind::kMax) {
+        if (kind_ == PoolKind::kLp) {
+          if constexpr (!std::is_integral_v<T>)
+            PoolPlanes<T, PoolKind::kLp>(xp, yp, nullptr, g2, taps, false, false, b, e, lp_order_);
+        } else if (kind_ == PoolKind::kMax) {
           if (g2.rank() != 2) PoolPlanes<T, PoolKind::kMax>(xp, yp, idx, g2, taps, false, column_major_, b, e);
           else if (idx != nullptr) MaxPoolWithIndices2D<T>(xp, yp, idx, g2, taps, column_major_, b, e);
           else PoolPlanes2D<T, PoolKind::kMax>(xp, yp, g2, taps, false, b, e);
@@ -319,10 +357,16 @@ class PoolKernel final : public OpKernel {
   WindowAttributes attrs_;
   bool count_include_pad_;
   bool column_major_;
+  int64_t lp_order_;
 };
 
 template <typename T>
-Acc<T> PlaneReduce(const T* x, int64_t n, PoolKind kind) {
+Acc<T> PlaneReduce(const T* x, int64_t n, PoolKind kind, int64_t lp_order) {
+  if (kind == PoolKind::kLp) {
+    Acc<T> sum = Acc<T>(0);
+    for (int64_t i = 0; i < n; ++i) sum += PowerOfAbs(static_cast<Acc<T>>(x[i]), lp_order);
+    return RootOf(sum, lp_order);
+  }
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
     return kind == PoolKind::kMax ? vec::Max(x, n) : vec::Sum(x, n) / static_cast<T>(n);
   } else {
@@ -337,9 +381,14 @@ Acc<T> PlaneReduce(const T* x, int64_t n, PoolKind kind) {
 
 class GlobalPoolKernel final : public OpKernel {
  public:
-  GlobalPoolKernel(const Node& node, PoolKind kind) : OpKernel(node), kind_(kind) {}
+  GlobalPoolKernel(const Node& node, PoolKind kind, int64_t lp_order)
+      : OpKernel(node), kind_(kind), lp_order_(lp_order) {}
   static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node, PoolKind kind) {
-    return MakeKernel<GlobalPoolKernel>(node, kind);
+    int64_t lp_order = 2;
+    if (kind == PoolKind::kLp) {
+      TOB_ASSIGN_OR_RETURN(lp_order, ReadLpOrder(node));
+    }
+    return MakeKernel<GlobalPoolKernel>(node, kind, lp_order);
   }
 
   Status Compute(KernelContext& ctx) const override {
@@ -355,7 +404,7 @@ class GlobalPoolKernel final : public OpKernel {
       const T* xp = x.data<T>();
       T* yp = y.data<T>();
       ParallelFor(ctx.thread_pool(), planes, std::max<int64_t>(1, 65536 / size), [&](int64_t b, int64_t e) {
-        for (int64_t p = b; p < e; ++p) yp[p] = static_cast<T>(PlaneReduce(xp + p * size, size, kind_));
+        for (int64_t p = b; p < e; ++p) yp[p] = static_cast<T>(PlaneReduce(xp + p * size, size, kind_, lp_order_));
       });
       return Status::OK();
     });
@@ -363,6 +412,7 @@ class GlobalPoolKernel final : public OpKernel {
 
  private:
   PoolKind kind_;
+  int64_t lp_order_;
 };
 
 KernelFactory PoolFactory(PoolKind kind) {
@@ -393,6 +443,11 @@ void RegisterCpuPoolKernels(KernelRegistry& registry) {
                         .Factory(GlobalPoolFactory(PoolKind::kAverage)));
   registry.Register(
       Def("GlobalMaxPool").Versions(1).Constraint("T", {0}, FloatTypes()).Factory(GlobalPoolFactory(PoolKind::kMax)));
+  // LpPool-1 had a float p; from 2 it is an integer, and 11/18 added pads rules and ceil_mode,
+  // which the shared window arithmetic already follows.
+  registry.Register(Def("LpPool").Versions(2).Constraint("T", {0}, FloatTypes()).Factory(PoolFactory(PoolKind::kLp)));
+  registry.Register(
+      Def("GlobalLpPool").Versions(2).Constraint("T", {0}, FloatTypes()).Factory(GlobalPoolFactory(PoolKind::kLp)));
 }
 
 }  // namespace tob

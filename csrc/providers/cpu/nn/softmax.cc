@@ -1,5 +1,5 @@
-// Softmax and LogSoftmax, max-shifted for stability. Before opset 13 the input is viewed as 2-D
-// [prod(dims[:axis]), prod(dims[axis:])] and each row is normalised; from 13 one axis is
+// Softmax, LogSoftmax and Hardmax, max-shifted for stability. Before opset 13 the input is viewed
+// as 2-D [prod(dims[:axis]), prod(dims[axis:])] and each row is normalised; from 13 one axis is
 // normalised and the dims after it ("inner") are carried along as vector lanes.
 #include <algorithm>
 #include <cmath>
@@ -163,6 +163,60 @@ class SoftmaxKernel final : public OpKernel {
   bool log_;
 };
 
+// Hardmax: 1 at the first maximum of each row (NaN counts as the maximum, as numpy's argmax), 0
+// elsewhere. Same axis rules as Softmax.
+class HardmaxKernel final : public OpKernel {
+ public:
+  HardmaxKernel(const Node& node, int64_t axis, bool coerce_2d) : OpKernel(node), axis_(axis), coerce_2d_(coerce_2d) {}
+
+  static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node, bool coerce_2d) {
+    int64_t axis = 0;
+    TOB_RETURN_IF_ERROR(node.GetAttr("axis", &axis, coerce_2d ? int64_t{1} : int64_t{-1}));
+    return MakeKernel<HardmaxKernel>(node, axis, coerce_2d);
+  }
+
+  Status Compute(KernelContext& ctx) const override {
+    const Tensor& x = *ctx.input(0);
+    Tensor& y = *ctx.output(0);
+    const int64_t rank = std::max<int64_t>(1, x.rank());
+    const int64_t axis = axis_ < 0 ? axis_ + rank : axis_;
+    if (axis < 0 || axis >= rank) return ctx.Fail("axis ", axis_, " is out of range for rank ", x.rank());
+    int64_t outer = 1, D = 1, inner = 1;
+    for (int64_t i = 0; i < x.rank(); ++i) {
+      if (i < axis) outer *= x.dim(i);
+      else if (i == axis || coerce_2d_) D *= x.dim(i);
+      else inner *= x.dim(i);
+    }
+    if (x.numel() == 0) return Status::OK();
+    return DispatchFloat(ctx, x.dtype(), [&]<typename T>() -> Status {
+      const T* xp = x.data<T>();
+      T* yp = y.data<T>();
+      ParallelFor(ctx.thread_pool(), outer * inner, std::max<int64_t>(1, 8192 / D), [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) {
+          const int64_t o = r / inner, i = r % inner;
+          const T* row = xp + o * D * inner + i;
+          T* out = yp + o * D * inner + i;
+          int64_t best = 0;
+          double best_d = static_cast<double>(row[0]);
+          for (int64_t d = 1; d < D && best_d == best_d; ++d) {
+            const double v = static_cast<double>(row[d * inner]);
+            if (v > best_d || v != v) {
+              best = d;
+              best_d = v;
+            }
+          }
+          for (int64_t d = 0; d < D; ++d) out[d * inner] = static_cast<T>(d == best ? 1.0f : 0.0f);
+        }
+      });
+      return Status::OK();
+    });
+  }
+
+ private:
+  int64_t axis_;
+  bool coerce_2d_;
+};
+
 KernelFactory SoftmaxFactory(bool coerce_2d, bool log) {
   return [coerce_2d, log](const Node& n) { return SoftmaxKernel::Create(n, coerce_2d, log); };
 }
@@ -175,6 +229,12 @@ void RegisterCpuSoftmaxKernels(KernelRegistry& registry) {
     registry.Register(Def(op).Versions(1, 12).Constraint("T", {0}, FloatTypes()).Factory(SoftmaxFactory(true, log)));
     registry.Register(Def(op).Versions(13).Constraint("T", {0}, FloatTypes()).Factory(SoftmaxFactory(false, log)));
   }
+  registry.Register(Def("Hardmax").Versions(1, 12).Constraint("T", {0}, FloatTypes()).Factory([](const Node& n) {
+    return HardmaxKernel::Create(n, true);
+  }));
+  registry.Register(Def("Hardmax").Versions(13).Constraint("T", {0}, FloatTypes()).Factory([](const Node& n) {
+    return HardmaxKernel::Create(n, false);
+  }));
 }
 
 }  // namespace tob

@@ -1,5 +1,5 @@
-// CumSum along the axis given by the second input, with the exclusive and reverse attributes.
-// float16/bfloat16 accumulate in float32; integer sums wrap.
+// CumSum and CumProd along the axis given by the second input, with the exclusive and reverse
+// attributes. float16/bfloat16 accumulate in float32; integer sums and products wrap.
 #include <memory>
 #include <type_traits>
 
@@ -15,8 +15,14 @@ inline T Narrow(A a) {
   else return static_cast<T>(a);
 }
 
-template <bool kExclusive, bool kReverse, typename T>
-void CumSumRows(KernelContext& ctx, const T* x, ReduceExtent e, T* y) {
+// The running value before the first element: 0 for a sum, 1 for a product.
+template <Combine C, typename A>
+constexpr A Identity() {
+  return C == Combine::kSum ? A(0) : A(1);
+}
+
+template <Combine C, bool kExclusive, bool kReverse, typename T>
+void CumRows(KernelContext& ctx, const T* x, ReduceExtent e, T* y) {
   using A = AccOf<T>;
   const int64_t len = e.reduce;
   int64_t grain = std::max<int64_t>(1, kReduceGrain / std::max<int64_t>(1, len));
@@ -24,15 +30,15 @@ void CumSumRows(KernelContext& ctx, const T* x, ReduceExtent e, T* y) {
     for (int64_t o = begin; o < end; ++o) {
       const T* in = x + o * len;
       T* out = y + o * len;
-      A acc = A(0);
+      A acc = Identity<C, A>();
       for (int64_t k = 0; k < len; ++k) {
         int64_t j = kReverse ? len - 1 - k : k;
         A v = static_cast<A>(in[j]);
         if constexpr (kExclusive) {
           out[j] = Narrow<T>(acc);
-          acc = CombineOf<Combine::kSum, A>(acc, v);
+          acc = CombineOf<C, A>(acc, v);
         } else {
-          acc = CombineOf<Combine::kSum, A>(acc, v);
+          acc = CombineOf<C, A>(acc, v);
           out[j] = Narrow<T>(acc);
         }
       }
@@ -41,8 +47,8 @@ void CumSumRows(KernelContext& ctx, const T* x, ReduceExtent e, T* y) {
 }
 
 // inner > 1: a running row of partial sums, updated one input row at a time (vectorises).
-template <bool kExclusive, bool kReverse, typename T>
-void CumSumColumns(KernelContext& ctx, const T* x, ReduceExtent e, T* y) {
+template <Combine C, bool kExclusive, bool kReverse, typename T>
+void CumColumns(KernelContext& ctx, const T* x, ReduceExtent e, T* y) {
   using A = AccOf<T>;
   const int64_t tiles = CeilDiv(e.inner, kColumnTile);
   const int64_t tile_width = std::min(e.inner, kColumnTile);
@@ -53,7 +59,7 @@ void CumSumColumns(KernelContext& ctx, const T* x, ReduceExtent e, T* y) {
     for (int64_t unit = begin; unit < end; ++unit) {
       int64_t o = unit / tiles, i0 = (unit % tiles) * kColumnTile;
       int64_t width = std::min(kColumnTile, e.inner - i0);
-      for (int64_t i = 0; i < width; ++i) acc[i] = A(0);
+      for (int64_t i = 0; i < width; ++i) acc[i] = Identity<C, A>();
       for (int64_t k = 0; k < e.reduce; ++k) {
         int64_t j = kReverse ? e.reduce - 1 - k : k;
         int64_t offset = (o * e.reduce + j) * e.inner + i0;
@@ -69,9 +75,9 @@ void CumSumColumns(KernelContext& ctx, const T* x, ReduceExtent e, T* y) {
         for (int64_t i = 0; i < width; ++i) {
           if constexpr (kExclusive) {
             out[i] = Narrow<T>(acc[i]);
-            acc[i] = CombineOf<Combine::kSum, A>(acc[i], v[i]);
+            acc[i] = CombineOf<C, A>(acc[i], v[i]);
           } else {
-            acc[i] = CombineOf<Combine::kSum, A>(acc[i], v[i]);
+            acc[i] = CombineOf<C, A>(acc[i], v[i]);
             out[i] = Narrow<T>(acc[i]);
           }
         }
@@ -80,16 +86,22 @@ void CumSumColumns(KernelContext& ctx, const T* x, ReduceExtent e, T* y) {
   });
 }
 
-class CumSumKernel final : public OpKernel {
+// C is kSum (CumSum) or kProd (CumProd).
+template <Combine C>
+class CumulativeKernel final : public OpKernel {
  public:
   static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node) {
     int64_t exclusive = 0, reverse = 0;
     TOB_RETURN_IF_ERROR(node.GetAttr("exclusive", &exclusive, 0));
     TOB_RETURN_IF_ERROR(node.GetAttr("reverse", &reverse, 0));
-    return MakeKernel<CumSumKernel>(node, exclusive != 0, reverse != 0);
+    if (exclusive != 0 && exclusive != 1)
+      return InvalidModel(node.Describe(), ": attribute 'exclusive' must be 0 or 1, got ", exclusive);
+    if (reverse != 0 && reverse != 1)
+      return InvalidModel(node.Describe(), ": attribute 'reverse' must be 0 or 1, got ", reverse);
+    return MakeKernel<CumulativeKernel>(node, exclusive != 0, reverse != 0);
   }
 
-  CumSumKernel(const Node& node, bool exclusive, bool reverse)
+  CumulativeKernel(const Node& node, bool exclusive, bool reverse)
       : OpKernel(node), exclusive_(exclusive), reverse_(reverse) {}
 
   Status Compute(KernelContext& ctx) const override {
@@ -121,11 +133,11 @@ class CumSumKernel final : public OpKernel {
   template <bool kExclusive, typename T>
   void Run(KernelContext& ctx, const T* x, ReduceExtent e, T* y) const {
     if (e.inner == 1) {
-      if (reverse_) CumSumRows<kExclusive, true>(ctx, x, e, y);
-      else CumSumRows<kExclusive, false>(ctx, x, e, y);
+      if (reverse_) CumRows<C, kExclusive, true>(ctx, x, e, y);
+      else CumRows<C, kExclusive, false>(ctx, x, e, y);
     } else {
-      if (reverse_) CumSumColumns<kExclusive, true>(ctx, x, e, y);
-      else CumSumColumns<kExclusive, false>(ctx, x, e, y);
+      if (reverse_) CumColumns<C, kExclusive, true>(ctx, x, e, y);
+      else CumColumns<C, kExclusive, false>(ctx, x, e, y);
     }
   }
 
@@ -146,7 +158,13 @@ void RegisterCpuCumSumKernels(KernelRegistry& registry) {
           .Versions(11)
           .Constraint("T", {0}, {kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kUInt32, kUInt64})
           .Constraint("T2", {1}, {kInt32, kInt64})
-          .Kernel<CumSumKernel>());
+          .Kernel<CumulativeKernel<Combine::kSum>>());
+  registry.Register(
+      Def("CumProd")
+          .Versions(26)
+          .Constraint("T", {0}, {kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kUInt32, kUInt64})
+          .Constraint("T2", {1}, {kInt32, kInt64})
+          .Kernel<CumulativeKernel<Combine::kProd>>());
 }
 
 }  // namespace tob

@@ -1,6 +1,7 @@
 // Pad: constant, reflect, edge and wrap modes, negative pads crop. Every output position maps,
 // axis by axis, to an input index (or to the constant); rows whose inner map is the identity over
-// a stretch copy that stretch with one memcpy.
+// a stretch copy that stretch with one memcpy. CenterCropPad is a zero Pad whose pads centre the
+// input in the requested shape (negative: a centred crop).
 #include <algorithm>
 
 #include "framework/kernel_registry.h"
@@ -149,6 +150,55 @@ class PadKernel final : public OpKernel {
   float value_;
 };
 
+class CenterCropPadKernel final : public OpKernel {
+ public:
+  CenterCropPadKernel(const Node& node, std::vector<int64_t> axes) : OpKernel(node), axes_(std::move(axes)) {}
+
+  static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node) {
+    std::vector<int64_t> axes;
+    TOB_RETURN_IF_ERROR(node.GetAttr("axes", &axes, std::vector<int64_t>{}));
+    return MakeKernel<CenterCropPadKernel>(node, std::move(axes));
+  }
+
+  Status Compute(KernelContext& ctx) const override {
+    const Tensor& in = *ctx.input(0);
+    Tensor* out = ctx.output(0);
+    const int64_t rank = in.rank();
+    const std::vector<int64_t> shape = ctx.input(1)->ToInt64Vector();
+    std::vector<int64_t> axes = axes_;
+    if (axes.empty())
+      for (int64_t i = 0; i < rank; ++i) axes.push_back(i);
+    if (shape.size() != axes.size()) return ctx.Fail("shape has ", shape.size(), " values for ", axes.size(), " axes");
+    // Pads centring the input: an odd difference leaves the extra element at the end.
+    std::vector<int64_t> begin(static_cast<size_t>(rank), 0);
+    for (size_t i = 0; i < axes.size(); ++i) {
+      const int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i];
+      if (a < 0 || a >= rank) return ctx.Fail("axis ", axes[i], " is out of range for rank ", rank);
+      const int64_t diff = shape[i] - in.dim(a);
+      begin[a] = diff >= 0 ? diff / 2 : -((-diff) / 2);
+      if (out->dim(a) != shape[i]) return ctx.Fail("output ", ShapeToString(out->shape()), " does not match shape");
+    }
+    if (out->numel() == 0) return Status::OK();
+    const size_t es = DTypeSize(in.dtype());
+    if (rank == 0) {
+      std::memcpy(out->raw_data(), in.raw_data(), es);
+      return Status::OK();
+    }
+    std::vector<std::vector<int64_t>> maps(static_cast<size_t>(rank));
+    for (int64_t k = 0; k < rank; ++k) {
+      maps[k].resize(static_cast<size_t>(out->dim(k)));
+      for (int64_t o = 0; o < out->dim(k); ++o) maps[k][o] = SourceIndex(o, begin[k], in.dim(k), PadMode::kConstant);
+    }
+    tensor_ops::DispatchElementSize(es, [&]<typename E>() {
+      PadRows(ctx.thread_pool(), in.data<E>(), out->data<E>(), in.shape(), out->shape(), maps, begin.back(), E(0));
+    });
+    return Status::OK();
+  }
+
+ private:
+  std::vector<int64_t> axes_;
+};
+
 KernelFactory PadFactory(bool from_inputs) {
   return [=](const Node& node) { return PadKernel::Create(node, from_inputs); };
 }
@@ -166,6 +216,11 @@ void RegisterCpuPadKernels(KernelRegistry& registry) {
                           .Constraint("Tind", {3}, {DType::kInt32, DType::kInt64})
                           .Factory(PadFactory(true)));
   }
+  registry.Register(Def("CenterCropPad")
+                        .Versions(18)
+                        .Constraint("T", {0}, AllTypes())
+                        .Constraint("Tind", {1}, {DType::kInt32, DType::kInt64})
+                        .Kernel<CenterCropPadKernel>());
 }
 
 }  // namespace tob
