@@ -75,6 +75,14 @@ CASES = {
                          lambda: (_r(4, 4),), (0,)),
     "repeat": (lambda x: x.repeat(2, 3) * 1.5, lambda: (_r(2, 2),), (0,)),
     "dropout_eval": (lambda x: F.dropout(x, 0.3, training=False) * 2, lambda: (_r(5),), (0,)),
+    "topk": (lambda x: torch.cat([torch.topk(x, 3, dim=1).values.flatten() * 2,
+                                  torch.topk(x, 2, dim=0, largest=False).indices.flatten().float()]),
+             lambda: (_r(4, 6),), (0,)),
+    "grid_sample": (lambda x, g: torch.cat([F.grid_sample(x, g, padding_mode="border", align_corners=False).flatten(),
+                                           F.grid_sample(x, g, mode="nearest", align_corners=True).flatten(),
+                                           F.grid_sample(x, g, mode="bicubic", padding_mode="reflection",
+                                                         align_corners=False).flatten()]),
+                    lambda: (_r(2, 3, 5, 6), _r(2, 4, 3, 2, lo=0.05, hi=1.2)), (0, 1)),
 }
 
 # The cases that send ops to the ATen fallback on purpose: exactly these ops, for the reason given
@@ -88,6 +96,8 @@ EXPECTED_FALLBACKS: dict[str, tuple[set[str], str]] = {
                       "ops_tensor.slice_backward converts unit-step slices only; x[:, ::2]'s gradient has step 2"),
     "avg_pool_global": ({"aten.avg_pool2d_backward.default"},
                         "avg_pool2d's gradient has no converter (the engine has no AveragePool gradient kernel)"),
+    "grid_sample": ({"aten.grid_sampler_2d_backward.default"},
+                    "GridSample runs the forward; its gradient has no engine kernel"),
 }
 
 

@@ -16,7 +16,10 @@ from torch_ort_backend.backend import compile_stats, ort_backend
 
 # Ops that do not exist below an opset run as ATen nodes there (exporter/opset_compat.py): case ->
 # (the opset the ONNX op appeared at, the ATen ops that fall back below it).
-FALLS_BACK_BELOW = {"pad_trilu_cumsum": (14, {"aten.triu.default", "aten.tril.default"})}  # Trilu is opset 14
+FALLS_BACK_BELOW = {
+    "pad_trilu_cumsum": (14, {"aten.triu.default", "aten.tril.default"}),  # Trilu is opset 14
+    "grid_sample": (16, {"aten.grid_sampler_2d.default"}),  # GridSample is opset 16
+}
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""Reductions (and CumSum). From opset 18 every Reduce* takes its axes as an input; before, only
+"""Reductions (and CumSum, TopK). From opset 18 every Reduce* takes its axes as an input; before, only
 ReduceSum does."""
 
 from __future__ import annotations
@@ -99,3 +99,16 @@ def argmax(ctx, node, a):
 def cumsum(ctx, node, a):
     dt = out_meta(node).dtype
     return ctx.op("CumSum", ctx.cast(a.self, dt), ctx.scalar(_norm_dim(a.dim, a.self.rank), torch.int64))
+
+
+@converter(aten.topk.default)
+def topk(ctx, node, a):
+    # TopK always returns sorted values; torch's sorted=False order is its own, so leave it to torch.
+    if not a.sorted or not isinstance(a.k, int):
+        return None
+    x = a.self
+    dim = _norm_dim(a.dim, x.rank)
+    k = ctx.const(np.asarray([a.k], np.int64), torch.int64)
+    values, indices = ctx.op("TopK", x, k, outputs=2, dtypes=[x.dtype, torch.int64], axis=dim,
+                             largest=int(bool(a.largest)), sorted=1)
+    return values, indices

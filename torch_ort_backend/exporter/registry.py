@@ -67,5 +67,6 @@ def _load_families() -> None:
         ops_reduction,
         ops_symbolic,
         ops_tensor,
+        ops_tensor_resample,
         ops_training,
     )
