@@ -46,6 +46,13 @@ class SessionOptions:
         # not only the allow-list of pure tensor operators: only for a model trusted as code
         # (docs/security.md). Graphs compiled by this process's "ort" backend set it themselves.
         self.allow_unsafe_aten_ops = False
+        # Cast propagation (the engine's PropagateCastOps pass, docs/architecture.md): off at level -1;
+        # strategy 0 NONE, 1 INSERT_AND_REDUCE, 2 FLOOD_FILL (onnxruntime-training's values); allow: op
+        # types moved at every level; the low-precision type the casts go to, 'float16' or 'bfloat16'.
+        self.propagate_cast_ops_strategy = 2
+        self.propagate_cast_ops_level = -1
+        self.propagate_cast_ops_allow: list[str] = []
+        self.propagate_cast_ops_dtype = "float16"
 
     def __setattr__(self, name: str, value: Any) -> None:
         validator = _VALIDATORS.get(name)
@@ -67,6 +74,9 @@ class SessionOptions:
         o.enable_memory_pattern = self.enable_mem_pattern
         o.verify_each_pass = self.verify_each_pass
         o.allow_unsafe_aten_ops = self.allow_unsafe_aten_ops
+        low = _ONNX_LOW_PRECISION[self.propagate_cast_ops_dtype]
+        o.propagate_cast_ops = (int(self.propagate_cast_ops_strategy), self.propagate_cast_ops_level,
+                                list(self.propagate_cast_ops_allow), low)
         return o
 
 
@@ -111,6 +121,35 @@ def _str(name: str, v: Any) -> str:
     return os.fspath(v)
 
 
+def _cast_strategy(name: str, v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or int(v) not in (0, 1, 2):
+        raise ValueError(f"SessionOptions.{name} must be 0 (NONE), 1 (INSERT_AND_REDUCE) or 2 (FLOOD_FILL), got {v!r}")
+    return int(v)
+
+
+def _cast_level(name: str, v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < -1:
+        raise ValueError(f"SessionOptions.{name} must be an int >= -1 (-1: cast propagation off), got {v!r}")
+    return v
+
+
+def _op_types(name: str, v: Any) -> list[str]:
+    if isinstance(v, str) or not isinstance(v, (list, tuple)) or not all(isinstance(o, str) and o for o in v):
+        raise ValueError(f"SessionOptions.{name} must be a list of op types (non-empty strings), got {v!r}")
+    return list(v)
+
+
+_ONNX_LOW_PRECISION = {"float16": 10, "bfloat16": 16}  # TensorProto codes
+
+
+def _low_precision(name: str, v: Any) -> str:
+    """'float16' or 'bfloat16' (a torch dtype of either is accepted)."""
+    text = str(v).removeprefix("torch.")
+    if text not in _ONNX_LOW_PRECISION:
+        raise ValueError(f"SessionOptions.{name} must be 'float16' or 'bfloat16' (or the torch dtype), got {v!r}")
+    return text
+
+
 _VALIDATORS = {
     "state_updates": _state_updates,
     "intra_op_num_threads": _non_negative_int,
@@ -121,6 +160,10 @@ _VALIDATORS = {
     "enable_mem_pattern": _bool,
     "verify_each_pass": _bool,
     "allow_unsafe_aten_ops": _bool,
+    "propagate_cast_ops_strategy": _cast_strategy,
+    "propagate_cast_ops_level": _cast_level,
+    "propagate_cast_ops_allow": _op_types,
+    "propagate_cast_ops_dtype": _low_precision,
 }
 
 

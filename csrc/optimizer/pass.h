@@ -30,6 +30,19 @@ struct PassContext {
   std::vector<std::string> keep_values;
 };
 
+// Cast propagation (optimizer/propagate_cast_ops.cc), onnxruntime-training's PropagateCastOps:
+// moves the Casts between float32 and a low-precision float type across ops that compute as well
+// in the low type. Strategy values are the reference's (flags: kInsertAndReduce | kFloodFill).
+struct CastPropagationOptions {
+  enum class Strategy : int { kNone = 0, kInsertAndReduce = 1, kFloodFill = 2 };
+  Strategy strategy = Strategy::kFloodFill;
+  // -1: off; 0: only the `allow` ops; 1 and 2: the reference's op sets of that level, and `allow`.
+  int level = -1;
+  std::vector<std::string> allow;
+  DType low_precision = DType::kFloat16;  // float16 or bfloat16
+  bool enabled() const { return level >= 0; }
+};
+
 class GraphPass {
  public:
   virtual ~GraphPass() = default;
@@ -53,8 +66,9 @@ class PassManager {
   std::vector<std::string> applied_;
 };
 
-// The standard pipeline for a level (optimizer/pipeline.cc).
-PassManager BuildPipeline(OptLevel level);
+// The standard pipeline for a level (optimizer/pipeline.cc), with cast propagation when
+// `casts` enables it (at any level but kDisableAll).
+PassManager BuildPipeline(OptLevel level, const CastPropagationOptions& casts = {});
 
 // Fills every value's ValueType from the op schemas (static, symbolic dims allowed).
 Status InferShapes(Graph& graph, const OpSchemaRegistry& schemas);

@@ -23,6 +23,9 @@ std::unique_ptr<GraphPass> CreateCommonSubexpressionEliminationPass();
 std::unique_ptr<GraphPass> CreateConvBatchNormFoldingPass();
 // 2-D Transposes around MatMul/Gemm become Gemm's transA/transB (extended level).
 std::unique_ptr<GraphPass> CreateMatMulTransposeFusionPass();
+// Moves Casts between float32 and options.low_precision across ops that compute as well in the
+// low type (strategy, level and allow list of onnxruntime-training's PropagateCastOps).
+std::unique_ptr<GraphPass> CreatePropagateCastOpsPass(CastPropagationOptions options);
 // Removes nodes none of whose outputs is used, kept or a graph output.
 std::unique_ptr<GraphPass> CreateDeadCodeEliminationPass();
 

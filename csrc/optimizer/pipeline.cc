@@ -28,7 +28,7 @@ Status PassManager::Run(Graph& graph, PassContext& ctx, int max_rounds) {
   return Status::OK();
 }
 
-PassManager BuildPipeline(OptLevel level) {
+PassManager BuildPipeline(OptLevel level, const CastPropagationOptions& casts) {
   PassManager pm;
   if (level == OptLevel::kDisableAll) return pm;
   // kBasic: semantics-preserving clean-ups that every provider benefits from. Shape inference
@@ -36,6 +36,9 @@ PassManager BuildPipeline(OptLevel level) {
   // rounds see the static shapes it produced.
   pm.Add(CreateShapeInferencePass());
   pm.Add(CreateConstantFoldingPass());
+  // Chosen by the user (it may compute ops in the low-precision type); folding then turns the
+  // Casts it puts on constants into constants of the low type.
+  if (casts.enabled()) pm.Add(CreatePropagateCastOpsPass(casts));
   pm.Add(CreateIdentityEliminationPass());
   pm.Add(CreateCommonSubexpressionEliminationPass());
   pm.Add(CreateDeadCodeEliminationPass());

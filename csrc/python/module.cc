@@ -348,6 +348,21 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("allow_unsafe_aten_ops", &SessionOptions::allow_unsafe_aten_ops)
       .def_readwrite("providers", &SessionOptions::providers)
       .def_property(
+          "propagate_cast_ops",
+          [](const SessionOptions& o) {
+            const CastPropagationOptions& c = o.propagate_cast_ops;
+            return py::make_tuple(static_cast<int>(c.strategy), c.level, c.allow, static_cast<int>(c.low_precision));
+          },
+          [](SessionOptions& o, const std::tuple<int, int, std::vector<std::string>, int>& config) {
+            // (strategy, level, allow, low-precision ONNX dtype); validated by session.py.
+            const auto& [strategy, level, allow, dtype] = config;
+            o.propagate_cast_ops.strategy = static_cast<CastPropagationOptions::Strategy>(strategy);
+            o.propagate_cast_ops.level = level;
+            o.propagate_cast_ops.allow = allow;
+            o.propagate_cast_ops.low_precision = DTypeFromOnnx(dtype);
+          },
+          "cast propagation (optimizer/propagate_cast_ops.cc): (strategy, level, allow, ONNX dtype of the low type)")
+      .def_property(
           "state_updates",
           [](const SessionOptions& o) {
             py::list l;

@@ -66,7 +66,7 @@ Status Session::Initialize() {
   TOB_RETURN_IF_ERROR(VerifyStateUpdates(g, options_.state_updates));
   bound_states_.assign(g.inputs().size(), Tensor());
 
-  PassManager pipeline = BuildPipeline(options_.optimization_level);
+  PassManager pipeline = BuildPipeline(options_.optimization_level, options_.propagate_cast_ops);
   PassContext pctx;
   pctx.verify_after_each_pass = options_.verify_each_pass;
   TOB_RETURN_IF_ERROR(pipeline.Run(g, pctx));

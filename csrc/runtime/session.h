@@ -31,6 +31,8 @@ struct SessionOptions {
   std::string profile_file_prefix = "tob_profile";
   bool enable_memory_pattern = true;  // plan and reuse one arena per input-shape signature
   bool verify_each_pass = false;
+  // Cast propagation (optimizer/propagate_cast_ops.cc); off unless level >= 0.
+  CastPropagationOptions propagate_cast_ops;
   // ATen nodes may call any torch operator, not only the allow-list of pure tensor operators
   // (csrc/providers/torch/aten_op_policy.inc): only for graphs trusted like code, such as the ones
   // this process's own exporter made (docs/security.md). Never read from the model.
