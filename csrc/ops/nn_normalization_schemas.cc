@@ -1,5 +1,5 @@
 // Normalizations and softmax: BatchNormalization, InstanceNormalization, LayerNormalization,
-// com.microsoft::SkipLayerNormalization, Softmax, LogSoftmax.
+// com.microsoft::SkipLayerNormalization, RMSNormalization, Softmax, LogSoftmax.
 #include <algorithm>
 
 #include "ops/op_schema.h"
@@ -84,6 +84,24 @@ Status InferLayerNorm(InferenceContext& ctx) {
   return Status::OK();
 }
 
+// X (type T) normalised over the dims from axis; Y has X's shape and Scale's type (V).
+Status InferRmsNorm(InferenceContext& ctx) {
+  const ValueType& x = *ctx.input_type(0);
+  const ValueType& scale = *ctx.input_type(1);
+  int64_t axis = -1, stash_type = 1;
+  TOB_RETURN_IF_ERROR(ctx.node().GetAttr("axis", &axis, int64_t{-1}));
+  TOB_RETURN_IF_ERROR(ctx.node().GetAttr("stash_type", &stash_type, int64_t{1}));
+  if (stash_type != 1) return ctx.Fail("stash_type ", stash_type, " is not supported (1: float32)");
+  if (x.has_rank()) {
+    int64_t a = 0;
+    TOB_RETURN_IF_ERROR(NormalizeAxis(ctx, axis, x.rank(), &a));
+    const Dims normalized(x.shape->begin() + a, x.shape->end());
+    TOB_RETURN_IF_ERROR(CheckBroadcastsTo(ctx, "scale", &scale, normalized));
+  }
+  ctx.set_output(0, ValueType(scale.dtype, x.shape));
+  return Status::OK();
+}
+
 Status InferSkipLayerNorm(InferenceContext& ctx) {
   const ValueType& x = *ctx.input_type(0);
   const ValueType& skip = *ctx.input_type(1);
@@ -132,6 +150,7 @@ void RegisterNnNormalizationSchemas(OpSchemaRegistry& registry) {
   // for opsets below 17, where ai.onnx has none.
   registry.Register(OpSchema{kMicrosoftDomain, "LayerNormalization", 2, 3, 1, 3, InferLayerNorm});
   registry.Register(OpSchema{kMicrosoftDomain, "SkipLayerNormalization", 3, 5, 1, 4, InferSkipLayerNorm});
+  registry.Register(OpSchema{"", "RMSNormalization", 2, 2, 1, 1, InferRmsNorm});
   registry.Register(OpSchema{"", "Softmax", 1, 1, 1, 1, InferSoftmax});
   registry.Register(OpSchema{"", "LogSoftmax", 1, 1, 1, 1, InferSoftmax});
   registry.Register(OpSchema{"", "Hardmax", 1, 1, 1, 1, InferSoftmax});  // Softmax's axis rules

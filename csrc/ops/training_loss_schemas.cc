@@ -1,5 +1,5 @@
-// Losses: the standard NegativeLogLikelihoodLoss (ai.onnx 12+) and its gradient
-// com.microsoft::NegativeLogLikelihoodLossGrad.
+// Losses: the standard NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss (ai.onnx 12+) and
+// their gradients com.microsoft::NegativeLogLikelihoodLossGrad and SoftmaxCrossEntropyLossGrad.
 #include "ops/training_schema_utils.h"
 
 namespace tob {
@@ -97,11 +97,22 @@ Status InferNllLossGrad(InferenceContext& ctx) {
   return Status::OK();
 }
 
+// (scores, labels, weights?) -> (loss, log_prob?): the loss as NegativeLogLikelihoodLoss's, the
+// log-probabilities of the scores' type and shape.
+Status InferSoftmaxCrossEntropy(InferenceContext& ctx) {
+  TOB_RETURN_IF_ERROR(InferNllLoss(ctx));
+  if (ctx.num_outputs() > 1) ctx.set_output(1, *ctx.input_type(0));
+  return Status::OK();
+}
+
 }  // namespace
 
 void RegisterTrainingLossSchemas(OpSchemaRegistry& registry) {
   registry.Register(OpSchema{"", "NegativeLogLikelihoodLoss", 2, 3, 1, 1, InferNllLoss});
   registry.Register(OpSchema{kMicrosoftDomain, "NegativeLogLikelihoodLossGrad", 3, 4, 1, 1, InferNllLossGrad});
+  registry.Register(OpSchema{"", "SoftmaxCrossEntropyLoss", 2, 3, 1, 2, InferSoftmaxCrossEntropy});
+  // (dY, log_prob, labels, weights?) -> d_logits: the same checks as NegativeLogLikelihoodLossGrad's.
+  registry.Register(OpSchema{kMicrosoftDomain, "SoftmaxCrossEntropyLossGrad", 3, 4, 1, 1, InferNllLossGrad});
 }
 
 }  // namespace tob

@@ -1,7 +1,8 @@
-// LayerNormalization (opset 17, and com.microsoft's for older opsets) and
-// com.microsoft::SkipLayerNormalization. Rows are independent
-// and split across the pool; each row is normalised with a two-pass mean/variance (no
-// cancellation) using the vectorised reductions of vec_math.h.
+// LayerNormalization (opset 17, and com.microsoft's for older opsets),
+// com.microsoft::SkipLayerNormalization and RMSNormalization (opset 23). Rows are independent
+// and split across the pool; each LayerNorm row is normalised with a two-pass mean/variance (no
+// cancellation) using the vectorised reductions of vec_math.h; an RMSNorm row sums its squares
+// in float64.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -218,6 +219,59 @@ class SkipLayerNormKernel final : public OpKernel {
   float epsilon_;
 };
 
+// RMSNormalization: y = x / sqrt(mean(x^2 over the dims from axis) + epsilon) * scale. X (type T)
+// and scale / Y (type V) may differ; 16-bit types compute in float32.
+class RmsNormKernel final : public OpKernel {
+ public:
+  RmsNormKernel(const Node& node, int64_t axis, float epsilon) : OpKernel(node), axis_(axis), epsilon_(epsilon) {}
+
+  static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node) {
+    int64_t axis = -1;
+    float epsilon = 1e-5f;
+    TOB_RETURN_IF_ERROR(node.GetAttr("axis", &axis, int64_t{-1}));
+    TOB_RETURN_IF_ERROR(node.GetAttr("epsilon", &epsilon, 1e-5f));
+    return MakeKernel<RmsNormKernel>(node, axis, epsilon);
+  }
+
+  Status Compute(KernelContext& ctx) const override {
+    const Tensor& x = *ctx.input(0);
+    Tensor& y = *ctx.output(0);
+    const int64_t axis = axis_ < 0 ? axis_ + x.rank() : axis_;
+    if (axis < 0 || axis >= x.rank()) return ctx.Fail("axis ", axis_, " is out of range for rank ", x.rank());
+    const Shape trailing(x.shape().begin() + axis, x.shape().end());
+    const int64_t D = NumElements(trailing);
+    const int64_t rows = D == 0 ? 0 : x.numel() / D;
+    if (rows == 0) return Status::OK();
+    return DispatchFloat(ctx, x.dtype(), [&]<typename T>() -> Status {
+      using C = ComputeType<T>;
+      TOB_ASSIGN_OR_RETURN(Tensor scale, ExpandTrailing<C>(ctx, *ctx.input(1), trailing));
+      return DispatchFloat(ctx, y.dtype(), [&]<typename V>() -> Status {
+        const T* xp = x.data<T>();
+        const C* sp = scale.data<C>();
+        V* yp = y.data<V>();
+        ParallelFor(ctx.thread_pool(), rows, std::max<int64_t>(1, 16384 / D), [&](int64_t b, int64_t e) {
+          for (int64_t r = b; r < e; ++r) {
+            const T* xr = xp + r * D;
+            double squares = 0;
+            for (int64_t i = 0; i < D; ++i) {
+              const double v = static_cast<C>(xr[i]);
+              squares += v * v;
+            }
+            const C inv_rms = static_cast<C>(1.0 / std::sqrt(squares / static_cast<double>(D) + epsilon_));
+            V* yr = yp + r * D;
+            for (int64_t i = 0; i < D; ++i) yr[i] = static_cast<V>(static_cast<C>(xr[i]) * inv_rms * sp[i]);
+          }
+        });
+        return Status::OK();
+      });
+    });
+  }
+
+ private:
+  int64_t axis_;
+  float epsilon_;
+};
+
 }  // namespace
 
 void RegisterCpuLayerNormKernels(KernelRegistry& registry) {
@@ -233,6 +287,11 @@ void RegisterCpuLayerNormKernels(KernelRegistry& registry) {
                         .Versions(1)
                         .Constraint("T", {0, 1, 2, 3, 4}, FloatTypes())
                         .Kernel<SkipLayerNormKernel>());
+  registry.Register(Def("RMSNormalization")
+                        .Versions(23)
+                        .Constraint("T", {0}, FloatTypes())
+                        .Constraint("V", {1}, FloatTypes())
+                        .Kernel<RmsNormKernel>());
 }
 
 }  // namespace tob
