@@ -1,151 +1,107 @@
 #!/usr/bin/env python3
-"""Runs the onnx package's backend node tests on our engine (or onnxruntime) and reports.
+"""Runs the onnx package's whole backend test suite on our engine (and/or onnxruntime) and reports.
 
-  python tools/run_node_tests.py 'test_add'            # tests whose name matches the regex
-  python tools/run_node_tests.py --summary             # the WHOLE suite: pass / fail / skip counts
-  python tools/run_node_tests.py --summary --backend onnxruntime
+  python tools/run_node_tests.py 'test_add'                  # cases whose name matches the regex
+  python tools/run_node_tests.py --summary                   # the WHOLE suite: counts and failures
+  python tools/run_node_tests.py --summary --backend both    # ours beside onnxruntime, by op
+  python tools/run_node_tests.py --write-baseline            # refresh tests/python/conformance_baseline.txt
 
-A test is "skip" when the backend does not claim the model's ops (for us: no registered kernel;
-for onnxruntime: session creation raises NOT_IMPLEMENTED / invalid graph), "fail" when it runs
-and gives a wrong answer or raises, "pass" otherwise. Comparison: each test's own rtol/atol (onnx's
-defaults are rtol 1e-3, atol 1e-7).
+The runner is onnx's own `onnx.backend.test.BackendTest` (torch_ort_backend/testing/backend_suite.py):
+all its CPU cases (node tests and the simple / light-model / pytorch model tests; CUDA cases left
+out), each compared by the runner itself with the case's rtol/atol. A failure and an error are both
+"fail"; "skip" is only a case the backend declines by raising unittest.SkipTest (onnxruntime's
+backend does for opsets it does not know; ours never does). The pass count of our backend may not
+fall below the committed baseline (tests/python/test_conformance_baseline.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import os
-import re
 import sys
-import time
-
-import numpy as np
-import onnx
-from onnx import numpy_helper
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-
-def as_array(x):
-    """Test data may be numpy arrays or TensorProto (for dtypes numpy lacks)."""
-    return numpy_helper.to_array(x) if isinstance(x, onnx.TensorProto) else x
+from torch_ort_backend.testing import backend_suite  # noqa: E402
+from torch_ort_backend.testing.backend_suite import FAIL, PASS, SKIP  # noqa: E402
 
 
-def compare(expected, actual, rtol: float, atol: float) -> str | None:
-    if len(expected) != len(actual):
-        return f"{len(actual)} outputs, expected {len(expected)}"
-    for i, (e, a) in enumerate(zip(expected, actual)):
-        a = np.asarray(a)
-        if e.dtype == object:
-            return "non-tensor output"
-        if a.shape != e.shape:
-            return f"output {i}: shape {a.shape}, expected {e.shape}"
-        if str(e.dtype) == "bfloat16":  # ml_dtypes: compare as float32, NaN equal to NaN
-            a, e = a.astype(np.float32), e.astype(np.float32)
-            if not np.array_equal(a, e, equal_nan=True):
-                return f"output {i}: bfloat16 values differ"
-        elif e.dtype.kind in "fc":
-            try:
-                np.testing.assert_allclose(a.astype(np.float64), e.astype(np.float64), rtol=rtol, atol=atol)
-            except AssertionError as err:
-                return f"output {i}: {str(err).strip().splitlines()[-1]}"
-        elif not np.array_equal(a, e):
-            return f"output {i}: values differ"
-        elif a.dtype != e.dtype:
-            return f"output {i}: dtype {a.dtype}, expected {e.dtype}"
-    return None
+def op_of_case(name: str, models: dict) -> str:
+    """The op a case tests: a node test's op (an _expanded case: the op of its unexpanded twin),
+    else the case's category of model test."""
+    base = name
+    for suffix in ("_expanded_ver18", "_expanded"):
+        if base.endswith(suffix) and base[: -len(suffix)] in models:
+            base = base[: -len(suffix)]
+            break
+    model = models.get(base)
+    if model is None:
+        return "(model test)"
+    ops = [n.op_type for n in model.graph.node if n.op_type != "Constant"] or [n.op_type for n in model.graph.node]
+    return ops[-1] if ops else "(empty graph)"
 
 
-class OurBackend:
-    name = "torch_ort_backend"
+def run_one(backend_name: str, pattern: str, verbose: bool) -> dict:
+    module = backend_suite.backend_module(backend_name)
 
-    def __init__(self) -> None:
-        from torch_ort_backend.testing import conformance
+    def show(r: backend_suite.CaseResult) -> None:
+        if r.outcome == FAIL or verbose:
+            print(f"{r.outcome.upper()} {backend_name} {r.name}" + (f": {r.message}" if r.message else ""), flush=True)
 
-        self.conformance = conformance
-
-    def claims(self, model) -> str | None:
-        return self.conformance.unsupported_reason(model)
-
-    def run(self, model, inputs):
-        from torch_ort_backend.onnx_backend import EngineBackend
-
-        return EngineBackend.prepare(model).run(inputs)
+    results, seconds = backend_suite.timed_run(module, pattern, show)
+    c = backend_suite.counts(results)
+    print(f"{backend_name}: {len(results)} cases (CPU): {c[PASS]} passed, {c[FAIL]} failed or errored, "
+          f"{c[SKIP]} skipped by the backend ({seconds:.0f}s)", flush=True)
+    return results
 
 
-class OnnxRuntimeBackend:
-    name = "onnxruntime"
+def by_op_table(ours: dict, theirs: dict | None) -> None:
+    from torch_ort_backend.testing.conformance import all_tests
 
-    def __init__(self) -> None:
-        import onnxruntime as ort
-
-        self.ort = ort
-
-    def claims(self, model) -> str | None:
-        # onnx 1.23 stamps IR version 14 on some generated tests; onnxruntime 1.31 reads up to 13
-        # and the IR bump changes nothing these node tests use, so give it a version it accepts.
-        if model.ir_version > 10:
-            model = onnx.ModelProto.FromString(model.SerializeToString())
-            model.ir_version = 10
-        try:
-            self._session = self.ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-        except Exception as e:  # onnxruntime raises its own exception types
-            return f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
-        return None
-
-    def run(self, model, inputs):
-        names = [i.name for i in self._session.get_inputs()]
-        return self._session.run(None, dict(zip(names, inputs)))
+    models = {t.name: t.model for t in all_tests("node")}
+    rows = collections.defaultdict(lambda: [0, 0, 0, 0])  # cases, ours pass, ort pass, ort-only pass
+    for name, r in ours.items():
+        row = rows[op_of_case(name, models)]
+        row[0] += 1
+        row[1] += r.outcome == PASS
+        if theirs is not None and name in theirs:
+            row[2] += theirs[name].outcome == PASS
+            row[3] += theirs[name].outcome == PASS and r.outcome != PASS
+    failing = {op: v for op, v in rows.items() if v[1] < v[0]}
+    print("\nops with failing cases (ours), most first:")
+    header = f"{'op':32} {'cases':>5} {'ours':>5}" + (f" {'ort':>5} {'ort only':>8}" if theirs is not None else "")
+    print(header)
+    for op, (n, p, o, oo) in sorted(failing.items(), key=lambda kv: (kv[1][1] - kv[1][0], kv[0])):
+        print(f"{op:32} {n:5} {p:5}" + (f" {o:5} {oo:8}" if theirs is not None else ""))
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("pattern", nargs="?", default=".*", help="regex on test names")
-    ap.add_argument("--summary", action="store_true", help="print only counts (and failures)")
-    ap.add_argument("--backend", choices=["ours", "onnxruntime"], default="ours")
-    ap.add_argument("--show-skips", action="store_true")
+    ap.add_argument("pattern", nargs="?", default="", help="regex on case names (without the _cpu suffix)")
+    ap.add_argument("--summary", action="store_true", help="print only failures and counts")
+    ap.add_argument("--backend", choices=["ours", "onnxruntime", "both"], default="ours")
+    ap.add_argument("--by-op", action="store_true", help="group the failing cases by the op they test")
+    ap.add_argument("--write-baseline", action="store_true",
+                    help="write our passing cases to tests/python/conformance_baseline.txt (whole suite only)")
     args = ap.parse_args()
+    if args.write_baseline and (args.pattern or args.backend == "onnxruntime"):
+        ap.error("--write-baseline needs our backend on the whole suite (no pattern)")
 
-    from torch_ort_backend.testing.conformance import KNOWN_DIFFERENCES, all_tests
-
-    backend = OurBackend() if args.backend == "ours" else OnnxRuntimeBackend()
-    regex = re.compile(args.pattern)
-    counts = {"pass": 0, "fail": 0, "skip": 0}
-    start = time.time()
-    for case in all_tests("node"):
-        if not regex.search(case.name):
-            continue
-        model = case.model
-        reason = backend.claims(model)
-        if reason is not None:
-            counts["skip"] += 1
-            if args.show_skips or not args.summary:
-                print(f"SKIP {case.name}: {reason}")
-            continue
-        problem = None
-        try:
-            for inputs, expected in case.data_sets:
-                inputs = [as_array(x) for x in inputs]
-                expected = [as_array(x) for x in expected]
-                problem = compare(expected, backend.run(model, inputs), case.rtol, case.atol)
-                if problem:
-                    break
-        except Exception as e:  # report every failure, whatever raised it
-            problem = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
-        if problem:
-            counts["fail"] += 1
-            known = KNOWN_DIFFERENCES.get(case.name) if args.backend == "ours" else None
-            print(f"FAIL {case.name}: {problem}" + (f" [known: {known}]" if known else ""))
-        else:
-            counts["pass"] += 1
-            if not args.summary:
-                print(f"PASS {case.name}")
-    total = sum(counts.values())
-    print(
-        f"{backend.name}: {total} node tests: {counts['pass']} passed, {counts['fail']} failed, "
-        f"{counts['skip']} skipped ({time.time() - start:.1f}s)"
-    )
-    return 1 if counts["fail"] else 0
+    ours = run_one("ours", args.pattern, not args.summary) if args.backend != "onnxruntime" else None
+    theirs = run_one("onnxruntime", args.pattern, not args.summary) if args.backend != "ours" else None
+    if args.by_op or args.backend == "both":
+        by_op_table(ours if ours is not None else theirs, theirs if ours is not None else None)
+    if ours is not None:
+        baseline = backend_suite.read_baseline()
+        passed = {n for n, r in ours.items() if r.outcome == PASS}
+        lost = sorted(n for n in baseline - passed if n in ours)
+        print(f"\nbaseline: {len(baseline)} cases; now passing {len(passed & baseline)} of them, "
+              f"{len(passed - baseline)} new" + (f"; LOST: {', '.join(lost)}" if lost else ""))
+        if args.write_baseline:
+            print(f"baseline written: {backend_suite.write_baseline(ours)} passing cases")
+        return 1 if lost else 0
+    return 0
 
 
 if __name__ == "__main__":

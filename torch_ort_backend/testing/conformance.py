@@ -124,18 +124,6 @@ KNOWN_DIFFERENCES = {
         name: "expected values come from numpy's global random state at generation time"
         for name in ("test_bernoulli_expanded", "test_bernoulli_double_expanded", "test_bernoulli_seed_expanded")
     },
-    **{
-        name: "the reference accumulates the softmax sum in 16-bit; the engine accumulates 16-bit "
-        "softmax in float32 on purpose (accuracy on long rows), so results differ by an ulp"
-        for name in (
-            "test_attention_3d_causal_bf16_expanded",
-            "test_attention_4d_causal_bf16_expanded",
-            "test_attention_4d_causal_fp16_expanded",
-            "test_attention_4d_padded_kv_bf16_expanded",
-            "test_attention_4d_causal_padded_kv_bf16_expanded",
-            "test_attention_4d_attn_mask_causal_bf16_expanded",
-        )
-    },
 }
 
 
