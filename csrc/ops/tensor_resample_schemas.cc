@@ -1,4 +1,5 @@
-// Resampling ops: Resize (output dims from the values of its scales or sizes input), GridSample
+// Resampling ops: Resize and its predecessor Upsample (output dims from the values of their scales
+// or sizes input), GridSample
 // (sampling positions from a grid input) and AffineGrid (the grid of an affine transform).
 #include <optional>
 #include <vector>
@@ -45,6 +46,39 @@ Status InferResize(InferenceContext& ctx) {
     return Status::OK();
   }
   TOB_ASSIGN_OR_RETURN(ResizePlan plan, PlanResize(ctx.node(), attrs, dims, roi, scales, sizes));
+  Dims out;
+  for (int64_t d : plan.output) out.push_back(Dim(d));
+  ctx.set_output(0, ValueType(x.dtype, std::move(out)));
+  return Status::OK();
+}
+
+// Upsample: scales from the attribute (opset 7) or the second input (9); output floor(dim * scale).
+Status InferUpsample(InferenceContext& ctx) {
+  const ValueType& x = *ctx.input_type(0);
+  TOB_ASSIGN_OR_RETURN(ResizeAttributes attrs, ResizeAttributes::ReadUpsample(ctx.node()));
+  std::optional<Tensor> attribute_scales;
+  const Tensor* scales = nullptr;
+  if (ctx.opset() < 9) {
+    std::vector<float> values;
+    TOB_RETURN_IF_ERROR(ctx.node().GetAttr("scales", &values));
+    attribute_scales = Tensor::FromVector<float>(values, {static_cast<int64_t>(values.size())});
+    scales = &*attribute_scales;
+  } else {
+    if (!ctx.has_input(1)) return ctx.Fail("input scales is required from opset 9");
+    scales = ctx.input_value(1);
+  }
+  bool unknown = scales == nullptr || !x.has_rank();
+  std::vector<int64_t> dims;
+  if (x.has_rank())
+    for (const Dim& d : *x.shape) {
+      unknown = unknown || !d.is_known();
+      dims.push_back(d.value);
+    }
+  if (unknown) {
+    ctx.set_output(0, ValueType(x.dtype, x.has_rank() ? std::optional<Dims>(UnknownDims(x.rank())) : std::nullopt));
+    return Status::OK();
+  }
+  TOB_ASSIGN_OR_RETURN(ResizePlan plan, PlanResize(ctx.node(), attrs, dims, nullptr, scales, nullptr));
   Dims out;
   for (int64_t d : plan.output) out.push_back(Dim(d));
   ctx.set_output(0, ValueType(x.dtype, std::move(out)));
@@ -117,6 +151,7 @@ Status InferAffineGrid(InferenceContext& ctx) {
 
 void RegisterTensorResampleSchemas(OpSchemaRegistry& registry) {
   registry.Register(OpSchema{"", "Resize", 1, 4, 1, 1, InferResize});
+  registry.Register(OpSchema{"", "Upsample", 1, 2, 1, 1, InferUpsample});
   registry.Register(OpSchema{"", "GridSample", 2, 2, 1, 1, InferGridSample});
   registry.Register(OpSchema{"", "AffineGrid", 2, 2, 1, 1, InferAffineGrid});
 }

@@ -67,6 +67,15 @@ StatusOr<ResizeAttributes> ResizeAttributes::Read(const Node& node, int opset) {
   return a;
 }
 
+StatusOr<ResizeAttributes> ResizeAttributes::ReadUpsample(const Node& node) {
+  ResizeAttributes a;
+  TOB_ASSIGN_OR_RETURN(int mode, Choice(node, "mode", "nearest", {"nearest", "linear", "bilinear"}));
+  a.mode = mode == 0 ? ResizeMode::kNearest : ResizeMode::kLinear;
+  a.coordinates = ResizeCoordinates::kAsymmetric;
+  a.nearest = ResizeNearest::kFloor;
+  return a;
+}
+
 StatusOr<ResizePlan> PlanResize(const Node& node, const ResizeAttributes& attrs, const std::vector<int64_t>& input,
                                 const Tensor* roi, const Tensor* scales, const Tensor* sizes) {
   const int64_t rank = static_cast<int64_t>(input.size());

@@ -40,6 +40,9 @@ struct ResizeAttributes {
   // Reads and checks the attributes of a Resize node at `opset` (11 and later): every string
   // must be one of its documented values, and attributes newer than the opset are refused.
   static StatusOr<ResizeAttributes> Read(const Node& node, int opset);
+  // Upsample (opsets 7-9, Resize's predecessor): 'nearest' or 'linear' ('bilinear' at 7) with
+  // asymmetric coordinates, nearest rounding down.
+  static StatusOr<ResizeAttributes> ReadUpsample(const Node& node);
 };
 
 // What one Resize call does along each axis of its input (full rank).

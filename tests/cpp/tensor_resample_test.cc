@@ -1,4 +1,4 @@
-// Resize, GridSample, AffineGrid and CenterCropPad against float64 references computed here, for
+// Resize, Upsample, GridSample, AffineGrid and CenterCropPad against float64 references computed here, for
 // what onnx's node tests do not reach (integer Resize, 3-D GridSample with border padding), and
 // their bad attributes and inputs.
 #include <gtest/gtest.h>
@@ -98,6 +98,29 @@ TEST(TensorResize, BadAttributesAreNamed) {
       resize(18, "coordinate_transformation_mode", Attribute::String("half_pixel_symmetric")).find("needs opset 19"),
       std::string::npos);
   EXPECT_NE(resize(19, "antialias", Attribute::Int(2)).find("'antialias' must be 0 or 1"), std::string::npos);
+}
+
+TEST(TensorResize, UpsampleSevenTakesScalesFromTheAttributeWithAsymmetricCoordinates) {
+  // Upsample-7 'linear': source x = y / scale, edge-clamped neighbours.
+  Tensor x = RandomTensor<float>({1, 2, 3, 4}, -1, 1, 64);
+  const std::vector<double> xd = ToDoubles(x);
+  auto linear = [](const std::vector<double>& v, int64_t outer, int64_t in, int64_t out, int64_t inner, double s) {
+    std::vector<double> y;
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t j = 0; j < out; ++j) {
+        const double src = static_cast<double>(j) / s, f = std::floor(src), r = src - f;
+        const int64_t i0 = std::min<int64_t>(static_cast<int64_t>(f), in - 1), i1 = std::min<int64_t>(i0 + 1, in - 1);
+        for (int64_t i = 0; i < inner; ++i)
+          y.push_back((1 - r) * v[(o * in + i0) * inner + i] + r * v[(o * in + i1) * inner + i]);
+      }
+    return y;
+  };
+  // 3 -> 6 rows (scale 2), 4 -> 6 columns (scale 1.5): rows first, then columns.
+  std::vector<double> ref = linear(linear(xd, 2, 3, 6, 4, 2.0), 12, 4, 6, 1, 1.5);
+  OpTester t("Upsample", 7);
+  t.Input("x", x).Attr("mode", Attribute::String("linear")).Attr("scales", Attribute::Floats({1, 1, 2, 1.5}));
+  t.Output("y", {1, 2, 6, 6}, ref, 1e-6, 1e-6);
+  t.Run();
 }
 
 // ---- GridSample ----

@@ -1,4 +1,5 @@
-// Resize (opset 11 and later): nearest, linear and cubic interpolation, every
+// Resize (opset 11 and later) and Upsample (7-9, Resize's predecessor: asymmetric coordinates,
+// nearest rounding down, scales only): nearest, linear and cubic interpolation, every
 // coordinate_transformation_mode, antialiased downsampling, exclude_outside, tf_crop_and_resize's
 // roi and extrapolation_value, axes and keep_aspect_ratio_policy (ops/tensor_resize_attributes.h).
 //
@@ -232,20 +233,39 @@ double Widen(T v) {
   else return static_cast<double>(v);
 }
 
+// How a node's inputs map to Resize's (roi, scales, sizes).
+enum class ResizeInputs { kResize, kUpsampleScalesInput, kUpsampleScalesAttribute };
+
 class ResizeKernel final : public OpKernel {
  public:
-  ResizeKernel(const Node& node, ResizeAttributes attrs) : OpKernel(node), attrs_(std::move(attrs)) {}
+  ResizeKernel(const Node& node, ResizeAttributes attrs, ResizeInputs inputs, Tensor attribute_scales)
+      : OpKernel(node), attrs_(std::move(attrs)), inputs_(inputs), attribute_scales_(std::move(attribute_scales)) {}
 
   static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node, int opset) {
     TOB_ASSIGN_OR_RETURN(ResizeAttributes attrs, ResizeAttributes::Read(node, opset));
-    return MakeKernel<ResizeKernel>(node, std::move(attrs));
+    return MakeKernel<ResizeKernel>(node, std::move(attrs), ResizeInputs::kResize, Tensor());
+  }
+
+  static StatusOr<std::unique_ptr<OpKernel>> CreateUpsample(const Node& node, int opset) {
+    TOB_ASSIGN_OR_RETURN(ResizeAttributes attrs, ResizeAttributes::ReadUpsample(node));
+    if (opset >= 9)
+      return MakeKernel<ResizeKernel>(node, std::move(attrs), ResizeInputs::kUpsampleScalesInput, Tensor());
+    std::vector<float> scales;
+    TOB_RETURN_IF_ERROR(node.GetAttr("scales", &scales));
+    Tensor t = Tensor::FromVector<float>(scales, {static_cast<int64_t>(scales.size())});
+    return MakeKernel<ResizeKernel>(node, std::move(attrs), ResizeInputs::kUpsampleScalesAttribute, std::move(t));
   }
 
   Status Compute(KernelContext& ctx) const override {
     const Tensor& x = *ctx.input(0);
     Tensor& y = *ctx.output(0);
     std::vector<int64_t> dims(x.shape().begin(), x.shape().end());
-    TOB_ASSIGN_OR_RETURN(ResizePlan plan, PlanResize(node(), attrs_, dims, ctx.input(1), ctx.input(2), ctx.input(3)));
+    const Tensor* roi = inputs_ == ResizeInputs::kResize ? ctx.input(1) : nullptr;
+    const Tensor* scales = inputs_ == ResizeInputs::kResize                ? ctx.input(2)
+                           : inputs_ == ResizeInputs::kUpsampleScalesInput ? ctx.input(1)
+                                                                           : &attribute_scales_;
+    const Tensor* sizes = inputs_ == ResizeInputs::kResize ? ctx.input(3) : nullptr;
+    TOB_ASSIGN_OR_RETURN(ResizePlan plan, PlanResize(node(), attrs_, dims, roi, scales, sizes));
     if (Shape(plan.output.begin(), plan.output.end()) != y.shape())
       return ctx.Fail("output shape ", ShapeToString(y.shape()), " differs from the planned ",
                       ShapeToString(Shape(plan.output.begin(), plan.output.end())));
@@ -293,6 +313,8 @@ class ResizeKernel final : public OpKernel {
   }
 
   ResizeAttributes attrs_;
+  ResizeInputs inputs_;
+  Tensor attribute_scales_;  // Upsample-7's 'scales' attribute
 };
 
 }  // namespace
@@ -311,6 +333,14 @@ void RegisterCpuResizeKernels(KernelRegistry& registry) {
                           .Constraint("tensor(int64)", {3}, {DType::kInt64})
                           .Factory([opset = since](const Node& n) { return ResizeKernel::Create(n, opset); }));
   }
+  registry.Register(Def("Upsample").Versions(7, 8).Constraint("T", {0}, types).Factory([](const Node& n) {
+    return ResizeKernel::CreateUpsample(n, 7);
+  }));
+  registry.Register(Def("Upsample")
+                        .Versions(9, 9)
+                        .Constraint("T", {0}, types)
+                        .Constraint("tensor(float)", {1}, {DType::kFloat32})
+                        .Factory([](const Node& n) { return ResizeKernel::CreateUpsample(n, 9); }));
 }
 
 }  // namespace tob
