@@ -10,6 +10,7 @@
 #include "ir/graph.h"
 #include "ops/op_schema.h"
 #include "partition/provider_registry.h"
+#include "providers/cpu/nn/bf16_gemm.h"
 #include "python/status_exceptions.h"
 #include "python/tensor_bridge.h"
 #include "runtime/session.h"
@@ -268,6 +269,9 @@ PYBIND11_MODULE(_C, m) {
     Check(Status(static_cast<StatusCode>(code), message));
   });
   m.def("registered_providers", [] { return ProviderRegistry::Global().Names(); });
+  m.def("bf16_gemm_available", &Bf16GemmAvailable,
+        "Whether bfloat16 MatMul/Gemm run on the native AVX512-BF16 kernel (else through float32; TOB_BF16_GEMM=0 "
+        "turns it off).");
   m.def("fallback_providers", [] { return ProviderRegistry::Global().FallbackNames(); });
 
   py::class_<PyTensor>(m, "EngineTensor")

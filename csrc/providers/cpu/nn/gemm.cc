@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "providers/cpu/float_compute.h"
+#include "providers/cpu/nn/bf16_gemm.h"
 #include "providers/cpu/nn/small_gemm.h"
 
 namespace tob {
@@ -156,6 +157,56 @@ Status BatchedGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
   return BatchedGemmImpl<double>(trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc, batch, pool);
 }
 
+Status BatchedGemmBf16(const KernelContext& ctx, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                       float alpha, const BFloat16* const* a, int64_t lda, const BFloat16* const* b, int64_t ldb,
+                       float beta, BFloat16* const* c, int64_t ldc, int64_t batch) {
+  TOB_RETURN_IF_ERROR(CheckArgs(trans_a, trans_b, M, N, K, lda, ldb, ldc));
+  if (M == 0 || N == 0 || batch <= 0) return Status::OK();
+  ThreadPool* pool = ctx.thread_pool();
+  TOB_ASSIGN_OR_RETURN(Tensor cf, ctx.AllocateScratch(DType::kFloat32, {batch, M, N}));
+  std::vector<float*> c_float(batch);
+  for (int64_t i = 0; i < batch; ++i) c_float[i] = cf.data<float>() + i * M * N;
+  auto each_row = [&](auto&& fn) {  // fn(problem, row) over every row of every C, on the pool
+    ParallelFor(pool, batch * M, std::max<int64_t>(1, (1 << 16) / N), [&](int64_t begin, int64_t end) {
+      for (int64_t u = begin; u < end; ++u) fn(u / M, u % M);
+    });
+  };
+  if (beta != 0.f) each_row([&](int64_t i, int64_t r) { ToFloat(c[i] + r * ldc, c_float[i] + r * N, N); });
+  if (K == 0) {
+    ScaleC(batch * M, N, beta, cf.data<float>(), N);
+  } else {
+    // The kernel reads A in pairs of K from contiguous rows; other layouts are packed once per
+    // distinct A (a broadcast batch shares one).
+    const int64_t k_even = K + K % 2;
+    std::vector<const BFloat16*> a_rows(a, a + batch);
+    int64_t a_ld = lda;
+    Tensor packed;
+    if (trans_a || K % 2 != 0) {
+      std::vector<int64_t> first(batch);  // the first problem with the same A
+      int64_t distinct = 0;
+      for (int64_t i = 0; i < batch; ++i) {
+        first[i] = i;
+        if (i > 0 && a[i] == a[i - 1]) first[i] = first[i - 1];
+        if (first[i] == i) ++distinct;
+      }
+      TOB_ASSIGN_OR_RETURN(packed, ctx.AllocateScratch(DType::kBFloat16, {distinct, M, k_even}));
+      for (int64_t i = 0, slot = -1; i < batch; ++i) {
+        if (first[i] == i) {
+          BFloat16* dst = packed.data<BFloat16>() + ++slot * M * k_even;
+          PackBf16Rows(trans_a, M, K, a[i], lda, k_even, dst, pool);
+          a_rows[i] = dst;
+        } else {
+          a_rows[i] = a_rows[first[i]];
+        }
+      }
+      a_ld = k_even;
+    }
+    Bf16Gemm(trans_b, M, N, K, alpha, a_rows.data(), a_ld, b, ldb, beta, c_float.data(), N, batch, pool);
+  }
+  each_row([&](int64_t i, int64_t r) { FromFloat(c_float[i] + r * N, c[i] + r * ldc, N); });
+  return Status::OK();
+}
+
 template <typename T>
 Status GemmAnyFloat(const KernelContext& ctx, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                     const T* A, int64_t lda, const T* B, int64_t ldb, float beta, T* C, int64_t ldc) {
@@ -163,6 +214,10 @@ Status GemmAnyFloat(const KernelContext& ctx, bool trans_a, bool trans_b, int64_
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
     return Gemm(trans_a, trans_b, M, N, K, static_cast<T>(alpha), A, lda, B, ldb, static_cast<T>(beta), C, ldc, pool);
   } else {
+    if constexpr (std::is_same_v<T, BFloat16>) {
+      if (Bf16GemmAvailable())
+        return BatchedGemmBf16(ctx, trans_a, trans_b, M, N, K, alpha, &A, lda, &B, ldb, beta, &C, ldc, 1);
+    }
     TOB_RETURN_IF_ERROR(CheckArgs(trans_a, trans_b, M, N, K, lda, ldb, ldc));
     if (M == 0 || N == 0) return Status::OK();
     int64_t a_rows = trans_a ? K : M, a_cols = trans_a ? M : K;

@@ -34,8 +34,16 @@ Status BatchedGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
                    int64_t lda, const double* const* b, int64_t ldb, double beta, double* const* c, int64_t ldc,
                    int64_t batch, ThreadPool* pool);
 
-// Gemm for any float type: float16/bfloat16 go through float32 scratch from ctx (BLAS has no
-// half-precision GEMM here) and round once at the end.
+// `batch` bfloat16 GEMMs on the native kernel (bf16_gemm.h; the caller checks Bf16GemmAvailable()):
+// A is packed into scratch from ctx where its pairs of K are not contiguous (trans_a, odd K), the
+// products are summed in float32 scratch and C is rounded to bfloat16 once at the end.
+Status BatchedGemmBf16(const KernelContext& ctx, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                       float alpha, const BFloat16* const* a, int64_t lda, const BFloat16* const* b, int64_t ldb,
+                       float beta, BFloat16* const* c, int64_t ldc, int64_t batch);
+
+// Gemm for any float type: bfloat16 on the native kernel where the CPU has one (BatchedGemmBf16);
+// float16, and bfloat16 elsewhere, through float32 scratch from ctx (OpenBLAS here has no
+// half-precision GEMM), rounded once at the end.
 template <typename T>
 Status GemmAnyFloat(const KernelContext& ctx, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                     const T* A, int64_t lda, const T* B, int64_t ldb, float beta, T* C, int64_t ldc);

@@ -6,14 +6,26 @@
 #include "framework/kernel_registry.h"
 #include "ops/gemm_attributes.h"
 #include "providers/cpu/float_compute.h"
+#include "providers/cpu/nn/bf16_gemm.h"
 #include "providers/cpu/nn/gemm.h"
 
 namespace tob {
 
 namespace {
 
-// Y = A x B for float/double. Shapes were checked by the shape function; K is re-checked so
-// that a kernel driven without it cannot read out of bounds.
+// `batch` problems y[i] = a[i] x b[i], each operand contiguous: BLAS for float/double, the native
+// kernel for bfloat16 (MatMulKernel calls this with bfloat16 only where Bf16GemmAvailable()).
+template <typename T>
+Status RunGemms(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, const T* const* a, const T* const* b,
+                T* const* y, int64_t batch) {
+  const int64_t lda = std::max<int64_t>(1, K), ldb = std::max<int64_t>(1, N);
+  if constexpr (std::is_same_v<T, BFloat16>)
+    return BatchedGemmBf16(ctx, false, false, M, N, K, 1.f, a, lda, b, ldb, 0.f, y, ldb, batch);
+  else return BatchedGemm(false, false, M, N, K, T(1), a, lda, b, ldb, T(0), y, ldb, batch, ctx.thread_pool());
+}
+
+// Y = A x B for float/double (and bfloat16 on the native kernel). Shapes were checked by the
+// shape function; K is re-checked so that a kernel driven without it cannot read out of bounds.
 template <typename T>
 Status MatMulTyped(const KernelContext& ctx, const Tensor& A, const Tensor& B, Tensor& Y) {
   const Shape& as = A.shape();
@@ -32,13 +44,10 @@ Status MatMulTyped(const KernelContext& ctx, const Tensor& A, const Tensor& B, T
   const T* a = A.data<T>();
   const T* b = B.data<T>();
   T* y = Y.data<T>();
-  const int64_t ldb = std::max<int64_t>(1, N);
 
   // B shared by every batch: fold A's batch dims into M, one large GEMM.
-  if (NumElements(b_batch) == 1 && NumElements(a_batch) * M * N == Y.numel()) {
-    return Gemm(false, false, NumElements(a_batch) * M, N, K, T(1), a, std::max<int64_t>(1, K), b, ldb, T(0), y, ldb,
-                ctx.thread_pool());
-  }
+  if (NumElements(b_batch) == 1 && NumElements(a_batch) * M * N == Y.numel())
+    return RunGemms<T>(ctx, NumElements(a_batch) * M, N, K, &a, &b, &y, 1);
 
   // General case: one GEMM per broadcast batch index.
   const size_t rank = std::max(a_batch.size(), b_batch.size());
@@ -74,8 +83,7 @@ Status MatMulTyped(const KernelContext& ctx, const Tensor& A, const Tensor& B, T
     y_ptrs[i] = y + i * M * N;
     for (int64_t d = static_cast<int64_t>(rank) - 1; d >= 0 && ++index[d] == out_batch[d]; --d) index[d] = 0;
   }
-  return BatchedGemm(false, false, M, N, K, T(1), a_ptrs.data(), std::max<int64_t>(1, K), b_ptrs.data(), ldb, T(0),
-                     y_ptrs.data(), ldb, batch, ctx.thread_pool());
+  return RunGemms<T>(ctx, M, N, K, a_ptrs.data(), b_ptrs.data(), y_ptrs.data(), batch);
 }
 
 class MatMulKernel final : public OpKernel {
@@ -88,6 +96,9 @@ class MatMulKernel final : public OpKernel {
     const Tensor& b = *ctx.input(1);
     Tensor& y = *ctx.output(0);
     return DispatchFloat(ctx, a.dtype(), [&]<typename T>() -> Status {
+      if constexpr (std::is_same_v<T, BFloat16>) {
+        if (Bf16GemmAvailable()) return MatMulTyped<BFloat16>(ctx, a, b, y);
+      }
       if constexpr (kIs16BitFloat<T>) {
         TOB_ASSIGN_OR_RETURN(Tensor af, ToFloatScratch(ctx, a));
         TOB_ASSIGN_OR_RETURN(Tensor bf, ToFloatScratch(ctx, b));
