@@ -39,11 +39,21 @@ def _gemm_operand(ctx, node, index: int):
     return None, 0
 
 
+def _gemm_takes(ctx, dtype: torch.dtype) -> bool:
+    """Whether Gemm takes this dtype at the model's opset (bfloat16 joined its types at opset 13)."""
+    return dtype in (torch.float32, torch.float16) or (dtype == torch.bfloat16 and ctx.opset >= 13)
+
+
 @converter(aten.mm.default)
 def mm(ctx, node, a):
-    b, trans_b = _gemm_operand(ctx, node, 1)
-    if trans_b and a.self.rank == 2 and a.self.dtype == torch.float32:
-        return ctx.op("Gemm", a.self, b, transB=1)
+    # Transposed operands become Gemm's flags (no Transpose node): a Linear's backward multiplies by
+    # its weight and its input transposed. The engine's MatMulTransposeFusion does the same for
+    # float32/float64 graphs only, and autocast's are bfloat16.
+    a_src, trans_a = _gemm_operand(ctx, node, 0)
+    b_src, trans_b = _gemm_operand(ctx, node, 1)
+    if (trans_a or trans_b) and _gemm_takes(ctx, a.self.dtype):
+        return ctx.op("Gemm", a_src if trans_a else a.self, b_src if trans_b else a.mat2,
+                      transA=trans_a or None, transB=trans_b or None)
     return ctx.op("MatMul", a.self, a.mat2)
 
 

@@ -78,8 +78,16 @@ def layer_norm_backward(ctx, node, a):
     # InvStdDev down to match); the gradient op reads them in float32, and widening loses nothing.
     mean, rstd = (v if v.dtype in (torch.float32, torch.float64) else ctx.cast(v, torch.float32)
                   for v in (a.mean, a.rstd))
-    dx, dw, db = ctx.op("LayerNormalizationGrad", a.grad_out, x, scale, mean, rstd, outputs=3, axis=axis,
-                        domain=MS_DOMAIN, dtypes=[x.dtype, scale.dtype, scale.dtype])
+    dy, x_in = a.grad_out, x
+    if scale.dtype != x.dtype:
+        # Autocast's mixed layer norm (a bfloat16 input, float32 weight and bias; torch's CPU kernel
+        # takes it): the op wants one type, so the gradient runs in the weight's type (the kernel
+        # computes 16-bit types in float32 anyway: widening is exact) and dx is rounded back once.
+        dy, x_in = ctx.cast(dy, scale.dtype), ctx.cast(x, scale.dtype)
+    dx, dw, db = ctx.op("LayerNormalizationGrad", dy, x_in, scale, mean, rstd, outputs=3, axis=axis,
+                        domain=MS_DOMAIN, dtypes=[x_in.dtype, scale.dtype, scale.dtype])
+    if want_dx and dx.dtype != x.dtype:
+        dx = ctx.cast(dx, x.dtype)
     return (dx if want_dx else None, dw if (want_dw and a.weight is not None) else None,
             db if (want_db and a.bias is not None) else None)
 
