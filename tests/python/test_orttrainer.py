@@ -140,8 +140,6 @@ def test_bad_inputs_are_named_errors():
 def test_constructor_errors_name_the_culprit():
     with pytest.raises(RuntimeError, match="frozen_weights names \\['nope'\\]"):
         _trainer(make_model(), utils={"frozen_weights": ["nope"]})
-    with pytest.raises(NotImplementedError, match="issue 20"):
-        _trainer(make_model(), mixed_precision={"enabled": True})
     with pytest.raises(NotImplementedError, match="Adasum"):
         _trainer(make_model(), distributed={"enable_adasum": True})
     with pytest.raises(TypeError, match="optim_config must be"):

@@ -40,7 +40,7 @@ EXPECTED_DEFAULTS = {
         "enable_adasum": False,
     },
     "lr_scheduler": None,
-    "mixed_precision": {"enabled": False, "loss_scaler": None},
+    "mixed_precision": {"enabled": False, "loss_scaler": None, "dtype": "float16"},
     "graph_transformer": {
         "attn_dropout_recompute": False,
         "gelu_recompute": False,
@@ -156,6 +156,7 @@ INVALID = [
     ("lr_scheduler", "linear", "an instance of _LRScheduler", ""),
     ("mixed_precision.enabled", 1, "a bool", ""),
     ("mixed_precision.loss_scaler", 1024.0, "an instance of LossScaler", ""),
+    ("mixed_precision.dtype", "float32", "'float16' or 'bfloat16'", ""),
     ("graph_transformer.gelu_recompute", None, "a bool", ""),
     ("graph_transformer.number_recompute_layers", -1, ">= 0", ""),
     ("graph_transformer.propagate_cast_ops_config.strategy", 2, "an instance of PropagateCastOpsStrategy", ""),
@@ -286,15 +287,12 @@ UNBUILT = [
     ("distributed.pipeline_parallel.sliced_tensor_names", ["x"], "issue 13"),
     ("distributed.deepspeed_zero_optimization.stage", 1, "issue 13"),
     ("distributed.enable_adasum", True, "Adasum"),
-    ("mixed_precision.enabled", True, "issue 20 (mixed precision)"),
     ("graph_transformer.attn_dropout_recompute", True, "issue 14 (memory optimizer)"),
     ("graph_transformer.gelu_recompute", True, "issue 14"),
     ("graph_transformer.transformer_layer_recompute", True, "issue 14"),
     ("graph_transformer.number_recompute_layers", 3, "issue 14"),
     ("utils.memory_efficient_gradient", True, "issue 14"),
-    ("graph_transformer.propagate_cast_ops_config.level", 2, "issue 20"),
-    ("graph_transformer.propagate_cast_ops_config.allow", ["Add"], "issue 20"),
-    ("graph_transformer.allow_layer_norm_mod_precision", True, "issue 20"),
+    ("graph_transformer.allow_layer_norm_mod_precision", True, "issue 20 (mixed precision)"),
     ("device.mem_limit", 1 << 30, "memory limit"),
 ]
 
@@ -308,11 +306,12 @@ def test_each_unbuilt_feature_is_reported(path, value, planned):
 
 def test_all_unbuilt_settings_are_reported_together():
     opts = ORTTrainerOptions(
-        {"distributed": {"world_size": 2, "enable_adasum": True}, "mixed_precision": {"enabled": True}}
+        {"distributed": {"world_size": 2, "enable_adasum": True},
+         "graph_transformer": {"allow_layer_norm_mod_precision": True}}
     )
     assert [m.split(" ")[0] for m in opts.unsupported_settings()] == [
         "distributed.enable_adasum=True",
-        "mixed_precision.enabled=True",
+        "graph_transformer.allow_layer_norm_mod_precision=True",
     ]
 
 

@@ -18,6 +18,7 @@ from onnx import numpy_helper
 
 from ..options import BackendOptions
 from ..session import InferenceSession, SessionOptions
+from . import mixed_precision as _mixed_precision
 from .distributed import data_parallel
 from .model_desc import ModelDesc
 from .optimizer_graph import LEARNING_RATE, TrainingModel, build_training_model
@@ -49,6 +50,8 @@ class CompiledStep:
             self.static.append({a: t.shape[a] for a in range(t.dim()) if a not in dyn})
         self.training: TrainingSessions | None = None
         self.eval_session: InferenceSession | None = None
+        # Mixed precision: whether the last update's gradients were all finite (it then happened).
+        self.last_all_finite = True
 
     def covers(self, inputs: list[torch.Tensor]) -> bool:
         return all(t.dtype == dt and all(t.shape[a] == s for a, s in st.items())
@@ -59,13 +62,21 @@ class CompiledStep:
         return {n: t for n, t in zip(names, inputs) if n in used}
 
     def run_train(self, inputs: list[torch.Tensor], lr: float, accumulate: bool, fetches: list[str],
-                  input_names: list[str]) -> list[torch.Tensor]:
+                  input_names: list[str], loss_scale: float | None = None) -> list[torch.Tensor]:
         s = self.training
         feeds = self._feeds(input_names, inputs)
+        scaled = _mixed_precision.LOSS_SCALE_INPUT in self.exported.inputs
+        if scaled:
+            feeds[_mixed_precision.LOSS_SCALE_INPUT] = torch.tensor(1.0 if loss_scale is None else loss_scale,
+                                                                    dtype=torch.float32)
         if accumulate:
             return s.accumulate_session.run(fetches, feeds)
         feeds[LEARNING_RATE] = torch.tensor([lr], dtype=torch.float32)
-        return s.update_session.run(fetches, feeds)
+        if not scaled:
+            return s.update_session.run(fetches, feeds)
+        *results, all_finite = s.update_session.run(fetches + [_mixed_precision.ALL_FINITE_OUTPUT], feeds)
+        self.last_all_finite = bool(all_finite)
+        return results
 
     def run_eval(self, inputs: list[torch.Tensor], fetches: list[str], input_names: list[str]) -> list[torch.Tensor]:
         return self.eval_session.run(fetches, self._feeds(input_names, inputs))
@@ -86,8 +97,10 @@ class CompiledStep:
 class StepGraphs:
     """Finds (or compiles) the CompiledStep for a call's inputs."""
 
-    def __init__(self, wrapper: ModelWithLoss, desc: ModelDesc, config, options, state: TrainerState) -> None:
+    def __init__(self, wrapper: ModelWithLoss, desc: ModelDesc, config, options, state: TrainerState,
+                 mixed_precision: _mixed_precision.MixedPrecision | None = None) -> None:
         self.wrapper = wrapper
+        self.mixed_precision = mixed_precision
         self.desc = desc
         self.config = config
         self.options = options
@@ -131,8 +144,12 @@ class StepGraphs:
     def _compile(self, inputs: list[torch.Tensor], train: bool) -> CompiledStep:
         opts = self.options
         opset = opts._internal_use.onnx_opset_version
+        desc, example = self.desc, inputs
+        if train and self.mixed_precision is not None:
+            # The loss scale as one more input; the scaled loss is the one differentiated.
+            desc, example = _mixed_precision.scaled_loss_desc(self.desc), [*inputs, torch.tensor(1.0)]
         with self._export_mode(train):
-            exported = export_model(self.wrapper, self.desc, inputs, joint=train, opset=opset,
+            exported = export_model(self.wrapper, desc, example, joint=train, opset=opset,
                                     prefer_torch_kernels=_PREFER_TORCH_KERNELS)
             if train and opts.debug.graph_save_paths.model_after_graph_transforms_path:
                 forward = export_model(self.wrapper, self.desc, inputs, joint=False, opset=opset)
@@ -158,6 +175,8 @@ class StepGraphs:
             dp = data_parallel(opts)
             update = build_training_model(exported, self.config, accumulate_only=False, accumulation=accumulation,
                                           grad_norm_clip=clip, data_parallel=dp)
+            if self.mixed_precision is not None:
+                _mixed_precision.add_loss_scaling(update)
             _save(paths.model_with_gradient_graph_path, exported.model)
             _save(paths.model_with_training_graph_path, update.model)
             accumulate = None
@@ -204,6 +223,11 @@ class StepGraphs:
             so.intra_op_num_threads = user.intra_op_num_threads
             so.graph_optimization_level = user.graph_optimization_level
             so.enable_profiling = user.enable_profiling
+        casts = self.options.graph_transformer.propagate_cast_ops_config
+        so.propagate_cast_ops_strategy = int(casts.strategy or 0)  # None: the reference's NONE
+        so.propagate_cast_ops_level = casts.level
+        so.propagate_cast_ops_allow = list(casts.allow)
+        so.propagate_cast_ops_dtype = _mixed_precision.low_precision_name(self.options)
         if optimized_path:
             so.optimized_model_filepath = optimized_path
         so.state_updates = dict(tm.state_updates)

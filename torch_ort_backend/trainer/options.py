@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from enum import IntEnum
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 import torch
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
@@ -116,6 +116,8 @@ class MixedPrecision(_Section):
     _path: ClassVar[str] = "mixed_precision"
     enabled: bool = False
     loss_scaler: LossScaler | None = None
+    # Not in the reference (float16 only): the type the forward and backward compute in.
+    dtype: Literal["float16", "bfloat16"] = "float16"
 
 
 class PropagateCastOpsConfig(_Section):
@@ -187,7 +189,8 @@ class ORTTrainerOptions(_Section):
       allreduce_post_accumulation [False], deepspeed_zero_optimization {stage [0, 0..1]},
       enable_adasum [False]
     - lr_scheduler: an ``optim.lr_scheduler`` scheduler [None: constant lr]
-    - mixed_precision: enabled [False], loss_scaler [None: a DynamicLossScaler when enabled]
+    - mixed_precision: enabled [False], loss_scaler [None: a DynamicLossScaler when enabled],
+      dtype ['float16' or 'bfloat16'; not in the reference]
     - graph_transformer: attn_dropout_recompute, gelu_recompute, transformer_layer_recompute
       [False], number_recompute_layers [0], allow_layer_norm_mod_precision [False],
       propagate_cast_ops_config {strategy [PropagateCastOpsStrategy.FLOOD_FILL], level [1, >= -1],

@@ -15,6 +15,7 @@ from torch import nn
 from ..optim.config import _OptimizerConfig
 from . import checkpoint as _checkpoint
 from .compiled_step import StepGraphs
+from . import mixed_precision as _mixed_precision
 from .distributed import data_parallel
 from .model_desc import ModelDesc, parse_model_desc
 from .options import ORTTrainerOptions
@@ -77,9 +78,15 @@ class ORTTrainer:
             raise RuntimeError(f"utils.frozen_weights names {missing}, which the model does not have; its parameters "
                                f"are {sorted(names)}")
         self._state = TrainerState(model, optim_config, frozen, options.batch.gradient_accumulation_steps > 1)
-        wrapper = ModelWithLoss(model, loss_fn, self.model_desc.loss_index,
-                                input_names=self.model_desc.input_names)
-        self._graphs = StepGraphs(wrapper, self.model_desc, optim_config, options, self._state)
+        self._mixed_precision = _mixed_precision.configure(options, self.model_desc)
+        if self._mixed_precision is None:
+            wrapper = ModelWithLoss(model, loss_fn, self.model_desc.loss_index,
+                                    input_names=self.model_desc.input_names)
+        else:
+            wrapper = _mixed_precision.AutocastModelWithLoss(model, loss_fn, self.model_desc.loss_index,
+                                                             self._mixed_precision.dtype,
+                                                             input_names=self.model_desc.input_names)
+        self._graphs = StepGraphs(wrapper, self.model_desc, optim_config, options, self._state, self._mixed_precision)
 
     # ---- onnxruntime-training's attributes ----
     @property
@@ -104,13 +111,22 @@ class ORTTrainer:
             lr = self.optim_config.lr
             if self.options.lr_scheduler is not None:
                 lr = self.options.lr_scheduler._step(info)[0]
+        scaler = None if self._mixed_precision is None else self._mixed_precision.loss_scaler
         try:
-            results = step.run_train(inputs, lr, accumulate, self._fetches(), self.model_desc.input_names)
+            results = step.run_train(inputs, lr, accumulate, self._fetches(), self.model_desc.input_names,
+                                     loss_scale=None if scaler is None else scaler.loss_scale)
         except BaseException:
             info.step -= 1
             raise
         if not accumulate:
-            info.optimization_step += 1
+            if scaler is not None:
+                # As the reference: the scaler sees every update's overflow flag; a skipped update is
+                # not an optimization step (schedulers do not advance).
+                info.all_finite = step.last_all_finite
+                if getattr(scaler, "automatic_update", True):
+                    scaler.update(info)
+            if info.all_finite:
+                info.optimization_step += 1
         return results
 
     def eval_step(self, *args: Any, **kwargs: Any) -> Any:

@@ -29,8 +29,6 @@ NOT_BUILT_YET: tuple[tuple[str, str], ...] = (
     ("distributed.pipeline_parallel", f"{_SCALE_OUT}: pipelines run through DeepSpeed (docs/distributed.md)"),
     ("distributed.deepspeed_zero_optimization", f"{_SCALE_OUT}: ZeRO in ORTTrainer; ORTModule under DeepSpeed has it"),
     ("distributed.enable_adasum", "Adasum gradient combination (no issue yet)"),
-    ("mixed_precision.enabled", _MIXED_PRECISION),
-    ("graph_transformer.propagate_cast_ops_config", _MIXED_PRECISION),
     ("graph_transformer.allow_layer_norm_mod_precision", _MIXED_PRECISION),
     ("graph_transformer.attn_dropout_recompute", _MEMORY_OPTIMIZER),
     ("graph_transformer.gelu_recompute", _MEMORY_OPTIMIZER),
