@@ -15,6 +15,7 @@ from torch._dynamo.backends.common import aot_autograd
 from .autograd_function import install_capture
 from .autograd_function.graph_rewrite import prepare_graph
 from .compiled_graph import STATS, CompiledGraph, CompileStats
+from .compute_optimizer import trace_optimized
 from .decompositions import attention_kernels, decomposition_table
 from .distributed import install_exit_guard, note_process_group
 from .errors import FallbackError, UnsupportedTorchModelError
@@ -109,7 +110,8 @@ def ort_backend(gm: torch.fx.GraphModule, example_inputs: list, options: Mapping
         raise
     try:
         with attention_kernels(opts.aten_sdpa_fallback):
-            return aot(gm, example_inputs)
+            # the compute optimizer rewrites dynamo's graph first (compute_optimizer/, on by default)
+            return trace_optimized(aot, gm, example_inputs, opts)
     except FallbackError:
         raise
     except Exception as e:

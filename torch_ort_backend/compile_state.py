@@ -30,6 +30,7 @@ class CompileStats:
     runs: int = 0
     fallbacks: int = 0  # graphs (or runs) sent to eager by the policy
     recompile_limit_fallbacks: int = 0  # functions TorchDynamo runs in eager past its recompile limit
+    label_sparse_rewrites: int = 0  # losses computed over the valid labels only (compute_optimizer/)
     aten_fallback_ops: Counter = field(default_factory=Counter)
 
     def reset(self) -> None:

@@ -48,11 +48,13 @@ class BackendOptions:
     cache_dir: str = ""  # exported graphs cached on disk (model_cache.py); "" off
     print_input_density: bool = False  # runtime_inspector.py
     print_memory_stats: bool = False
+    # the padding-aware compute optimizer (compute_optimizer/): on by default, as in onnxruntime-training;
+    # the label case needs all three switches
+    enable_compute_optimizer: bool = True
+    enable_sparse_optimizer: bool = True
+    enable_label_sparse_optimizer: bool = True
     # onnxruntime-training switches that are refused when they ask for what this engine cannot do
     # (REFUSED below says why); the fields hold the accepted value.
-    enable_compute_optimizer: bool = False
-    enable_sparse_optimizer: bool = False
-    enable_label_sparse_optimizer: bool = False
     enable_embedding_sparse_optimizer: bool = False
     use_efficient_attention: bool = False
     enable_mem_efficient_grad_mgmt: bool = False
@@ -166,14 +168,11 @@ def _refused(parse, accepted: Any, reason: str):
     return check
 
 
-_NOT_YET_COMPUTE_OPTIMIZER = (
-    "the padding-aware compute optimizer (label and embedding sparsity) is not implemented yet "
-    "(issue 19); every token and label is computed, as with the variable set to 0")
 REFUSED = {
-    "enable_compute_optimizer": _NOT_YET_COMPUTE_OPTIMIZER,
-    "enable_sparse_optimizer": _NOT_YET_COMPUTE_OPTIMIZER,
-    "enable_label_sparse_optimizer": _NOT_YET_COMPUTE_OPTIMIZER,
-    "enable_embedding_sparse_optimizer": _NOT_YET_COMPUTE_OPTIMIZER,
+    "enable_embedding_sparse_optimizer": (
+        "the compute optimizer's embedding case (transformer layers over the non-padding tokens only) is not "
+        "implemented yet (issue 19); every token is computed, as with the variable set to 0 (its default in "
+        "onnxruntime-training too). The label case is built: ORTMODULE_ENABLE_LABEL_SPARSE_OPTIMIZER"),
     "use_efficient_attention": (
         "the engine has no attention-pattern fusion, and torch's efficient-attention kernel is CUDA-only; "
         "a model that calls F.scaled_dot_product_attention already runs it as one ATen node by torch's "

@@ -51,6 +51,8 @@ def _source_placeholder(node: torch.fx.Node, padding_value: int) -> torch.fx.Nod
             node = node.args[0]
         elif node.target is _PAD and len(node.args) > 2 and node.args[2] == padding_value:
             node = node.args[0]  # the pad adds padding, so the input's density is the one to report
+        elif node.target is aten.index_select.default:
+            node = node.args[0]  # the compute optimizer's selection of the valid labels (compute_optimizer/)
         else:
             return None
     return node if node.op == "placeholder" else None

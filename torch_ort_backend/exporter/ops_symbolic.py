@@ -97,8 +97,10 @@ def sym_ite(ctx, node, a):
     return r
 
 
-@converter(torch.ops.aten._assert_scalar.default, torch.ops.aten._assert_tensor_metadata.default)
+@converter(torch.ops.aten._assert_scalar.default, torch.ops.aten._assert_tensor_metadata.default,
+           torch.ops.aten.sym_constrain_range.default, torch.ops.aten.sym_constrain_range_for_size.default)
 def runtime_assert(ctx, node, a):
-    """torch's runtime checks of what tracing assumed (a size >= 0, a dtype): nothing reads their
-    result, and the engine's shape functions check shapes on every run, so they emit no node."""
+    """torch's runtime checks of what tracing assumed (a size >= 0, a dtype, the range of a
+    data-dependent size such as nonzero's count): nothing reads their result, and the engine's shape
+    functions check shapes on every run, so they emit no node."""
     return ()

@@ -165,6 +165,30 @@ def index_select(ctx, node, a):
     return ctx.op("Gather", a.self, a.index, axis=_norm_dim(a.dim, a.self.rank))
 
 
+_ZEROS = {aten.zeros.default, aten.new_zeros.default, aten.zeros_like.default}
+
+
+@converter(aten.index_add.default)
+def index_add(ctx, node, a):
+    """self + (source's slices added at index along dim): the engine's GatherGrad is exactly the sum
+    into zeros (repeated indices accumulate, in a fixed order), so index_select's gradient (zeros
+    then index_add, e.g. the compute optimizer's selected rows) needs no Add."""
+    from .._engine import MS_DOMAIN
+    from .engine_ops import engine_has
+
+    index, source = a.index, a.source
+    if a.alpha != 1 or index.shape is None or len(index.shape) != 1 or a.self.shape is None:
+        return None
+    if not engine_has(MS_DOMAIN, "GatherGrad", source.dtype) or source.dtype != a.self.dtype:
+        return None
+    added = ctx.op("GatherGrad", ctx.shape_of(a.self), index, source, axis=_norm_dim(a.dim, a.self.rank),
+                   domain=MS_DOMAIN)
+    base = node.args[0]
+    if isinstance(base, torch.fx.Node) and base.target in _ZEROS:
+        return added
+    return ctx.op("Add", a.self, added)
+
+
 @converter(aten.gather.default)
 def gather(ctx, node, a):
     if a.sparse_grad:
