@@ -107,9 +107,13 @@ StatusOr<ResizePlan> PlanResize(const Node& node, const ResizeAttributes& attrs,
                           attrs.axes.empty() ? " (the input's rank)" : " (one per axis in 'axes')");
     for (size_t i = 0; i < n; ++i) {
       const double s = scales->ElementAsDouble(static_cast<int64_t>(i));
-      if (!(s > 0)) return InvalidModel(node.Describe(), ": scales must be positive, got ", s, " for axis ", axes[i]);
+      const double out = std::floor(s * static_cast<double>(input[axes[i]]));
+      // A scale that is not a positive finite number, or an output dim past 2^53, is a bad model.
+      if (!(s > 0) || !(out <= 9007199254740992.0))
+        return InvalidModel(node.Describe(), ": scales must be positive and give a representable size, got ", s,
+                            " for axis ", axes[i]);
       plan.scales[axes[i]] = s;
-      plan.output[axes[i]] = static_cast<int64_t>(std::floor(s * static_cast<double>(input[axes[i]])));
+      plan.output[axes[i]] = static_cast<int64_t>(out);
     }
   } else {
     if (static_cast<size_t>(sizes->numel()) != n)

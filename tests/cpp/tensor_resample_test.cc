@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,18 @@ TEST(TensorResize, ScalesAndSizesTogetherIsAnError) {
   EXPECT_NE(ErrorOf(t).find("exactly one of the scales and sizes inputs must be given (non-empty), got both"),
             std::string::npos)
       << ErrorOf(t);
+}
+
+TEST(TensorResize, InfiniteOrNegativeScalesAreErrors) {
+  for (float bad : {-1.0f, 0.0f, std::numeric_limits<float>::infinity(), std::nanf("")}) {
+    OpTester t("Resize", 19);
+    t.Input("x", RandomTensor<float>({1, 1, 2, 2}, -1, 1, 65))
+        .Input("", Tensor())
+        .Input("scales", Tensor::FromVector<float>({1, 1, bad, 2}, {4}));
+    t.Output("y", {1, 1, 4, 4}, {});
+    EXPECT_NE(ErrorOf(t).find("scales must be positive and give a representable size"), std::string::npos)
+        << bad << ": " << ErrorOf(t);
+  }
 }
 
 TEST(TensorResize, BadAttributesAreNamed) {
