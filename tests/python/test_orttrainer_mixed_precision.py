@@ -282,3 +282,38 @@ def test_session_options_cast_propagation_fields():
         so.propagate_cast_ops_allow = "Add"
     with pytest.raises(ValueError, match="propagate_cast_ops_dtype must be 'float16' or 'bfloat16'"):
         so.propagate_cast_ops_dtype = torch.float32
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name", ["gpt2", "bert", "llama"])
+def test_transformers_train_like_eager_autocast(name, dtype):
+    """GPT-2, BERT (masked LM) and LLaMA from small configs: ORTTrainer's mixed-precision SGD steps
+    give eager autocast's losses within the low type's roundings (8 per step, as above)."""
+    from torch_ort_backend.testing import models
+
+    make, batch_of = {"gpt2": (models.make_gpt2, models.causal_lm_batch),
+                      "bert": (models.make_bert_mlm, models.bert_mlm_batch),
+                      "llama": (models.make_llama, models.causal_lm_batch)}[name]
+    model = make()
+    model.config.use_cache = False
+    reference = copy.deepcopy(model)
+    first = batch_of(0)
+    with torch.no_grad():
+        rank = model(**first)["logits"].dim()
+    desc = {"inputs": [(n, list(t.shape)) for n, t in first.items()],
+            "outputs": [("loss", [], True), ("logits", [f"d{i}" for i in range(rank)])]}
+    trainer = ORTTrainer(model, desc, optim.SGDConfig(lr=0.1), options=ORTTrainerOptions(
+        {"mixed_precision": {"enabled": True, "dtype": dtype, "loss_scaler": amp.DynamicLossScaler(loss_scale=256.0)}}))
+    opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for k in range(3):
+        batch = batch_of(k)
+        loss = trainer.train_step(**batch)[0]
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=LOW[dtype]):
+            want = reference(**batch)["loss"]
+        want.backward()
+        opt.step()
+        torch.testing.assert_close(loss.float(), want.detach().float(), rtol=8 * UNIT[dtype] * (k + 1), atol=0.0,
+                                   msg=f"step {k}")
+        assert trainer._train_step_info.all_finite
+    _assert_engine_trained_in(model, trainer, dtype)
