@@ -2,7 +2,7 @@
 
     python benchmarks/bench_compile.py [--models mlp,cnn,...] [--backends eager,inductor,ort]
                                        [--modes train,infer] [--steps 20] [--rounds 1]
-                                       [--size bench|test] [--json PATH]
+                                       [--size bench|test] [--autocast none|bf16] [--json PATH]
 
 For each model (torch_ort_backend/testing/models.py: MLP, MNIST CNN, the tutorial transformer LM, GPT-2,
 BERT, LLaMA) and each backend it times
@@ -105,6 +105,7 @@ def _max_relative_diff(got: list, want: list) -> float:
 
 
 def run_worker(args: argparse.Namespace) -> dict:
+    import contextlib
     import copy
 
     import torch
@@ -121,8 +122,13 @@ def run_worker(args: argparse.Namespace) -> dict:
     train = args.mode == "train"
     model.train(train)
 
+    # --autocast bf16: every forward (eager's reference included) under CPU autocast, as a user
+    # training in mixed precision writes it; the backward and the optimizer step stay outside.
+    def precision():
+        return torch.autocast("cpu", torch.bfloat16) if args.autocast == "bf16" else contextlib.nullcontext()
+
     # Eager's answer on the same weights, from a copy so that the measured model stays untouched.
-    with torch.no_grad():
+    with torch.no_grad(), precision():
         reference = _output_tensors(copy.deepcopy(model)(**batch))
 
     if args.backend == "eager":
@@ -135,12 +141,13 @@ def run_worker(args: argparse.Namespace) -> dict:
 
     def step():
         if train:
-            output = fn(**batch)
+            with precision():
+                output = fn(**batch)
             extract_loss(output).backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             return output
-        with torch.no_grad():
+        with torch.no_grad(), precision():
             return fn(**batch)
 
     baseline_kib, memory_method = _reset_peak_rss()
@@ -173,7 +180,7 @@ def run_worker(args: argparse.Namespace) -> dict:
 def run_configuration(model: str, backend: str, mode: str, args: argparse.Namespace) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--models", model, "--backends", backend,
            "--modes", mode, "--steps", str(args.steps), "--seconds", str(args.seconds), "--size", args.size,
-           "--threads", str(args.threads)]
+           "--threads", str(args.threads), "--autocast", args.autocast]
     # A backend that falls back to eager on a failure would be timed as eager: make it raise.
     env = {**os.environ, "ORTMODULE_FALLBACK_POLICY": "FALLBACK_DISABLE"}
     if not args.warm_caches:
@@ -256,6 +263,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=1,
                         help="repeat the whole sweep this many times; report medians over rounds")
     parser.add_argument("--threads", type=int, default=0, help="intra-op threads (0: torch's default)")
+    parser.add_argument("--autocast", choices=("none", "bf16"), default="none",
+                        help="bf16: each forward under torch.autocast('cpu', torch.bfloat16)")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per configuration")
     parser.add_argument("--warm-caches", action="store_true",
                         help="let Inductor reuse its on-disk caches from earlier runs (first call then "
@@ -311,7 +320,8 @@ def main(argv: list[str] | None = None) -> int:
     threads = next((r["threads"] for r in results if "threads" in r), "?")
     methods = sorted({r["memory_method"] for r in results if "memory_method" in r})
     print(f"\n{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, {threads} threads, "
-          f"--size {args.size}, median of >= {args.steps} calls / {args.seconds:g} s after {WARMUP_CALLS} warm-up, "
+          f"--size {args.size}, autocast {args.autocast}, "
+          f"median of >= {args.steps} calls / {args.seconds:g} s after {WARMUP_CALLS} warm-up, "
           f"{len(rounds)} round(s); "
           f"peak memory by {', '.join(methods) or '-'}\n")
     print(format_table(results))

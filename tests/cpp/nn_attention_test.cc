@@ -268,6 +268,9 @@ TEST(NnAttention, FullyMaskedRowsGiveZeros) {
   c.causal = true;
   c.qk_mode = 3;
   RunAttention<float>(c, 1e-5);
+  c.qk_mode = -1;  // without qk_matmul_output the kernel skips the keys no row of a tile sees
+  c.nonpad = {0};
+  RunAttention<float>(c, 1e-5);
 }
 
 TEST(NnAttention, SixteenBitTypesComputeInFloat) {

@@ -11,7 +11,8 @@
 //
 // Work is split in tiles of query rows of one (batch, head): a tile's scores [rows, total] live
 // in one scratch slice per thread (never the whole [q_seq, total] matrix of every head), Q K^T
-// and P V are single-threaded GEMMs on the tile. 16-bit types compute in float32 (softmax
+// and P V are single-threaded GEMMs on the tile, over only the keys the tile's rows may see (the
+// causal frontier halves the work of a causal prefill). 16-bit types compute in float32 (softmax
 // included), float64 in float64.
 #include <algorithm>
 #include <cmath>
@@ -289,16 +290,18 @@ Status AttentionTyped(KernelContext& ctx, const AttentionAttributes& a, const At
   TOB_ASSIGN_OR_RETURN(Tensor out_scratch, ctx.AllocateScratch(DTypeOf<C>(), {slices, tile_rows, s.v_head}));
   std::vector<Status> slice_status(slices);
 
-  // Query i of batch b sees key j when the bias is finite; offset aligns causal and window masks
-  // bottom-right (a query block that continues a cache).
-  auto visible = [&](int64_t b, int64_t i, int64_t j) -> bool {
-    const int64_t offset = s.past > 0 ? s.past : (nonpad != nullptr ? nonpad[b] - s.q_seq : 0);
-    if (a.is_causal && j > i + offset) return false;
-    if (nonpad != nullptr && j >= nonpad[b]) return false;
-    const int64_t diff = i + offset - j;
-    if (a.left_window >= 0 && diff > a.left_window) return false;
-    if (a.right_window >= 0 && -diff > a.right_window) return false;
-    return true;
+  // The causal, padding and window masks leave query i of batch b one interval of keys [lo, hi);
+  // offset aligns the causal and window masks bottom-right (a query block continuing a cache).
+  auto offset_of = [&](int64_t b) { return s.past > 0 ? s.past : (nonpad != nullptr ? nonpad[b] - s.q_seq : 0); };
+  auto visible_keys = [&](int64_t b, int64_t i, int64_t keys) {
+    const int64_t at = i + offset_of(b);
+    int64_t lo = 0, hi = keys;
+    if (a.is_causal) hi = std::min(hi, at + 1);
+    if (nonpad != nullptr) hi = std::min(hi, nonpad[b]);
+    if (a.right_window >= 0) hi = std::min(hi, at + a.right_window + 1);
+    if (a.left_window >= 0) lo = std::max(lo, at - a.left_window);
+    lo = std::clamp<int64_t>(lo, 0, keys);
+    return std::make_pair(lo, std::clamp<int64_t>(hi, lo, keys));
   };
 
   ParallelFor(ctx.thread_pool(), slices, 1, [&](int64_t sb, int64_t se) {
@@ -309,8 +312,19 @@ Status AttentionTyped(KernelContext& ctx, const AttentionAttributes& a, const At
         const int64_t bh = item / tiles_per_head, i0 = (item % tiles_per_head) * kQueryTile;
         const int64_t b = bh / s.q_heads, h = bh % s.q_heads, kvh = h / s.group();
         const int64_t rows = std::min(kQueryTile, s.q_seq - i0);
-        if (total > 0) {
-          Status st = Gemm(false, true, rows, total, s.head, scale, q + q_layout.Offset(b, h, i0), q_layout.seq_stride,
+        // Keys past what the tile's last row may see (causal frontier, right window, padding) get
+        // probability 0 whatever their scores: leave them out of both GEMMs. qk_matmul_output needs
+        // every score, so not then.
+        int64_t keys = total;
+        if (qk_out == nullptr) {
+          const int64_t last_seen = i0 + rows - 1 + offset_of(b);
+          if (a.is_causal) keys = std::min(keys, last_seen + 1);
+          if (a.right_window >= 0) keys = std::min(keys, last_seen + a.right_window + 1);
+          if (nonpad != nullptr) keys = std::min(keys, nonpad[b]);
+          keys = std::max<int64_t>(keys, 0);
+        }
+        if (keys > 0) {
+          Status st = Gemm(false, true, rows, keys, s.head, scale, q + q_layout.Offset(b, h, i0), q_layout.seq_stride,
                            k + k_layout.Offset(b, kvh, 0), k_layout.seq_stride, C(0), scores, total, nullptr);
           if (!st.ok()) {
             slice_status[slice] = st;
@@ -322,29 +336,33 @@ Status AttentionTyped(KernelContext& ctx, const AttentionAttributes& a, const At
           C* row = scores + r * total;
           T* qk_row = qk_out != nullptr ? qk_out->data<T>() + ((b * s.q_heads + h) * s.q_seq + i) * total : nullptr;
           if (softcap > 0)
-            for (int64_t j = 0; j < total; ++j) row[j] = softcap * std::tanh(row[j] / softcap);
+            for (int64_t j = 0; j < keys; ++j) row[j] = softcap * std::tanh(row[j] / softcap);
           if (qk_row != nullptr && a.qk_mode <= 1) StoreRow(row, total, qk_row);
-          bool any_visible = false;
-          const C* mask_row =
-              mask ? mask->data() + b * mask->stride[0] + h * mask->stride[1] + i * mask->stride[2] : nullptr;
-          for (int64_t j = 0; j < total; ++j) {
-            C bias = visible(b, i, j) ? C(0) : neg_inf;
-            if (mask_row != nullptr) bias += j < mask->keys ? mask_row[j] : neg_inf;
-            any_visible |= bias != neg_inf;
-            row[j] += bias;
+          const auto [lo, hi] = visible_keys(b, i, keys);
+          std::fill(row, row + lo, neg_inf);
+          std::fill(row + hi, row + keys, neg_inf);
+          bool any_visible = hi > lo;
+          if (mask) {
+            const C* mask_row = mask->data() + b * mask->stride[0] + h * mask->stride[1] + i * mask->stride[2];
+            any_visible = false;
+            for (int64_t j = lo; j < hi; ++j) {
+              const C bias = j < mask->keys ? mask_row[j] : neg_inf;
+              any_visible |= bias != neg_inf;
+              row[j] += bias;
+            }
           }
           if (qk_row != nullptr && a.qk_mode == 2) StoreRow(row, total, qk_row);
           if (!any_visible) {
-            std::fill_n(row, total, C(0));
+            std::fill_n(row, keys, C(0));
           } else {
-            const C max = vec::Max(row, total);
-            const C inv = C(1) / vec::ExpShiftedSum(row, total, max, row);
-            for (int64_t j = 0; j < total; ++j) row[j] *= inv;
+            const C max = vec::Max(row, keys);
+            const C inv = C(1) / vec::ExpShiftedSum(row, keys, max, row);
+            for (int64_t j = 0; j < keys; ++j) row[j] *= inv;
           }
           if (qk_row != nullptr && a.qk_mode == 3) StoreRow(row, total, qk_row);
         }
-        if (total > 0) {
-          Status st = Gemm(false, false, rows, s.v_head, total, C(1), scores, total, v + v_layout.Offset(b, kvh, 0),
+        if (keys > 0) {
+          Status st = Gemm(false, false, rows, s.v_head, keys, C(1), scores, total, v + v_layout.Offset(b, kvh, 0),
                            v_layout.seq_stride, C(0), out_tile, s.v_head, nullptr);
           if (!st.ok()) {
             slice_status[slice] = st;
