@@ -317,3 +317,50 @@ def test_transformers_train_like_eager_autocast(name, dtype):
                                    msg=f"step {k}")
         assert trainer._train_step_info.all_finite
     _assert_engine_trained_in(model, trainer, dtype)
+
+
+def test_an_overflow_inside_an_accumulation_window_drops_the_window():
+    """An inf gradient in the accumulate step reaches the sums: the update step skips and the sums
+    are reset, so the next window starts clean (the reference's ZeroGradient after every update)."""
+    model = _Regression()
+    scaler = amp.DynamicLossScaler(loss_scale=1024.0)
+    trainer = ORTTrainer(model, REGRESSION_DESC, optim.AdamConfig(lr=1e-2), loss_fn=torch.nn.functional.mse_loss,
+                         options=ORTTrainerOptions({"mixed_precision": {"enabled": True, "loss_scaler": scaler},
+                                                    "batch": {"gradient_accumulation_steps": 2}}))
+    info = trainer._train_step_info
+    before = _state(trainer)
+    trainer.train_step(*_regression_batch(1, poison=True))  # accumulate: no update yet
+    trainer.train_step(*_regression_batch(2))  # update: the sum holds the inf
+    assert not info.all_finite and info.optimization_step == 0 and scaler.loss_scale == 512.0
+    _assert_same_state(before, _state(trainer))
+    sums = trainer.state_dict()["gradient_accumulation"]
+    assert sums and set(sums) == {n for n, _ in model.named_parameters()}
+    assert all(not np.any(np.asarray(v)) for v in sums.values()), "the dropped window's sums were not reset"
+    trainer.train_step(*_regression_batch(3))
+    trainer.train_step(*_regression_batch(4))
+    assert info.all_finite and info.optimization_step == 1
+
+
+def test_legacy_trainer_use_mixed_precision_with_a_loss_scaler():
+    from torch_ort_backend.capi.ort_trainer import IODescription, ModelDescription
+    from torch_ort_backend.capi.ort_trainer import ORTTrainer as LegacyTrainer
+
+    desc = ModelDescription([IODescription("ids", ["batch", "seq"], torch.int64),
+                             IODescription("labels", ["batch", "seq"], torch.int64)],
+                            [IODescription("loss", [], torch.float32),
+                             IODescription("logits", ["batch", "seq", 32], torch.float32)])
+    lr_desc = IODescription("Learning_Rate", [1], torch.float32)
+    with pytest.raises(TypeError, match="loss_scaler must be a torch_ort_backend.amp.LossScaler"):
+        LegacyTrainer(make_model(), lm_loss, desc, "SGDOptimizer", None, lr_desc, torch.device("cpu"),
+                      use_mixed_precision=True, loss_scaler=1024.0)
+    model = make_model()
+    data = batches(4)
+    _, losses, scales = _eager_amp(model, data, torch.float16, scale=1024.0, window=2, sgd=True)
+    scaler = amp.DynamicLossScaler(loss_scale=1024.0, up_scale_window=2)
+    trainer = LegacyTrainer(model, lm_loss, desc, "SGDOptimizer", None, lr_desc, torch.device("cpu"),
+                            use_mixed_precision=True, loss_scaler=scaler)
+    for k, ((ids, labels), want, want_scale) in enumerate(zip(data, losses, scales)):
+        loss, _ = trainer.train_step(ids, labels, torch.tensor([0.1]))
+        torch.testing.assert_close(loss.float(), want, rtol=8 * UNIT["float16"] * (k + 1), atol=0.0, msg=f"step {k}")
+        assert scaler.loss_scale == want_scale
+    assert scaler.input_name == "loss_scale"

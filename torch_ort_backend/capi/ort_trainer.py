@@ -17,6 +17,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from ..amp.loss_scaler import LossScaler
 from ..optim.config import AdamConfig, LambConfig, SGDConfig
 from ..trainer.options import ORTTrainerOptions
 from ..trainer.trainer import ORTTrainer as _Trainer
@@ -75,6 +76,9 @@ class ORTTrainer:
             raise ValueError(f"device {dev} is not supported by this build; use 'cpu'")
         if loss_scaler is not None and not use_mixed_precision:
             raise ValueError("loss_scaler is only used with use_mixed_precision=True")
+        if loss_scaler is not None and not isinstance(loss_scaler, LossScaler):
+            raise TypeError("loss_scaler must be a torch_ort_backend.amp.LossScaler (e.g. amp.DynamicLossScaler), got "
+                            f"{type(loss_scaler).__name__}")
         self.model_desc = model_desc
         self.learning_rate_description = learning_rate_description
         self.training_optimizer_name = training_optimizer_name
@@ -95,7 +99,7 @@ class ORTTrainer:
                             "allreduce_post_accumulation": allreduce_post_accumulation,
                             "deepspeed_zero_optimization": {"stage": deepspeed_zero_stage},
                             "enable_adasum": enable_adasum},
-            "mixed_precision": {"enabled": use_mixed_precision},
+            "mixed_precision": {"enabled": use_mixed_precision, "loss_scaler": loss_scaler},
             "utils": {"frozen_weights": list(frozen_weights), "grad_norm_clip": enable_grad_norm_clip,
                       "memory_efficient_gradient": use_memory_efficient_gradient,
                       "run_symbolic_shape_infer": run_symbolic_shape_infer},
