@@ -32,6 +32,10 @@ C = _C
 # The domain of onnxruntime's contrib and training ops: the engine's one constant (core/domain.h).
 MS_DOMAIN: str = _C.MICROSOFT_DOMAIN
 
+# A NodeProto metadata_props key: the node recomputes a forward value for the backward (the memory
+# optimizer's copies). The engine marks it (Node::recompute) and never merges it back into the original.
+RECOMPUTE_KEY: str = "tob.recompute"
+
 EngineError = _C.EngineError
 InvalidArgumentError = _C.InvalidArgumentError
 InvalidModelError = _C.InvalidModelError

@@ -16,7 +16,7 @@ from google.protobuf.message import DecodeError
 from onnx import AttributeProto, TensorProto, numpy_helper
 
 from . import dtypes
-from ._engine import C, InvalidModelError, NotImplementedOpError
+from ._engine import RECOMPUTE_KEY, C, InvalidModelError, NotImplementedOpError
 
 ModelLike = Union[str, os.PathLike, bytes, onnx.ModelProto]
 
@@ -187,7 +187,8 @@ def build_graph(proto: onnx.ModelProto):
         b.add_input(vi.name, elem, dims)
     for i, n in enumerate(g.node):
         attrs = [(a.name, int(a.type), _attribute_value(n, a)) for a in n.attribute]
-        b.add_node(n.op_type, n.domain, list(n.input), list(n.output), attrs, n.name or f"{n.op_type}_{i}")
+        recompute = any(p.key == RECOMPUTE_KEY and p.value == "1" for p in n.metadata_props)
+        b.add_node(n.op_type, n.domain, list(n.input), list(n.output), attrs, n.name or f"{n.op_type}_{i}", recompute)
     for vi in g.value_info:
         if vi.type.WhichOneof("value") != "tensor_type" or vi.type.tensor_type.elem_type not in dtypes.SUPPORTED:
             continue  # a declaration we cannot use is no error: inference decides

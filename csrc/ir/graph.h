@@ -91,6 +91,12 @@ class Node {
   const std::string& provider() const { return provider_; }
   void set_provider(std::string p) { provider_ = std::move(p); }
 
+  // A recompute copy: it repeats a forward node's work for the backward on purpose, so that the
+  // forward's value can be freed early (docs/memory_optimizer.md). Common-subexpression
+  // elimination never merges it back into the original.
+  bool recompute() const { return recompute_; }
+  void set_recompute(bool recompute) { recompute_ = recompute; }
+
   // "Conv 'conv1'" — used in every error message about this node.
   std::string Describe() const;
 
@@ -103,6 +109,7 @@ class Node {
   std::vector<Value*> outputs_;
   AttributeMap attributes_;
   std::string provider_;
+  bool recompute_ = false;
 };
 
 class Graph {
@@ -149,8 +156,12 @@ class Graph {
   // Every use of `from` (node inputs and graph outputs) becomes a use of `to`. Graph outputs
   // keep their external names.
   Status ReplaceAllUses(Value* from, Value* to);
-  // A node a pass added in place of `like` runs where `like` would have (same order_key).
-  void PlaceLike(Node* node, const Node* like) { node->order_key_ = like->order_key_; }
+  // A node a pass added in place of `like` runs where `like` would have (same order_key), and is
+  // a recompute copy when `like` is one (a fusion inside a copy keeps it a copy).
+  void PlaceLike(Node* node, const Node* like) {
+    node->order_key_ = like->order_key_;
+    node->recompute_ = like->recompute_;
+  }
   // Removes a node whose outputs have no uses and are not graph outputs.
   Status RemoveNode(Node* node);
   // Replaces node input i (keeps use lists consistent).

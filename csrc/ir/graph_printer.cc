@@ -123,6 +123,7 @@ class Printer {
       s += "}";
     }
     if (!node.provider().empty()) s += " @" + node.provider();
+    if (node.recompute()) s += " [recompute]";
     if (!options_.canonical_names) s += StrCat("  # '", node.name(), "'");
     return s + "\n";
   }

@@ -1,7 +1,9 @@
 // Common subexpression elimination: two nodes with the same op, domain, provider, inputs (the same
 // values) and attributes compute the same outputs, so the later one is replaced by the earlier.
 // Visiting in topological order lets merges cascade: once two producers are merged, their
-// consumers become identical and merge too. Random ops and ops with side effects never merge.
+// consumers become identical and merge too. Random ops and ops with side effects never merge, and
+// neither do recompute copies (Node::recompute): they repeat forward work on purpose, so that the
+// forward's value is freed before the backward needs it.
 #include <functional>
 #include <unordered_map>
 
@@ -46,7 +48,8 @@ class CommonSubexpressionElimination final : public GraphPass {
     std::unordered_map<size_t, std::vector<Node*>> seen;
     int merged = 0;
     for (Node* node : order) {
-      if (IsNonDeterministic(graph, *node, *ctx.schemas) || HasSideEffects(*node, *ctx.schemas) || HasSubgraph(*node))
+      if (node->recompute() || IsNonDeterministic(graph, *node, *ctx.schemas) || HasSideEffects(*node, *ctx.schemas) ||
+          HasSubgraph(*node))
         continue;
       std::vector<Node*>& bucket = seen[NodeHash(*node)];
       Node* original = nullptr;

@@ -309,17 +309,18 @@ PYBIND11_MODULE(_C, m) {
           "add_node",
           [](GraphBuilder& b, const std::string& op_type, const std::string& domain,
              const std::vector<std::string>& inputs, const std::vector<std::string>& outputs, const py::list& attrs,
-             const std::string& name) {
+             const std::string& name, bool recompute) {
             AttributeMap map;
             for (const py::handle& a : attrs) {
               auto tup = a.cast<py::tuple>();
               std::string an = tup[0].cast<std::string>();
               map[an] = ToAttribute(name, an, tup[1].cast<int>(), tup[2]);
             }
-            Unwrap(b.graph().AddNode(op_type, domain, inputs, outputs, std::move(map), name));
+            Node* node = Unwrap(b.graph().AddNode(op_type, domain, inputs, outputs, std::move(map), name));
+            node->set_recompute(recompute);
           },
           py::arg("op_type"), py::arg("domain"), py::arg("inputs"), py::arg("outputs"), py::arg("attributes"),
-          py::arg("name") = "")
+          py::arg("name") = "", py::arg("recompute") = false)
       .def("declare_value_type",
            [](GraphBuilder& b, const std::string& name, int dtype, const py::object& dims) {
              // value_info: a type the model states for a node output. Inference refines it; ops

@@ -347,6 +347,45 @@ TEST(OptimizerCse, DoesNotMergeAwayAKeptValue) {
   EXPECT_NE(g.FindValue("r2"), nullptr);
 }
 
+// A recompute copy repeats a forward node for the backward on purpose (the memory optimizer frees
+// the forward's value early): it is never merged back, nor is anything merged into it; ordinary
+// duplicates around it still merge.
+TEST(OptimizerCse, NeverMergesRecomputeCopies) {
+  Graph before;
+  GraphBuilder(before).Input("x", F32({4}));
+  GraphBuilder(before).Op("Relu", {"x"}, {"r"});
+  GraphBuilder(before).Op("Neg", {"r"}, {"forward"});
+  GraphBuilder(before).Op("Relu", {"x"}, {"r_copy"})->set_recompute(true);
+  GraphBuilder(before).Op("Relu", {"x"}, {"r_dup"});
+  GraphBuilder(before).Op("Mul", {"forward", "r_copy"}, {"m"});
+  GraphBuilder(before).Op("Add", {"m", "r_dup"}, {"y"});
+  GraphBuilder(before).Output("y");
+  EXPECT_TRUE(RunPass(CreateCommonSubexpressionEliminationPass(), before));
+
+  Graph expected;
+  GraphBuilder(expected).Input("x", F32({4}));
+  GraphBuilder(expected).Op("Relu", {"x"}, {"r"});
+  GraphBuilder(expected).Op("Neg", {"r"}, {"forward"});
+  GraphBuilder(expected).Op("Relu", {"x"}, {"r_copy"})->set_recompute(true);
+  GraphBuilder(expected).Op("Mul", {"forward", "r_copy"}, {"m"});
+  GraphBuilder(expected).Op("Add", {"m", "r"}, {"y"});
+  GraphBuilder(expected).Output("y");
+  EXPECT_EQ(GraphToText(before), GraphToText(expected));
+  EXPECT_NE(GraphToText(before).find("Relu(x) [recompute]"), std::string::npos) << GraphToText(before);
+}
+
+TEST(OptimizerCse, ANodePlacedLikeARecomputeCopyIsOne) {
+  Graph g;
+  GraphBuilder(g).Input("x", F32({4}));
+  Node* copy = GraphBuilder(g).Op("Relu", {"x"}, {"r_copy"});
+  copy->set_recompute(true);
+  Node* fused = GraphBuilder(g).Op("Neg", {"r_copy"}, {"y"});
+  GraphBuilder(g).Output("y");
+  g.PlaceLike(fused, copy);
+  EXPECT_TRUE(fused->recompute());
+  EXPECT_EQ(fused->order_key(), copy->order_key());
+}
+
 // ---------------- DeadCodeElimination ----------------
 
 TEST(OptimizerDce, RemovesDeadChainsAndTheirConstants) {

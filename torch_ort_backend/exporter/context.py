@@ -150,6 +150,15 @@ class ExportContext:
         self.outputs.append(self._value_info(Val(name, v.dtype, v.shape)))
         return name
 
+    def mark_recompute(self, first: int) -> None:
+        """Marks the nodes made since len(self.nodes) was `first` as a recompute copy (their FX node
+        repeats a forward node for the backward): the engine's CSE must not merge them back."""
+        from .._engine import RECOMPUTE_KEY
+
+        for n in self.nodes[first:]:
+            entry = n.metadata_props.add()
+            entry.key, entry.value = RECOMPUTE_KEY, "1"
+
     def declare(self, v: Val) -> None:
         """Records v's dtype and shape in value_info (for values whose type the engine cannot infer)."""
         self.value_info.append(self._value_info(v))

@@ -22,6 +22,9 @@ from .context import MS_DOMAIN, ExportContext, Val, val_from_meta, wrap_integer
 from .errors import UnsupportedTorchModelError
 
 DEFAULT_OPSET = 18
+# FX node meta key of a node that recomputes a forward value for the backward (memory_optimizer/
+# joint_recompute.py): its ONNX nodes carry the engine's recompute mark.
+RECOMPUTE_META = "tob_recompute_copy"
 MIN_OPSET, MAX_OPSET = 12, 21  # below 18, exporter/opset_compat.py lowers what changed
 
 
@@ -104,7 +107,10 @@ class _Exporter:
                     raise UnsupportedTorchModelError(f"attribute '{node.target}' is a {type(value).__name__}")
                 self.env[node] = ctx.const(value, value.dtype)
             elif node.op == "call_function":
+                first = len(ctx.nodes)
                 self.env[node] = self.convert(node)
+                if node.meta.get(RECOMPUTE_META):
+                    ctx.mark_recompute(first)
             elif node.op == "output":
                 outs = node.args[0]
                 outs = outs if isinstance(outs, (list, tuple)) else (outs,)
