@@ -279,13 +279,13 @@ def test_defaults_are_all_supported():
     assert supported.unsupported_settings() == []
 
 
-# Data parallelism (world_size, world_rank, data_parallel_size, allreduce_post_accumulation) is
-# built (trainer/distributed.py, tests/python/test_orttrainer_distributed.py); these are not.
+# Data parallelism (world_size, world_rank, data_parallel_size, allreduce_post_accumulation) and
+# ZeRO stage 1 are built (trainer/distributed.py, trainer/zero.py; test_orttrainer_distributed.py,
+# test_orttrainer_zero.py); these are not.
 UNBUILT = [
     ("distributed.horizontal_parallel_size", 4, "horizontal (tensor) parallelism"),
     ("distributed.pipeline_parallel.pipeline_parallel_size", 2, "issue 13"),
     ("distributed.pipeline_parallel.sliced_tensor_names", ["x"], "issue 13"),
-    ("distributed.deepspeed_zero_optimization.stage", 1, "issue 13"),
     ("distributed.enable_adasum", True, "Adasum"),
     ("graph_transformer.attn_dropout_recompute", True, "issue 14 (memory optimizer)"),
     ("graph_transformer.gelu_recompute", True, "issue 14"),

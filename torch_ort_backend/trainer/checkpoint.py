@@ -2,8 +2,10 @@
 arrays as tensors) and the user's dict; read back with torch.load(weights_only=True), which builds
 only tensors and plain containers (a checkpoint file cannot run code).
 
-Several files (one per rank of a sharded run) are aggregated: without sharding (ZeRO stage 0) every
-rank holds the whole state, so the files must agree on the model and rank 0's state is loaded.
+Several files (one per rank of a run) are aggregated into one unpartitioned state_dict: the model
+must agree across the files (every rank holds all weights); without ZeRO every rank also holds the
+whole optimizer state and rank 0's is taken, and with ZeRO stage 1 each rank's pieces of the
+optimizer states are joined (trainer/zero.py). The result loads into a trainer of any world size.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
+
+from .zero import aggregate_optimizer_states
 
 MARKER = "torch_ort_backend.ORTTrainer.checkpoint"
 VERSION = 1
@@ -80,16 +84,28 @@ def _aggregate(paths: Sequence[str], loaded: list[tuple[dict, dict]]) -> tuple[d
     if len(sizes) != 1 or ranks != list(range(len(loaded))) or sizes != {len(loaded)}:
         raise CheckpointError(f"checkpoints {list(paths)} are not the ranks 0..{len(loaded) - 1} of one run "
                               f"(world sizes {sorted(sizes)}, ranks {ranks})")
-    if stages != {0}:
-        raise NotImplementedError("aggregating ZeRO-sharded checkpoints needs sharded training, which ORTTrainer "
-                                  "does not support yet (issue 13)")
+    if len(stages) != 1:
+        raise CheckpointError(f"checkpoints {list(paths)} mix ZeRO stages {sorted(stages)}: not one run")
     by_rank = {int(sd.get("trainer_options", {}).get("world_rank", 0)): (sd, user) for sd, user in loaded}
     first = by_rank[0][0]["model"]["full_precision"]
     for rank, (sd, _) in by_rank.items():
         other = sd["model"]["full_precision"]
         if set(other) != set(first) or any(not np.array_equal(other[k], first[k]) for k in first):
             raise CheckpointError(f"rank {rank}'s model state differs from rank 0's: not replicas of one run")
-    return by_rank[0]
+    if stages == {0}:
+        return by_rank[0]
+    ordered = [by_rank[r][0] for r in range(len(loaded))]
+    if any("optimizer" in sd and "partition_info" not in sd for sd in ordered):
+        raise CheckpointError("a ZeRO checkpoint without 'partition_info': cannot join its optimizer states")
+    merged = {k: v for k, v in ordered[0].items() if k != "partition_info"}
+    if any("optimizer" in sd for sd in ordered):
+        try:
+            merged["optimizer"] = aggregate_optimizer_states(ordered)
+        except ValueError as e:
+            raise CheckpointError(f"checkpoints {list(paths)}: {e}") from None
+    merged["trainer_options"] = dict(ordered[0]["trainer_options"], zero_stage=0, world_rank=0, world_size=1,
+                                     data_parallel_size=1)
+    return merged, by_rank[0][1]
 
 
 def _to_tensors(x: Any) -> Any:

@@ -174,7 +174,7 @@ class StepGraphs:
             clip = bool(opts.utils.grad_norm_clip)
             dp = data_parallel(opts)
             update = build_training_model(exported, self.config, accumulate_only=False, accumulation=accumulation,
-                                          grad_norm_clip=clip, data_parallel=dp)
+                                          grad_norm_clip=clip, data_parallel=dp, zero=self.state.zero)
             if self.mixed_precision is not None:
                 _mixed_precision.add_loss_scaling(update)
             _save(paths.model_with_gradient_graph_path, exported.model)

@@ -31,6 +31,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from .._engine import MS_DOMAIN
 from .training_graph import ExportedModel
+from .zero import ZeroPartition
 
 LEARNING_RATE = "Learning_Rate"
 
@@ -79,6 +80,12 @@ class _Builder:
         self.graph.initializer.append(numpy_helper.from_array(value, name))
         return name
 
+    def const_once(self, name: str, value: np.ndarray) -> str:
+        if name not in self.types:
+            self.const(name, value)
+            self.types[name] = None
+        return name
+
     def declare(self, name: str, like: str) -> None:
         """Types `name` like the graph output `like` (outputs of ATen nodes are typed by declaration)."""
         self.graph.value_info.append(helper.make_value_info(name, copy.deepcopy(self.types[like])))
@@ -118,10 +125,12 @@ def _all_reduce_mean(b: _Builder, grads: dict[str, str], dp: DataParallel, tag: 
 
 
 def build_training_model(exported: ExportedModel, config, *, accumulate_only: bool, accumulation: bool,
-                         grad_norm_clip: bool, data_parallel: DataParallel | None = None) -> TrainingModel:
+                         grad_norm_clip: bool, data_parallel: DataParallel | None = None,
+                         zero: ZeroPartition | None = None) -> TrainingModel:
     """`config` is an optim.SGDConfig / AdamConfig / LambConfig; `accumulation` says whether the
     gradients are summed over several steps (then `accumulate_only` picks the accumulate step);
-    `data_parallel` averages the gradients over the ranks of torch.distributed."""
+    `data_parallel` averages the gradients over the ranks of torch.distributed; `zero` (ZeRO stage
+    1, with data_parallel) updates only this rank's pieces of the weights and all-gathers them."""
     b = _Builder(exported)
     grads = dict(exported.gradients)  # weight -> gradient value
     b.drop_outputs(set(grads.values()))  # consumed inside the graph: the engine hands none back
@@ -152,25 +161,17 @@ def build_training_model(exported: ExportedModel, config, *, accumulate_only: bo
         norm = "global_gradient_norm"
         b.node("ReduceAllL2", list(grads.values()), [norm])
     signals: dict[str, str] = {}
-    if config.name == "SGDOptimizer":
+    if zero is not None:
+        _add_zero_update(b, config, grads, lr, norm, signals, zero, data_parallel)
+    elif config.name == "SGDOptimizer":
         for w, g in grads.items():
             b.node("SGDOptimizer", [lr, w, g], [f"{w}_new"])
             b.update(w, f"{w}_new")
             signals[w] = f"{w}_new"
     elif config.name == "AdamOptimizer":
         for w, g in grads.items():
-            hp = config.hyper_parameters_for(w)
-            m1 = b.add_state(f"Moment_1_{w}", like=w)
-            m2 = b.add_state(f"Moment_2_{w}", like=w)
-            t = b.add_state(f"Update_Count_{w}", elem=TensorProto.INT64, shape=[1])
-            b.out.optimizer_state[w] = {"Moment_1": m1, "Moment_2": m2, "Update_Count": t}
-            outs = [f"{t}_new", f"{m1}_new", f"{m2}_new", f"{w}_new"]
-            b.node("AdamOptimizer", [lr, t, w, g, m1, m2, "", "", norm or ""], outs,
-                   alpha=float(hp["alpha"]), beta=float(hp["beta"]), epsilon=float(hp["epsilon"]),
-                   do_bias_correction=int(bool(hp["do_bias_correction"])), weight_decay_mode=int(hp["weight_decay_mode"]),
-                   max_norm_clip=1.0, **{"lambda": float(hp["lambda_coef"])})
-            for state, new in zip((t, m1, m2, w), outs):
-                b.update(state, new)
+            _add_adam(b, config, w, w, g, lr, norm, like=w)
+            b.update(w, f"{w}_new")
             signals[w] = f"{w}_new"
     elif config.name == "LambOptimizer":
         _add_lamb(b, config, grads, lr, norm, signals)
@@ -182,6 +183,81 @@ def build_training_model(exported: ExportedModel, config, *, accumulate_only: bo
             b.node("ZeroGradient", [acc, signals[w]], [f"{acc}_new"])
             b.update(acc, f"{acc}_new")
     return b.finish()
+
+
+def _add_adam(b: _Builder, config, w: str, value: str, grad: str, lr: str, norm: str | None, like: str | None,
+              shape: list[int] | None = None) -> str:
+    """One AdamOptimizer node updating `value` (the weight `w`, or this rank's piece of it under ZeRO)
+    with its own moments and step count; returns the updated value's name."""
+    hp = config.hyper_parameters_for(w)
+    elem = None if like is not None else TensorProto.FLOAT
+    m1 = b.add_state(f"Moment_1_{w}", like=like, elem=elem, shape=shape)
+    m2 = b.add_state(f"Moment_2_{w}", like=like, elem=elem, shape=shape)
+    t = b.add_state(f"Update_Count_{w}", elem=TensorProto.INT64, shape=[1])
+    b.out.optimizer_state[w] = {"Moment_1": m1, "Moment_2": m2, "Update_Count": t}
+    new = f"{w}_new" if value == w else f"{value}_new"
+    outs = [f"{t}_new", f"{m1}_new", f"{m2}_new", new]
+    b.node("AdamOptimizer", [lr, t, value, grad, m1, m2, "", "", norm or ""], outs,
+           alpha=float(hp["alpha"]), beta=float(hp["beta"]), epsilon=float(hp["epsilon"]),
+           do_bias_correction=int(bool(hp["do_bias_correction"])), weight_decay_mode=int(hp["weight_decay_mode"]),
+           max_norm_clip=1.0, **{"lambda": float(hp["lambda_coef"])})
+    for state, new_state in zip((t, m1, m2), outs):
+        b.update(state, new_state)
+    return new
+
+
+def _flat_slice(b: _Builder, value: str, start: int, end: int, out: str) -> str:
+    b.node("Reshape", [value, b.const_once("zero_flat_shape", np.array([-1], dtype=np.int64))], [f"{out}_flat"],
+           domain="")
+    b.node("Slice", [f"{out}_flat", b.const(f"{out}_start", np.array([start], dtype=np.int64)),
+                     b.const(f"{out}_end", np.array([end], dtype=np.int64))], [out], domain="")
+    return out
+
+
+def _add_zero_update(b: _Builder, config, grads: dict[str, str], lr: str, norm: str | None, signals: dict,
+                     zero: ZeroPartition, dp: DataParallel | None) -> None:
+    """ZeRO stage 1 (trainer/zero.py): the optimizer updates this rank's pieces only, their moments
+    holding just those pieces; one ATen node (tob::zero_all_gather) then gathers every rank's
+    updated chunk, and each weight's new value is sliced out of the gathered sequence."""
+    if dp is None:
+        raise ValueError("ZeRO needs data parallelism: distributed.world_size > 1")
+    updated: list[str] = []
+    for w, piece in sorted(zero.pieces.items(), key=lambda item: zero.offsets[item[0]]):
+        value = w if piece.whole else _flat_slice(b, w, piece.start, piece.end, f"{w}_zero_piece")
+        g = grads.get(w)
+        if g is None:  # no gradient reaches this weight: its piece goes out unchanged
+            new = value
+        else:
+            if not piece.whole:
+                g = _flat_slice(b, g, piece.start, piece.end, f"{w}_grad_zero_piece")
+            if config.name == "SGDOptimizer":
+                new = f"{value}_new"
+                b.node("SGDOptimizer", [lr, value, g], [new])
+            else:
+                new = _add_adam(b, config, w, value, g, lr, norm, like=w if piece.whole else None,
+                                shape=None if piece.whole else [piece.size])
+        flat = f"{w}_zero_updated_flat"
+        b.node("Reshape", [new, b.const_once("zero_flat_shape", np.array([-1], dtype=np.int64))], [flat], domain="")
+        updated.append(flat)
+    padding = zero.chunk - zero.local_size
+    if padding or not updated:
+        updated.append(b.const("zero_padding", np.zeros(padding, dtype=np.float32)))
+    local = "zero_local_chunk"
+    b.node("Concat", updated, [local], domain="", axis=0)
+    group = b.const("zero_group", np.frombuffer(dp.group_name.encode(), dtype=np.uint8).copy())
+    gathered = "zero_gathered"
+    b.node("ATen", [local, group], [gathered], operator="tob::zero_all_gather", overload_name="")
+    b.graph.value_info.append(helper.make_tensor_value_info(gathered, TensorProto.FLOAT,
+                                                            [zero.chunk * zero.world_size]))
+    for w, offset in zero.offsets.items():
+        if w not in grads:  # no rank has a gradient for it: unchanged everywhere
+            continue
+        _flat_slice(b, gathered, offset, offset + zero.numel(w), f"{w}_zero_gathered")
+        new = f"{w}_zero_new"
+        b.node("Reshape", [f"{w}_zero_gathered", b.const(f"{w}_zero_shape", np.array(zero.shapes[w], dtype=np.int64))],
+               [new], domain="")
+        b.update(w, new)
+        signals[w] = new
 
 
 def _add_lamb(b: _Builder, config, grads: dict[str, str], lr: str, norm: str | None, signals: dict) -> None:

@@ -61,7 +61,7 @@ class ORTTrainer:
         unsupported = options.unsupported_settings()
         if unsupported:
             raise NotImplementedError("ORTTrainer does not support these settings yet: " + "; ".join(unsupported))
-        data_parallel(options)  # checks the distributed group against torch.distributed now
+        dp = data_parallel(options)  # checks the distributed group against torch.distributed now
         self.model_desc: ModelDesc = parse_model_desc(model_desc)
         if loss_fn is not None and self.model_desc.loss_index != 0:
             raise ValueError("with a loss_fn the loss is the first output of model_desc (the combined model returns "
@@ -77,7 +77,11 @@ class ORTTrainer:
         if missing:
             raise RuntimeError(f"utils.frozen_weights names {missing}, which the model does not have; its parameters "
                                f"are {sorted(names)}")
-        self._state = TrainerState(model, optim_config, frozen, options.batch.gradient_accumulation_steps > 1)
+        # ZeRO stage 1 partitions the optimizer states over the data-parallel ranks; on one rank there
+        # is nothing to partition.
+        zero = options.distributed.deepspeed_zero_optimization.stage >= 1 and dp is not None
+        self._state = TrainerState(model, optim_config, frozen, options.batch.gradient_accumulation_steps > 1,
+                                   zero_ranks=(dp.world_size, options.distributed.world_rank) if zero else None)
         self._mixed_precision = _mixed_precision.configure(options, self.model_desc)
         if self._mixed_precision is None:
             wrapper = ModelWithLoss(model, loss_fn, self.model_desc.loss_index,

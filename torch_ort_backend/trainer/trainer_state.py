@@ -15,12 +15,16 @@ import torch
 from torch import nn
 
 from ..optim.config import _OptimizerConfig
+from .zero import ZeroPartition, piece_of
 
 FORMAT_KEYS = ("model", "optimizer", "trainer_options", "train_step_info")
 
 
 class TrainerState:
-    def __init__(self, model: nn.Module, config: _OptimizerConfig, frozen: list[str], accumulation: bool) -> None:
+    def __init__(self, model: nn.Module, config: _OptimizerConfig, frozen: list[str], accumulation: bool,
+                 zero_ranks: tuple[int, int] | None = None) -> None:
+        """`zero_ranks` (world_size, rank) partitions the optimizer states over the ranks (ZeRO stage
+        1, trainer/zero.py)."""
         self.model = model
         self.config = config
         self.frozen = set(frozen)
@@ -38,15 +42,27 @@ class TrainerState:
             if not b.is_contiguous():
                 raise ValueError(f"buffer '{name}' is not contiguous; ORTTrainer updates buffers in place")
             self.tensors[name] = b.data
-        # Optimizer state per trainable weight, as the graph names it (trainer/optimizer_graph.py).
+        self.zero: ZeroPartition | None = None
+        if zero_ranks is not None:
+            if config.name == "LambOptimizer":
+                raise NotImplementedError("ZeRO (distributed.deepspeed_zero_optimization.stage=1) with Lamb: Lamb's trust "
+                                          "ratio needs the norms of whole weights, which ZeRO splits over the ranks; "
+                                          "use AdamOptimizer or SGDOptimizer, or stage 0")
+            self.zero = ZeroPartition.build([(w, tuple(self.tensors[w].shape)) for w in self.trainable], *zero_ranks)
+        # Optimizer state per trainable weight, as the graph names it (trainer/optimizer_graph.py);
+        # under ZeRO only for this rank's pieces (flat when a piece is part of its weight).
         self.optimizer: dict[str, dict[str, str]] = {}
         self.shared: dict[str, str] = {}
         for w in self.trainable:
             p = self.tensors[w]
-            if config.name in ("AdamOptimizer", "LambOptimizer"):
+            if self.zero is not None and w not in self.zero.pieces:
+                pass
+            elif config.name in ("AdamOptimizer", "LambOptimizer"):
+                piece = self.zero.pieces[w] if self.zero is not None else None
+                like = p if piece is None or piece.whole else p.new_empty(piece.size)
                 entry = {"Moment_1": f"Moment_1_{w}", "Moment_2": f"Moment_2_{w}"}
-                self.tensors[entry["Moment_1"]] = torch.zeros_like(p)
-                self.tensors[entry["Moment_2"]] = torch.zeros_like(p)
+                self.tensors[entry["Moment_1"]] = torch.zeros_like(like)
+                self.tensors[entry["Moment_2"]] = torch.zeros_like(like)
                 if config.name == "AdamOptimizer":
                     entry["Update_Count"] = f"Update_Count_{w}"
                     # The 1-based index of the next update (onnxruntime-training started it at 1).
@@ -98,6 +114,8 @@ class TrainerState:
             },
             "train_step_info": {"optimization_step": int(info.optimization_step), "step": int(info.step)},
         }
+        if self.zero is not None:
+            sd["partition_info"] = self.zero.partition_info()
         if self.accumulation:
             # Not in onnxruntime-training's structure: the gradient sums of a step taken mid-accumulation,
             # so that a resumed run continues exactly.
@@ -131,6 +149,8 @@ class TrainerState:
             if saved_name is not None and saved_name != self.config.name:
                 raise ValueError(f"the state_dict was saved by {saved_name}; this trainer uses {self.config.name}")
             weights = [k for k in opt if k != "shared_optimizer_state"]
+            if self.zero is not None:
+                opt, weights = self._own_pieces(opt, weights)
             if strict:
                 extra = sorted(set(weights) - set(self.optimizer))
                 missing = sorted(set(self.optimizer) - set(weights))
@@ -166,6 +186,24 @@ class TrainerState:
         if step_info is not None:
             info.optimization_step = int(step_info["optimization_step"])
             info.step = int(step_info["step"])
+
+    def _own_pieces(self, opt: dict, weights: list[str]) -> tuple[dict, list[str]]:
+        """Under ZeRO: the optimizer states of this rank's pieces, taken out of whole states (an
+        aggregated or unpartitioned state_dict) or kept as they are (this rank's own shard)."""
+        own = {}
+        for w in weights:
+            if w not in self.zero.pieces:
+                continue  # another rank's weight
+            piece = self.zero.pieces[w]
+            states = opt[w]
+            if not isinstance(states, dict):
+                raise ValueError(f"state_dict['optimizer']['{w}'] must be a dict of state name -> array")
+            own[w] = {k: (piece_of(torch.as_tensor(np.asarray(v)), piece)
+                          if k in ("Moment_1", "Moment_2") and tuple(np.shape(v)) == self.zero.shapes[w] and not piece.whole
+                          else v) for k, v in states.items()}
+        if "shared_optimizer_state" in opt:
+            own["shared_optimizer_state"] = opt["shared_optimizer_state"]
+        return own, list(own.keys() - {"shared_optimizer_state"})
 
     def _plan_pytorch(self, sd: dict, strict: bool) -> list:
         writes: list = []

@@ -24,10 +24,10 @@ _MIXED_PRECISION = "issue 20 (mixed precision)"
 # under it whose value differs from its default is reported.
 NOT_BUILT_YET: tuple[tuple[str, str], ...] = (
     # Data parallelism (world_size, world_rank, local_rank, data_parallel_size,
-    # allreduce_post_accumulation) is built: trainer/distributed.py. These are not:
+    # allreduce_post_accumulation) and ZeRO stage 1 are built: trainer/distributed.py, trainer/zero.py.
+    # These are not:
     ("distributed.horizontal_parallel_size", "Megatron-style horizontal (tensor) parallelism (no issue yet)"),
     ("distributed.pipeline_parallel", f"{_SCALE_OUT}: pipelines run through DeepSpeed (docs/distributed.md)"),
-    ("distributed.deepspeed_zero_optimization", f"{_SCALE_OUT}: ZeRO in ORTTrainer; ORTModule under DeepSpeed has it"),
     ("distributed.enable_adasum", "Adasum gradient combination (no issue yet)"),
     ("graph_transformer.allow_layer_norm_mod_precision", _MIXED_PRECISION),
     ("graph_transformer.attn_dropout_recompute", _MEMORY_OPTIMIZER),
