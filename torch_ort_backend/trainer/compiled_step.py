@@ -16,6 +16,7 @@ import onnx
 import torch
 from onnx import numpy_helper
 
+from ..memory_optimizer.joint_recompute import RecomputeFlags
 from ..options import BackendOptions
 from ..session import InferenceSession, SessionOptions
 from . import mixed_precision as _mixed_precision
@@ -105,6 +106,7 @@ class StepGraphs:
         self.config = config
         self.options = options
         self.state = state
+        self.recompute = _recompute_flags(options)
         self.train_steps: list[CompiledStep] = []
         self.eval_steps: list[CompiledStep] = []
 
@@ -150,7 +152,7 @@ class StepGraphs:
             desc, example = _mixed_precision.scaled_loss_desc(self.desc), [*inputs, torch.tensor(1.0)]
         with self._export_mode(train):
             exported = export_model(self.wrapper, desc, example, joint=train, opset=opset,
-                                    prefer_torch_kernels=_PREFER_TORCH_KERNELS)
+                                    prefer_torch_kernels=_PREFER_TORCH_KERNELS, recompute=self.recompute)
             if train and opts.debug.graph_save_paths.model_after_graph_transforms_path:
                 forward = export_model(self.wrapper, self.desc, inputs, joint=False, opset=opset)
                 _save(opts.debug.graph_save_paths.model_after_graph_transforms_path, forward.model)
@@ -235,6 +237,12 @@ class StepGraphs:
         for name in tm.state_inputs:
             sess.bind_state(name, self.state.tensor(name))
         return sess
+
+
+def _recompute_flags(opts) -> RecomputeFlags:
+    """graph_transformer's recompute settings (docs/memory_optimizer.md, "ORTTrainer")."""
+    gt = opts.graph_transformer
+    return RecomputeFlags(attn_dropout=gt.attn_dropout_recompute, gelu=gt.gelu_recompute)
 
 
 def _save(path: str, model: onnx.ModelProto) -> None:

@@ -26,6 +26,7 @@ from torch import nn
 from ..decompositions import decomposition_table
 from ..exporter import export_fx_graph
 from ..exporter.errors import UnsupportedTorchModelError
+from ..memory_optimizer.joint_recompute import RecomputeFlags, recompute_joint_graph
 from .model_desc import ModelDesc
 
 logger = logging.getLogger("torch_ort_backend")
@@ -95,8 +96,10 @@ class ExportedModel:
 
 
 def export_model(wrapper: ModelWithLoss, desc: ModelDesc, example: Sequence[torch.Tensor], *, joint: bool,
-                 opset: int, prefer_torch_kernels: frozenset = frozenset()) -> ExportedModel:
-    """Exports `wrapper` (in its current train/eval mode) at the example inputs' ranks and dtypes."""
+                 opset: int, prefer_torch_kernels: frozenset = frozenset(),
+                 recompute: RecomputeFlags | None = None) -> ExportedModel:
+    """Exports `wrapper` (in its current train/eval mode) at the example inputs' ranks and dtypes;
+    a joint graph gets the recompute plans of `recompute` (memory_optimizer/joint_recompute.py)."""
     from torch.export.exported_program import _decompose_exported_program
 
     with warnings.catch_warnings():
@@ -109,8 +112,19 @@ def export_model(wrapper: ModelWithLoss, desc: ModelDesc, example: Sequence[torc
                                          joint_loss_index=desc.loss_index if joint else None,
                                          decompose_custom_triton_ops=False)
     gm, sig = ep.graph_module, ep.graph_signature
+    if joint and recompute is not None and recompute.any():
+        recompute_joint_graph(gm, _forward_outputs(gm, sig), recompute)
     exported = export_fx_graph(gm, opset, prefer_torch_kernels)
     return _name_roles(exported, sig, ep, desc, _canonical_names(wrapper))
+
+
+def _forward_outputs(gm: torch.fx.GraphModule, sig) -> list:
+    """The joint graph's outputs that are not gradients: the loss, the model's outputs, buffer updates."""
+    from torch.export.graph_signature import OutputKind
+
+    output = next(iter(gm.graph.find_nodes(op="output")))
+    gradients = (OutputKind.GRADIENT_TO_PARAMETER, OutputKind.GRADIENT_TO_USER_INPUT)
+    return [v for v, spec in zip(output.args[0], sig.output_specs) if spec.kind not in gradients]
 
 
 def _torch_export(wrapper: nn.Module, desc: ModelDesc, example: Sequence[torch.Tensor]):
