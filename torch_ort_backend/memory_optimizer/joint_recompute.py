@@ -287,13 +287,13 @@ def recompute_joint_graph(gm: torch.fx.GraphModule, forward_outputs: list, flags
     cands = Candidates(stashed=[a for a in (activation_of(r) for r in before_roots) if a is not None])
     sel = Selection()
 
-    def occurrence(nodes: list, freed: set, label: str = "") -> Occurrence:
+    def occurrence(nodes: list, freed: set) -> Occurrence:
         acts = [a for a in (activation_of(r) for r in sorted(freed, key=rewriter.position.get)) if a is not None]
-        return Occurrence(nodes, acts, max(rewriter.position[n] for n in nodes), label)
+        return Occurrence(nodes, acts, max(rewriter.position[n] for n in nodes))
 
     if flags.gelu:
         _apply_plan_regions(rewriter, gelu_regions(order), gelu_plan_name, cands, sel, occurrence,
-                            "gelu_recompute", "no gelu op or GELU module")
+                            "gelu_recompute", "no GELU (a gelu op, or a tanh GELU in elementwise ops)")
     if flags.attn_dropout:
         _apply_plan_regions(rewriter, attention_dropouts(order), lambda _: DROPOUT_PLAN, cands, sel, occurrence,
                             "attn_dropout_recompute", "no dropout of an attention's softmax in training mode")
