@@ -35,7 +35,10 @@ void RunAllocator::Free(void* p) {
   auto it = live_.find(p);
   if (it == live_.end()) return;
   const int64_t now = clock_++;
-  if (plan_ == nullptr) trace_[it->second.index].last = now;
+  // A free after TakeTrace() is a buffer something outside the engine kept beyond the run (a torch
+  // operator of an ATen node that holds its input, as gloo's collectives do): the trace is gone and
+  // already counts it live to the end; only the memory goes back.
+  if (plan_ == nullptr && it->second.index < trace_.size()) trace_[it->second.index].last = now;
   if (it->second.from_base) base_->Free(p);
   live_bytes_ -= it->second.bytes;
   live_.erase(it);
