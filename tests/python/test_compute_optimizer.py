@@ -308,3 +308,12 @@ def test_every_label_ignored_gives_what_the_unoptimised_run_gives():
             for (name, p), q in zip(on_m.named_parameters(), off_m.parameters()):
                 torch.testing.assert_close(p.grad, q.grad, msg=name)
     assert compile_stats().label_sparse_rewrites == 2
+
+
+def test_dynamic_sequence_lengths():
+    """A new sequence length makes dynamo recompile with a symbolic length (s0) beside the unbacked
+    row count (u0): still the unoptimised run's numbers at every length."""
+    make = functools.partial(_lm_batch, padding="end")
+    lengths = {0: 16, 1: 24, 2: 32}
+    _train_on_and_off(make_gpt2, lambda step: make(step, seq=lengths[step]), steps=3, wrap=LossOnly)
+    assert compile_stats().label_sparse_rewrites >= 2  # the static graph, then the dynamic one
