@@ -5,6 +5,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "memory/arena_pool.h"
 #include "memory/run_allocator.h"
 #include "ops/op_schema.h"
 #include "partition/provider_registry.h"
@@ -25,13 +26,14 @@ StatusOr<std::unique_ptr<Session>> Session::Create(std::unique_ptr<Graph> graph,
   if (options.intra_op_threads < 0)
     return InvalidArgument("intra_op_threads must be >= 0 (0 = all cores), got ", options.intra_op_threads);
   std::unique_ptr<Session> s(new Session());
+  ArenaPool::Global().AddUser();  // ~Session removes it
   s->options_ = std::move(options);
   s->graph_ = std::move(graph);
   TOB_RETURN_IF_ERROR(s->Initialize());
   return s;
 }
 
-Session::~Session() = default;
+Session::~Session() { ArenaPool::Global().RemoveUser(); }
 
 Status Session::Initialize() {
   profiler_ = std::make_unique<Profiler>(options_.enable_profiling);
@@ -433,14 +435,14 @@ Status Session::Run(const std::vector<std::string>& feed_names, std::vector<Tens
     auto it = patterns_.find(signature);
     if (it != patterns_.end()) pattern = &it->second;
   }
+  // The arena is the process's for this run only (memory/arena_pool.h): given back on every path
+  // out of Run, so that sessions that never run at once share one.
+  ScopedArena arena;
   if (pattern != nullptr) {
-    if (!pattern->arena) {
-      pattern->arena = AllocateBuffer(host, pattern->plan.arena_bytes);
-      if (!pattern->arena)
-        return Status(StatusCode::kOutOfMemory,
-                      StrCat("out of memory allocating the ", pattern->plan.arena_bytes, "-byte arena"));
-    }
-    run_alloc = std::make_shared<RunAllocator>(host, &pattern->plan, &pattern->lifetimes, pattern->arena->data());
+    if (!arena.Take(host, pattern->plan.arena_bytes))
+      return Status(StatusCode::kOutOfMemory,
+                    StrCat("out of memory allocating the ", pattern->plan.arena_bytes, "-byte arena"));
+    run_alloc = std::make_shared<RunAllocator>(host, &pattern->plan, &pattern->lifetimes, arena.data());
   } else {
     run_alloc = std::make_shared<RunAllocator>(host);
   }

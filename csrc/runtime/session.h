@@ -101,10 +101,9 @@ class Session {
     std::vector<int> inplace_update;  // per output: the planned update it writes in place, or -1
     std::vector<int> inplace_input;   // per such output: the input whose memory it is written into
   };
-  struct MemoryPattern {
+  struct MemoryPattern {  // the arena itself is taken from the ArenaPool for each run
     std::vector<BufferLifetime> lifetimes;
     BufferPlan plan;
-    std::shared_ptr<Buffer> arena;
   };
 
   Session() = default;

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "framework/kernel_registry.h"
+#include "memory/arena_pool.h"
 #include "ops/op_schema.h"
 #include "runtime/session.h"
 
@@ -149,6 +150,43 @@ TEST(Session, PeakLiveBytesCountsIntermediatesAndTheOutputsMadeSoFar) {
   ASSERT_TRUE(s->Run({"x"}, {Tensor::FromVector<float>({6, 5, 4, 3, 2, 1}, {2, 3})}, {}, &out, &second).ok());
   EXPECT_EQ(first.peak_live_bytes, 2 * 6 * sizeof(float));
   EXPECT_EQ(second.peak_live_bytes, first.peak_live_bytes) << "the planned run holds the same tensors";
+}
+
+std::vector<float> Iota(size_t n) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = 0.25f * static_cast<float>(i) - 3.f;
+  return v;
+}
+
+// A training step's forward and backward sessions never run at once: they take the process's one
+// arena in turn (memory/arena_pool.h) instead of holding one each between runs.
+TEST(Session, SessionsThatRunInTurnShareOneArena) {
+  auto small = MakeSession();
+  auto large = MakeSession();
+  auto run = [](Session& s, int64_t batch, RunStats* stats) {
+    std::vector<float> xv = Iota(static_cast<size_t>(batch) * 3);
+    std::vector<Tensor> out;
+    ASSERT_TRUE(s.Run({"x"}, {Tensor::FromVector(xv, {batch, 3})}, {}, &out, stats).ok());
+    for (size_t i = 0; i < xv.size(); ++i) {
+      ASSERT_FLOAT_EQ(out[0].data<float>()[i], xv[i] * 2.f);
+      ASSERT_FLOAT_EQ(out[1].data<float>()[i], xv[i] * 3.f);
+    }
+  };
+  RunStats s1, s2, l1, l2, again;
+  run(*small, 16, &s1);
+  run(*small, 16, &s2);
+  run(*large, 64, &l1);
+  run(*large, 64, &l2);
+  ASSERT_TRUE(s2.planned && l2.planned);
+  ASSERT_GT(l2.arena_bytes, s2.arena_bytes);
+  EXPECT_EQ(ArenaPool::Global().free_bytes(), l2.arena_bytes) << "one arena, the larger, between the two sessions";
+  run(*small, 16, &again);  // planned, in the shared arena
+  EXPECT_TRUE(again.planned);
+  EXPECT_EQ(again.plan_misses, 0);
+  EXPECT_EQ(ArenaPool::Global().free_bytes(), l2.arena_bytes);
+  small.reset();
+  large.reset();
+  EXPECT_EQ(ArenaPool::Global().free_bytes(), 0u) << "the last session gives the arenas back";
 }
 
 TEST(Session, FeedErrorsNameTheInput) {
