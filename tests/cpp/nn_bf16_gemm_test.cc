@@ -184,6 +184,61 @@ TEST(Bf16GemmTest, ThreadedRowChunksAndBatches) {
     });
 }
 
+// Bf16GemmRounded: C in bfloat16 (its padding a sentinel that must survive), each result the
+// float32 one rounded once: within 2^-8 |exact| + (1 + 2^-8) of the float32 bound.
+TEST(Bf16GemmTest, RoundedOutputMatchesFloat64) {
+  SKIP_WITHOUT_BF16();
+  ThreadPool pool(2);
+  uint32_t seed = 500;
+  std::vector<BFloat16> packed;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (int64_t M : {1, 7, 12, 30})
+        for (int64_t N : {3, 16, 33, 64})
+          for (int64_t K : {int64_t{1}, int64_t{2}, int64_t{65}, kBf16GemmRoundedMaxK}) {
+            const Case t(ta, tb, M, N, K, seed += 3);
+            for (float beta : {0.f, -0.75f}) {
+              const BFloat16 sentinel(12288.f);  // exact in bfloat16
+              std::vector<BFloat16> c(static_cast<size_t>(M * t.ldc), sentinel);
+              for (int64_t m = 0; m < M; ++m)
+                for (int64_t n = 0; n < N; ++n)
+                  c[m * t.ldc + n] =
+                      beta == 0.f ? BFloat16(std::numeric_limits<float>::quiet_NaN()) : BFloat16(t.c0[m * t.ldc + n]);
+              const BFloat16* a_rows = t.a.data();
+              int64_t a_ld = t.lda;
+              if (ta || K % 2 != 0) {
+                packed.assign(static_cast<size_t>(M * (K + K % 2)), BFloat16(7.f));
+                PackBf16Rows(ta, M, K, t.a.data(), t.lda, K + K % 2, packed.data(), &pool);
+                a_rows = packed.data();
+                a_ld = K + K % 2;
+              }
+              const BFloat16* b_ptr = t.b.data();
+              BFloat16* c_ptr = c.data();
+              Bf16GemmRounded(tb, M, N, K, 0.5f, &a_rows, a_ld, &b_ptr, t.ldb, beta, &c_ptr, t.ldc, 1, &pool);
+              int failures = 0;
+              for (int64_t m = 0; m < M && failures < 5; ++m)
+                for (int64_t n = 0; n < t.ldc && failures < 5; ++n) {
+                  const float got = c[m * t.ldc + n];
+                  if (n >= N) {
+                    if (got != 12288.f) ADD_FAILURE() << Label(t, 0.5f, beta) << ": wrote past N at " << m << ", " << n;
+                    failures += got != 12288.f;
+                    continue;
+                  }
+                  const double c_in = beta == 0.f ? 0.0 : double(t.c0[m * t.ldc + n]);
+                  const double want = 0.5 * t.dot[m * N + n] + beta * c_in;
+                  const double f32 = (K + 3) * kFloat32Unit * (0.5 * t.abs_dot[m * N + n] + std::fabs(beta * c_in));
+                  const double tol = 0x1p-8 * std::fabs(want) + (1 + 0x1p-8) * f32;
+                  if (!(std::fabs(got - want) <= tol)) {
+                    ADD_FAILURE() << Label(t, 0.5f, beta) << " at (" << m << ", " << n << "): got " << got << ", want "
+                                  << want << " (tol " << tol << ")";
+                    ++failures;
+                  }
+                }
+            }
+            if (::testing::Test::HasFailure()) return;
+          }
+}
+
 // ---- the ops: MatMul and Gemm on bfloat16 and float16 tensors (native kernel or float32) ----
 
 // Numpy matmul of [.., M, K] x [K, N] or batched [B, M, K] x [B, K, N] (equal batches) in double,

@@ -18,7 +18,7 @@
 namespace tob {
 
 // Whether bfloat16 GEMMs run natively: compiled with AVX512-BF16 support, the CPU has
-// avx512f/bw/bf16, and TOB_BF16_GEMM is not "0" (A/B measurements against the float32 path).
+// avx512f/bw/vl/bf16, and TOB_BF16_GEMM is not "0" (A/B measurements against the float32 path).
 bool Bf16GemmAvailable();
 
 // `batch` problems C[i] = alpha * A[i] @ op(B[i]) + beta * C[i] with C float32. A is row-major
@@ -29,6 +29,15 @@ bool Bf16GemmAvailable();
 void Bf16Gemm(bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const BFloat16* const* a, int64_t lda,
               const BFloat16* const* b, int64_t ldb, float beta, float* const* c, int64_t ldc, int64_t batch,
               ThreadPool* pool);
+
+// Bf16Gemm with C bfloat16: the float32 sums rounded once (to nearest even; float32 denormals flush
+// to zero, as VDPBF16PS's sums already do) as each tile is stored, with no float32 copy of C. Only for K <=
+// kBf16GemmRoundedMaxK, where one K block holds every product (larger K needs float32 partial sums between blocks:
+// Bf16Gemm).
+constexpr int64_t kBf16GemmRoundedMaxK = 512;
+void Bf16GemmRounded(bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const BFloat16* const* a, int64_t lda,
+                     const BFloat16* const* b, int64_t ldb, float beta, BFloat16* const* c, int64_t ldc, int64_t batch,
+                     ThreadPool* pool);
 
 // dst[r * k_even + k] = op(A)[r, k] for r < M, k < K, zero for K <= k < k_even: A (K x M when
 // trans_a, row stride lda) as the row-major, even-K operand Bf16Gemm reads.

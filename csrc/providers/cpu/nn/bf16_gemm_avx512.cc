@@ -9,17 +9,18 @@
 #include <cstring>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "providers/cpu/nn/bf16_gemm.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 10
 #define TOB_BF16_GEMM_COMPILED 1
-#define TOB_BF16_FN __attribute__((target("avx512f,avx512bw,avx512bf16")))
+#define TOB_BF16_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 // GCC 12 warns inside its own avx512fintrin.h (_mm512_undefined_ps initialises from itself).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #elif defined(__x86_64__) && defined(__clang__)
 #define TOB_BF16_GEMM_COMPILED 1
-#define TOB_BF16_FN __attribute__((target("avx512f,avx512bw,avx512bf16")))
+#define TOB_BF16_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 #endif
 
 namespace tob {
@@ -36,6 +37,7 @@ constexpr double kMinParallelFlops = 2.0 * 64 * 64 * 128;  // below this the poo
 constexpr int64_t kMinChunkRows = 48;                      // row chunks, when there are too few panels to share
 
 static_assert(kKc % 2 == 0, "K blocks must hold whole pairs");
+static_assert(kBf16GemmRoundedMaxK <= kKc, "a rounded C must come from one K block");
 
 uint16_t* PackBuffer() {
   alignas(64) static thread_local uint16_t buffer[kKc * kPanelCols];
@@ -108,9 +110,10 @@ TOB_BF16_FN void PackPanel(bool trans_b, const uint16_t* B, int64_t ldb, int64_t
 }
 
 // C[0:Rows, 0:nw] = alpha * A[0:Rows, 0:2 pairs] @ Bp + beta * C; `a` is row-major with stride lda
-// (in bfloat16 elements), read one 32-bit pair per row and step.
-template <int Rows, int Vectors>
-TOB_BF16_FN void Tile(const uint16_t* a, int64_t lda, const uint16_t* bp, int64_t pairs, float* c, int64_t ldc,
+// (in bfloat16 elements), read one 32-bit pair per row and step. C is float32, or bfloat16 bits
+// when Bf16Out (the float32 result rounded to nearest even by VCVTNEPS2BF16).
+template <int Rows, int Vectors, bool Bf16Out>
+TOB_BF16_FN void Tile(const uint16_t* a, int64_t lda, const uint16_t* bp, int64_t pairs, void* c, int64_t ldc,
                       int64_t nw, float alpha, float beta) {
   __m512 acc[Rows][Vectors];
 #pragma GCC unroll 16
@@ -137,25 +140,34 @@ TOB_BF16_FN void Tile(const uint16_t* a, int64_t lda, const uint16_t* bp, int64_
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
 #pragma GCC unroll 16
   for (int r = 0; r < Rows; ++r) {
-    float* cr = c + r * ldc;
 #pragma GCC unroll 2
     for (int v = 0; v < Vectors; ++v) {
       __m512 x = _mm512_mul_ps(acc[r][v], va);
-      if (beta != 0.f) x = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask[v], cr + v * kLanes), vb, x);
-      _mm512_mask_storeu_ps(cr + v * kLanes, mask[v], x);
+      if constexpr (Bf16Out) {
+        uint16_t* cr = static_cast<uint16_t*>(c) + r * ldc + v * kLanes;
+        if (beta != 0.f) {
+          const __m512i old = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask[v], cr));
+          x = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(old, 16)), vb, x);
+        }
+        _mm256_mask_storeu_epi16(cr, mask[v], (__m256i)_mm512_cvtneps_pbh(x));
+      } else {
+        float* cr = static_cast<float*>(c) + r * ldc + v * kLanes;
+        if (beta != 0.f) x = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask[v], cr), vb, x);
+        _mm512_mask_storeu_ps(cr, mask[v], x);
+      }
     }
   }
 }
 
-using TileFn = void (*)(const uint16_t*, int64_t, const uint16_t*, int64_t, float*, int64_t, int64_t, float, float);
+using TileFn = void (*)(const uint16_t*, int64_t, const uint16_t*, int64_t, void*, int64_t, int64_t, float, float);
 
-// kTiles.rows[rows - 1][vectors - 1]
+// kTiles.rows[rows - 1][vectors - 1][bf16 output]
 template <size_t... R>
 constexpr auto MakeTiles(std::index_sequence<R...>) {
   struct Table {
-    TileFn rows[sizeof...(R)][2];
+    TileFn rows[sizeof...(R)][2][2];
   };
-  return Table{{{Tile<R + 1, 1>, Tile<R + 1, 2>}...}};
+  return Table{{{{Tile<R + 1, 1, false>, Tile<R + 1, 1, true>}, {Tile<R + 1, 2, false>, Tile<R + 1, 2, true>}}...}};
 }
 constexpr auto kTiles = MakeTiles(std::make_index_sequence<kMaxRows>());
 
@@ -168,8 +180,9 @@ struct Problem {
   const uint16_t* B;
   int64_t ldb;
   float beta;
-  float* C;
+  void* C;  // float32, or bfloat16 when bf16_out
   int64_t ldc;
+  bool bf16_out;
 };
 
 // Rows [m_begin, m_end) x columns [n0, n0 + 32) of C (fewer at the right edge).
@@ -186,15 +199,18 @@ void RunPanel(const Problem& p, int64_t m_begin, int64_t m_end, int64_t n0, uint
     const float beta = k0 == 0 ? p.beta : 1.f;  // later K blocks add to what the first one wrote
     for (int64_t t = 0; t < tiles; ++t) {
       const int64_t lo = m_begin + rows * t / tiles, hi = m_begin + rows * (t + 1) / tiles;
-      kTiles.rows[hi - lo - 1][vectors - 1](p.A + lo * p.lda + k0, p.lda, pack, pairs, p.C + lo * p.ldc + n0, p.ldc, nw,
-                                            p.alpha, beta);
+      const int64_t c_offset = lo * p.ldc + n0;
+      void* c = p.bf16_out ? static_cast<void*>(static_cast<uint16_t*>(p.C) + c_offset)
+                           : static_cast<void*>(static_cast<float*>(p.C) + c_offset);
+      kTiles.rows[hi - lo - 1][vectors - 1][p.bf16_out](p.A + lo * p.lda + k0, p.lda, pack, pairs, c, p.ldc, nw,
+                                                        p.alpha, beta);
     }
   }
 }
 
 bool CpuHasBf16() {
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512bf16");
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
 }
 
 }  // namespace
@@ -207,9 +223,12 @@ bool Bf16GemmAvailable() {
   return available;
 }
 
-void Bf16Gemm(bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const BFloat16* const* a, int64_t lda,
-              const BFloat16* const* b, int64_t ldb, float beta, float* const* c, int64_t ldc, int64_t batch,
-              ThreadPool* pool) {
+namespace {
+
+// Bf16Gemm's driver; c[i] points at float32 or (bf16_out) bfloat16 storage.
+void RunBatch(bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const BFloat16* const* a, int64_t lda,
+              const BFloat16* const* b, int64_t ldb, float beta, void* const* c, int64_t ldc, bool bf16_out,
+              int64_t batch, ThreadPool* pool) {
   const int64_t panels = (N + kPanelCols - 1) / kPanelCols;
   const int threads = pool != nullptr ? pool->num_threads() : 1;
   const double flops = 2.0 * static_cast<double>(M) * N * K * batch;
@@ -226,12 +245,28 @@ void Bf16Gemm(bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const 
     for (int64_t u = begin; u < end; ++u) {
       const int64_t i = u / (panels * chunks), rest = u % (panels * chunks);
       const int64_t chunk = rest / panels, panel = rest % panels;
-      const Problem p{trans_b, M, N, K, alpha, Bits(a[i]), lda, Bits(b[i]), ldb, beta, c[i], ldc};
+      const Problem p{trans_b, M, N, K, alpha, Bits(a[i]), lda, Bits(b[i]), ldb, beta, c[i], ldc, bf16_out};
       RunPanel(p, M * chunk / chunks, M * (chunk + 1) / chunks, panel * kPanelCols, pack);
     }
   };
   if (!parallel || units == 1) run(0, units);
   else ParallelFor(pool, units, 1, run);
+}
+
+}  // namespace
+
+void Bf16Gemm(bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const BFloat16* const* a, int64_t lda,
+              const BFloat16* const* b, int64_t ldb, float beta, float* const* c, int64_t ldc, int64_t batch,
+              ThreadPool* pool) {
+  std::vector<void*> out(c, c + batch);
+  RunBatch(trans_b, M, N, K, alpha, a, lda, b, ldb, beta, out.data(), ldc, false, batch, pool);
+}
+
+void Bf16GemmRounded(bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const BFloat16* const* a, int64_t lda,
+                     const BFloat16* const* b, int64_t ldb, float beta, BFloat16* const* c, int64_t ldc, int64_t batch,
+                     ThreadPool* pool) {
+  std::vector<void*> out(c, c + batch);
+  RunBatch(trans_b, M, N, K, alpha, a, lda, b, ldb, beta, out.data(), ldc, true, batch, pool);
 }
 
 #else  // no AVX512-BF16 compiler support: gemm.cc keeps the float32 path
@@ -241,6 +276,11 @@ bool Bf16GemmAvailable() { return false; }
 void Bf16Gemm(bool, int64_t, int64_t, int64_t, float, const BFloat16* const*, int64_t, const BFloat16* const*, int64_t,
               float, float* const*, int64_t, int64_t, ThreadPool*) {
   std::abort();  // callers check Bf16GemmAvailable()
+}
+
+void Bf16GemmRounded(bool, int64_t, int64_t, int64_t, float, const BFloat16* const*, int64_t, const BFloat16* const*,
+                     int64_t, float, BFloat16* const*, int64_t, int64_t, ThreadPool*) {
+  std::abort();
 }
 
 #endif

@@ -163,6 +163,37 @@ Status BatchedGemmBf16(const KernelContext& ctx, bool trans_a, bool trans_b, int
   TOB_RETURN_IF_ERROR(CheckArgs(trans_a, trans_b, M, N, K, lda, ldb, ldc));
   if (M == 0 || N == 0 || batch <= 0) return Status::OK();
   ThreadPool* pool = ctx.thread_pool();
+  // The kernel reads A in pairs of K from contiguous rows; other layouts are packed once per
+  // distinct A (a broadcast batch shares one).
+  const int64_t k_even = K + K % 2;
+  std::vector<const BFloat16*> a_rows(a, a + batch);
+  int64_t a_ld = lda;
+  Tensor packed;
+  if (K > 0 && (trans_a || K % 2 != 0)) {
+    std::vector<int64_t> first(batch);  // the first problem with the same A
+    int64_t distinct = 0;
+    for (int64_t i = 0; i < batch; ++i) {
+      first[i] = i;
+      if (i > 0 && a[i] == a[i - 1]) first[i] = first[i - 1];
+      if (first[i] == i) ++distinct;
+    }
+    TOB_ASSIGN_OR_RETURN(packed, ctx.AllocateScratch(DType::kBFloat16, {distinct, M, k_even}));
+    for (int64_t i = 0, slot = -1; i < batch; ++i) {
+      if (first[i] == i) {
+        BFloat16* dst = packed.data<BFloat16>() + ++slot * M * k_even;
+        PackBf16Rows(trans_a, M, K, a[i], lda, k_even, dst, pool);
+        a_rows[i] = dst;
+      } else {
+        a_rows[i] = a_rows[first[i]];
+      }
+    }
+    a_ld = k_even;
+  }
+  // One K block: tiles round straight into C. Longer K sums blocks in float32 scratch first.
+  if (K > 0 && K <= kBf16GemmRoundedMaxK) {
+    Bf16GemmRounded(trans_b, M, N, K, alpha, a_rows.data(), a_ld, b, ldb, beta, c, ldc, batch, pool);
+    return Status::OK();
+  }
   TOB_ASSIGN_OR_RETURN(Tensor cf, ctx.AllocateScratch(DType::kFloat32, {batch, M, N}));
   std::vector<float*> c_float(batch);
   for (int64_t i = 0; i < batch; ++i) c_float[i] = cf.data<float>() + i * M * N;
@@ -175,32 +206,6 @@ Status BatchedGemmBf16(const KernelContext& ctx, bool trans_a, bool trans_b, int
   if (K == 0) {
     ScaleC(batch * M, N, beta, cf.data<float>(), N);
   } else {
-    // The kernel reads A in pairs of K from contiguous rows; other layouts are packed once per
-    // distinct A (a broadcast batch shares one).
-    const int64_t k_even = K + K % 2;
-    std::vector<const BFloat16*> a_rows(a, a + batch);
-    int64_t a_ld = lda;
-    Tensor packed;
-    if (trans_a || K % 2 != 0) {
-      std::vector<int64_t> first(batch);  // the first problem with the same A
-      int64_t distinct = 0;
-      for (int64_t i = 0; i < batch; ++i) {
-        first[i] = i;
-        if (i > 0 && a[i] == a[i - 1]) first[i] = first[i - 1];
-        if (first[i] == i) ++distinct;
-      }
-      TOB_ASSIGN_OR_RETURN(packed, ctx.AllocateScratch(DType::kBFloat16, {distinct, M, k_even}));
-      for (int64_t i = 0, slot = -1; i < batch; ++i) {
-        if (first[i] == i) {
-          BFloat16* dst = packed.data<BFloat16>() + ++slot * M * k_even;
-          PackBf16Rows(trans_a, M, K, a[i], lda, k_even, dst, pool);
-          a_rows[i] = dst;
-        } else {
-          a_rows[i] = a_rows[first[i]];
-        }
-      }
-      a_ld = k_even;
-    }
     Bf16Gemm(trans_b, M, N, K, alpha, a_rows.data(), a_ld, b, ldb, beta, c_float.data(), N, batch, pool);
   }
   each_row([&](int64_t i, int64_t r) { FromFloat(c_float[i] + r * N, c[i] + r * ldc, N); });
