@@ -39,6 +39,13 @@ constexpr int64_t kMinChunkRows = 48;                      // row chunks, when t
 static_assert(kKc % 2 == 0, "K blocks must hold whole pairs");
 static_assert(kBf16GemmRoundedMaxK <= kKc, "a rounded C must come from one K block");
 
+// Word indices for _mm512_permutex2var_epi16(x, idx, y) that interleave two rows of 32 bfloat16:
+// [0] gives x0 y0 x1 y1 ... x15 y15 (the pairs of columns 0-15), [1] the same from column 16.
+alignas(64) const uint16_t kInterleave[2][32] = {{0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+                                                  8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47},
+                                                 {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+                                                  24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63}};
+
 uint16_t* PackBuffer() {
   alignas(64) static thread_local uint16_t buffer[kKc * kPanelCols];
   return buffer;
@@ -61,11 +68,7 @@ TOB_BF16_FN void PackPanel(bool trans_b, const uint16_t* B, int64_t ldb, int64_t
   const int64_t pairs = (kc + 1) / 2;
   if (!trans_b) {
     // Interleave rows k and k + 1: out0 = x0 y0 x1 y1 ... x15 y15, out1 the same from column 16.
-    alignas(64) static const uint16_t kIdx[2][32] = {{0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
-                                                      8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47},
-                                                     {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
-                                                      24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63}};
-    const __m512i idx0 = _mm512_load_si512(kIdx[0]), idx1 = _mm512_load_si512(kIdx[1]);
+    const __m512i idx0 = _mm512_load_si512(kInterleave[0]), idx1 = _mm512_load_si512(kInterleave[1]);
     const __mmask32 cols = nw >= 32 ? ~__mmask32(0) : (__mmask32(1) << nw) - 1;
     for (int64_t p = 0; p < pairs; ++p) {
       const uint16_t* x_row = B + (k0 + 2 * p) * ldb + n0;
@@ -208,6 +211,62 @@ void RunPanel(const Problem& p, int64_t m_begin, int64_t m_end, int64_t n0, uint
   }
 }
 
+// r[j] = column j of the 16 x 16 matrix of 32-bit words whose rows r held: 32-bit unpacks make
+// 2x2 blocks, 64-bit unpacks 4x4 blocks within each 128-bit lane, lane shuffles move the blocks.
+TOB_BF16_FN void Transpose16x16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  // Now lane l of r[4i + c] holds column 4l + c of rows 4i..4i+3.
+  for (int i = 0; i < 4; ++i) {
+    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  __m512i out[16];
+  for (int c = 0; c < 4; ++c) {
+    const __m512i a0 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x88), a1 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xDD);
+    const __m512i b0 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x88);
+    const __m512i b1 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xDD);
+    out[c] = _mm512_shuffle_i32x4(a0, b0, 0x88);
+    out[4 + c] = _mm512_shuffle_i32x4(a1, b1, 0x88);
+    out[8 + c] = _mm512_shuffle_i32x4(a0, b0, 0xDD);
+    out[12 + c] = _mm512_shuffle_i32x4(a1, b1, 0xDD);
+  }
+  for (int j = 0; j < 16; ++j) r[j] = out[j];
+}
+
+// PackBf16Rows for a transposed A (K x M, row stride lda), rows [r_begin, r_end): 16 rows x 16
+// pairs of K at a time, each pair of A's rows k, k + 1 interleaved into one 32-bit word per
+// output row, the 16 x 16 words transposed and stored as 16 output rows. Zero past K.
+TOB_BF16_FN void PackTransposedRows(int64_t r_begin, int64_t r_end, int64_t K, const uint16_t* a, int64_t lda,
+                                    int64_t k_even, uint16_t* dst) {
+  const __m512i idx0 = _mm512_load_si512(kInterleave[0]);
+  const int64_t pairs = k_even / 2;
+  for (int64_t r0 = r_begin; r0 < r_end; r0 += 16) {
+    const int64_t rows = std::min<int64_t>(16, r_end - r0);
+    const __mmask32 row_mask = (__mmask32(1) << rows) - 1;
+    for (int64_t p0 = 0; p0 < pairs; p0 += 16) {
+      __m512i w[16];
+      for (int p = 0; p < 16; ++p) {
+        const int64_t k = 2 * (p0 + p);
+        const __m512i x = k < K ? _mm512_maskz_loadu_epi16(row_mask, a + k * lda + r0) : _mm512_setzero_si512();
+        const __m512i y =
+            k + 1 < K ? _mm512_maskz_loadu_epi16(row_mask, a + (k + 1) * lda + r0) : _mm512_setzero_si512();
+        w[p] = _mm512_permutex2var_epi16(x, idx0, y);
+      }
+      Transpose16x16(w);
+      const int64_t n = std::min<int64_t>(16, pairs - p0);
+      const __mmask16 pair_mask = n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
+      for (int64_t j = 0; j < rows; ++j)
+        _mm512_mask_storeu_epi32(reinterpret_cast<int32_t*>(dst + (r0 + j) * k_even) + p0, pair_mask, w[j]);
+    }
+  }
+}
+
 bool CpuHasBf16() {
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
@@ -294,6 +353,11 @@ void PackBf16Rows(bool trans_a, int64_t M, int64_t K, const BFloat16* a, int64_t
       const int64_t r_end = std::min(M, rb + kBlock);
       if (!trans_a) {
         for (int64_t r = rb; r < r_end; ++r) std::memcpy(dst + r * k_even, a + r * lda, sizeof(BFloat16) * K);
+#if TOB_BF16_GEMM_COMPILED
+      } else if (Bf16GemmAvailable()) {
+        PackTransposedRows(rb, r_end, K, Bits(a), lda, k_even, reinterpret_cast<uint16_t*>(dst));
+        continue;  // zero past K already
+#endif
       } else {
         for (int64_t kb = 0; kb < K; kb += kBlock)
           for (int64_t r = rb; r < r_end; ++r)
