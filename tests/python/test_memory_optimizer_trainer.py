@@ -1,5 +1,5 @@
-"""ORTTrainer's recompute flags (graph_transformer.attn_dropout_recompute and gelu_recompute;
-memory_optimizer/joint_recompute.py) on GPT-2 and BERT from small configs with dropout 0.1: each
+"""ORTTrainer's recompute flags (graph_transformer.attn_dropout_recompute, gelu_recompute,
+transformer_layer_recompute, number_recompute_layers; memory_optimizer/joint_recompute.py) on GPT-2 and BERT from small configs with dropout 0.1: each
 flag lowers the engine's peak over a training step, its plan is ON in the Memory Optimizer report, and the loss, the logits and every gradient
 are those of the same graph without the flag, bit for bit (the same random stream: a recomputed
 dropout output is rebuilt from the forward's mask, no random number is drawn again)."""
@@ -123,6 +123,8 @@ FLAG_CASES = [
     ("bert", RecomputeFlags(attn_dropout=True), ["Dropout+:1:-1"]),
     ("gpt2", RecomputeFlags(gelu=True), None),  # the tanh GELU of NewGELUActivation, in elementwise ops
     ("bert", RecomputeFlags(gelu=True), ["Gelu+:1:-1"]),
+    ("gpt2", RecomputeFlags(transformer_layers=True), [f"TransformerLayer:1:{LAYERS - 1}"]),
+    ("bert", RecomputeFlags(transformer_layers=True), [f"TransformerLayer:1:{LAYERS - 1}"]),
 ]
 
 
@@ -157,11 +159,34 @@ def test_both_flags_together(baselines):
     assert peak < min(single.values()), (peak, single)
 
 
+def test_number_of_layers_recomputed_and_its_clipping(baselines):
+    peaks, reports = {}, {}
+    for count in (1, 10):
+        model, exported, desc, handler = _export("gpt2", RecomputeFlags(transformer_layers=True, number_layers=count))
+        [reports[count]] = handler.reports()
+        outputs, peaks[count] = _run("gpt2", model, exported, 0)
+        _assert_identical(baselines["gpt2"][0][0], outputs, f"gpt2, {count} layers")
+    assert _on_rows(reports[1]) == ["TransformerLayer:1:1"], reports[1]
+    assert _on_rows(reports[10]) == [f"TransformerLayer:1:{LAYERS - 1}"], reports[10]
+    assert any("number_recompute_layers=10" in w and f"recomputing {LAYERS - 1}" in w for w in handler.warnings())
+    assert peaks[10] < peaks[1] < baselines["gpt2"][1], peaks
+
+
+def test_number_of_layers_without_layer_recompute_is_a_named_error():
+    from orttrainer_harness import LM_DESC, lm_loss, make_model
+
+    with pytest.raises(ValueError, match="number_recompute_layers=2 takes effect only with "
+                                         "graph_transformer.transformer_layer_recompute=True"):
+        ORTTrainer(make_model(), LM_DESC, optim.SGDConfig(lr=0.1), loss_fn=lm_loss,
+                   options=ORTTrainerOptions({"graph_transformer": {"number_recompute_layers": 2}}))
+
+
 def test_a_flag_the_model_has_no_plan_for_warns_and_changes_nothing():
     from orttrainer_harness import LM_DESC, lm_loss, make_model
 
     trainer = ORTTrainer(make_model(), LM_DESC, optim.SGDConfig(lr=0.1), loss_fn=lm_loss,
-                         options=ORTTrainerOptions({"graph_transformer": {"attn_dropout_recompute": True}}))
+                         options=ORTTrainerOptions({"graph_transformer": {"attn_dropout_recompute": True,
+                                                                          "transformer_layer_recompute": True}}))
     logger = logging.getLogger("torch_ort_backend")
     handler = _Report()
     logger.addHandler(handler)
@@ -170,6 +195,7 @@ def test_a_flag_the_model_has_no_plan_for_warns_and_changes_nothing():
     finally:
         logger.removeHandler(handler)
     warnings = handler.warnings()
+    assert any("transformer_layer_recompute is on, but the model has no transformer layers" in w for w in warnings)
     assert any("attn_dropout_recompute is on, but the model has no dropout of an attention" in w for w in warnings)
     assert _recomputed_nodes(trainer._graphs.first().exported) == 0
 
@@ -189,7 +215,7 @@ def _trainer_run(flags: dict, steps: int = 2):
 def test_orttrainer_trains_gpt2_with_every_flag_like_without():
     losses, weights, peak = _trainer_run({})
     flagged_losses, flagged_weights, flagged_peak = _trainer_run(
-        {"attn_dropout_recompute": True, "gelu_recompute": True})
+        {"attn_dropout_recompute": True, "gelu_recompute": True, "transformer_layer_recompute": True})
     for a, b in zip(losses, flagged_losses):
         assert torch.equal(a, b)
     for name, w in weights.items():

@@ -287,9 +287,7 @@ UNBUILT = [
     ("distributed.pipeline_parallel.pipeline_parallel_size", 2, "issue 13"),
     ("distributed.pipeline_parallel.sliced_tensor_names", ["x"], "issue 13"),
     ("distributed.enable_adasum", True, "Adasum"),
-    ("graph_transformer.transformer_layer_recompute", True, "issue 14 (memory optimizer): the layers' boundaries"),
-    ("graph_transformer.number_recompute_layers", 3, "issue 14"),
-    ("utils.memory_efficient_gradient", True, "issue 14"),
+    ("utils.memory_efficient_gradient", True, "issue 14 (memory optimizer)"),
     ("graph_transformer.allow_layer_norm_mod_precision", True, "issue 20 (mixed precision)"),
     ("device.mem_limit", 1 << 30, "memory limit"),
 ]

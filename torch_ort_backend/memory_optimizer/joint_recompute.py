@@ -17,9 +17,13 @@ The flags, as onnxruntime-training had them, onto the report's plans:
 - ``gelu_recompute`` -> the GELU plan (``Gelu+``, or the ops of the tanh form): each GELU rebuilt
   from its input (gelu_regions).
 
-``transformer_layer_recompute`` is not built: it needs the layers' boundaries, which the joint
-graph does not carry (torch.export's joint decomposition empties nn_module_stack; see
-docs/memory_optimizer.md).
+- ``transformer_layer_recompute`` -> ``TransformerLayer``: every value of a transformer layer but
+  the layer's outputs (values later layers read), rebuilt from what enters the layer (a dropout
+  inside from its mask, as above). The joint graph carries no nn_module_stack (torch.export's joint
+  decomposition empties it), so layers are found as onnxruntime-training found them, between layer
+  norms (transformer_layers). ``number_recompute_layers`` N > 0 recomputes the first N layers, 0
+  every layer but the last (whose backward runs right after its forward: nothing to free); N is
+  clipped to that with a warning, as onnxruntime-training did.
 """
 
 from __future__ import annotations
@@ -31,10 +35,10 @@ from dataclasses import dataclass
 import torch
 
 from ..exporter.graph_exporter import RECOMPUTE_META
-from .analysis import Candidates, Occurrence, activation_of, alias_root, recomputable
-from .cluster_names import is_free, packet
+from .analysis import Candidates, Occurrence, activation_of, alias_root, layer_outputs, recomputable
+from .cluster_names import ATTENTION_OPS, is_free, packet
 from .partition import Selection
-from .plans import RECOMPUTE, PlanConfig
+from .plans import LAYER_PLAN, RECOMPUTE, PlanConfig
 from .report import format_report
 
 aten = torch.ops.aten
@@ -49,9 +53,11 @@ class RecomputeFlags:
 
     attn_dropout: bool = False
     gelu: bool = False
+    transformer_layers: bool = False
+    number_layers: int = 0
 
     def any(self) -> bool:
-        return self.attn_dropout or self.gelu
+        return self.attn_dropout or self.gelu or self.transformer_layers
 
 
 @dataclass
@@ -170,6 +176,33 @@ def gelu_regions(forward_order: list) -> list:
         taken |= region
         regions.append(sorted(region, key=position.get))
     return regions
+
+
+def transformer_layers(forward_order: list) -> list:
+    """The transformer layers of a joint graph's forward, in order: one per attention (softmax or
+    scaled-dot-product attention), each starting at the last layer norm before its attention and
+    after the previous layer's start (a pre-norm layer's first norm; a post-norm layer begins at
+    the previous layer's closing norm, which reads the residual sum). [] when an attention has no
+    norm before it. The last layer runs to the end of the forward (it is never recomputed)."""
+    norms = [i for i, n in enumerate(forward_order) if packet(n.target) is aten.native_layer_norm]
+    starts: list = []
+    for i, n in enumerate(forward_order):
+        if packet(n.target) not in ATTENTION_OPS:
+            continue
+        before = [k for k in norms if k < i and (not starts or k > starts[-1])]
+        if not before:
+            return []
+        starts.append(before[-1])
+    return [forward_order[a:b] for a, b in zip(starts, starts[1:] + [len(forward_order)])]
+
+
+def _select_layers(layers: list, flags: RecomputeFlags) -> list:
+    limit = len(layers) - 1
+    if flags.number_layers > limit:
+        logger.warning("ORTTrainer: graph_transformer.number_recompute_layers=%d is more than the %d layers that can "
+                       "be recomputed (every layer but the last of %d); recomputing %d",
+                       flags.number_layers, limit, len(layers), limit)
+    return layers[:min(flags.number_layers, limit) if flags.number_layers > 0 else limit]
 
 
 def gelu_plan_name(region: list) -> str:
@@ -291,6 +324,25 @@ def recompute_joint_graph(gm: torch.fx.GraphModule, forward_outputs: list, flags
         acts = [a for a in (activation_of(r) for r in sorted(freed, key=rewriter.position.get)) if a is not None]
         return Occurrence(nodes, acts, max(rewriter.position[n] for n in nodes))
 
+    if flags.transformer_layers:
+        layers = transformer_layers(order)
+        if len(layers) < 2:
+            logger.warning("ORTTrainer: graph_transformer.transformer_layer_recompute is on, but the model has %s "
+                           "(an attention after a layer norm, at least two): nothing to recompute",
+                           "one transformer layer" if layers else "no transformer layers")
+        else:
+            chosen = _select_layers(layers, flags)
+            for index, members in enumerate(layers):
+                outputs = set(layer_outputs(members, forward))
+                freed = rewriter.recompute(members, keep=outputs) if index < len(chosen) else set()
+                occ = occurrence(members, freed if index < len(chosen)
+                                 else ({alias_root(n) for n in members} & before_roots) - outputs)
+                occ.label = f"layer {index}"
+                cands.layers.append(occ)
+                if index < len(chosen):
+                    sel.applied.setdefault(LAYER_PLAN, []).append(occ)
+            cands.layer_class = "between layer norms"
+            sel.configs[LAYER_PLAN] = PlanConfig(LAYER_PLAN, RECOMPUTE, len(chosen))
     if flags.gelu:
         _apply_plan_regions(rewriter, gelu_regions(order), gelu_plan_name, cands, sel, occurrence,
                             "gelu_recompute", "no GELU (a gelu op, or a tanh GELU in elementwise ops)")
@@ -332,8 +384,10 @@ def _drop_unused_copies(graph: torch.fx.Graph, copies: set) -> None:
 
 
 def _flags_text(flags: RecomputeFlags) -> str:
-    on = [name for name, value in (("attn_dropout_recompute", flags.attn_dropout), ("gelu_recompute", flags.gelu))
-          if value]
+    on = [name for name, value in (("attn_dropout_recompute", flags.attn_dropout), ("gelu_recompute", flags.gelu),
+                                   ("transformer_layer_recompute", flags.transformer_layers)) if value]
+    if flags.transformer_layers:
+        on.append(f"number_recompute_layers={flags.number_layers}")
     return ", ".join(on)
 
 

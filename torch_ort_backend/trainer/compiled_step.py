@@ -106,7 +106,7 @@ class StepGraphs:
         self.config = config
         self.options = options
         self.state = state
-        self.recompute = _recompute_flags(options)
+        self.recompute = _recompute_flags(options)  # checked now: a bad combination fails the constructor
         self.train_steps: list[CompiledStep] = []
         self.eval_steps: list[CompiledStep] = []
 
@@ -242,7 +242,11 @@ class StepGraphs:
 def _recompute_flags(opts) -> RecomputeFlags:
     """graph_transformer's recompute settings (docs/memory_optimizer.md, "ORTTrainer")."""
     gt = opts.graph_transformer
-    return RecomputeFlags(attn_dropout=gt.attn_dropout_recompute, gelu=gt.gelu_recompute)
+    if gt.number_recompute_layers and not gt.transformer_layer_recompute:
+        raise ValueError(f"graph_transformer.number_recompute_layers={gt.number_recompute_layers} takes effect only "
+                         "with graph_transformer.transformer_layer_recompute=True")
+    return RecomputeFlags(attn_dropout=gt.attn_dropout_recompute, gelu=gt.gelu_recompute,
+                          transformer_layers=gt.transformer_layer_recompute, number_layers=gt.number_recompute_layers)
 
 
 def _save(path: str, model: onnx.ModelProto) -> None:

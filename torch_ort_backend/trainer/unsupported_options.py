@@ -30,9 +30,6 @@ NOT_BUILT_YET: tuple[tuple[str, str], ...] = (
     ("distributed.pipeline_parallel", f"{_SCALE_OUT}: pipelines run through DeepSpeed (docs/distributed.md)"),
     ("distributed.enable_adasum", "Adasum gradient combination (no issue yet)"),
     ("graph_transformer.allow_layer_norm_mod_precision", _MIXED_PRECISION),
-    ("graph_transformer.transformer_layer_recompute", f"{_MEMORY_OPTIMIZER}: the layers' boundaries, which the "
-     "joint graph does not carry (torch.export's joint decomposition empties nn_module_stack)"),
-    ("graph_transformer.number_recompute_layers", f"{_MEMORY_OPTIMIZER}: transformer_layer_recompute"),
     ("utils.memory_efficient_gradient", _MEMORY_OPTIMIZER),
     ("device.mem_limit", "a per-device memory limit in the engine (no issue yet)"),
     # Settings that cannot apply to this engine: the reason is the message.
