@@ -33,8 +33,8 @@ from torch_ort_backend.testing import models as cm
 from torch_ort_backend.testing.models import extract_loss
 from compile_harness import _reset_dynamo
 
-BF16_UNIT_ROUNDOFF = 2.0 ** -8
-BFLOAT16 = 16  # onnx.TensorProto.BFLOAT16
+UNIT_ROUNDOFF = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
+ONNX_TYPE = {torch.bfloat16: onnx.TensorProto.BFLOAT16, torch.float16: onnx.TensorProto.FLOAT16}
 
 
 @pytest.fixture(autouse=True)
@@ -42,10 +42,12 @@ def no_silent_fallback(monkeypatch):
     monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", "FALLBACK_DISABLE")
 
 
-def _loss_and_grads(model: torch.nn.Module, batch: dict, autocast: bool, call=None) -> dict[str, torch.Tensor]:
-    """Loss and every parameter's gradient of one forward + backward (`call`: the compiled model)."""
+def _loss_and_grads(model: torch.nn.Module, batch: dict, autocast: torch.dtype | None,
+                    call=None) -> dict[str, torch.Tensor]:
+    """Loss and every parameter's gradient of one forward + backward (`call`: the compiled model),
+    under autocast to that dtype unless None."""
     model.zero_grad(set_to_none=True)
-    with torch.autocast("cpu", torch.bfloat16, enabled=autocast):
+    with torch.autocast("cpu", autocast or torch.bfloat16, enabled=autocast is not None):
         loss = extract_loss((model if call is None else call)(**batch))
     loss.backward()
     out = {"loss": loss.detach().double()}
@@ -82,7 +84,7 @@ def _float32_fallbacks(make_model, batch: dict) -> set[str]:
     return set(compile_stats().aten_fallback_ops)
 
 
-def check_autocast_training(make_model, make_batch, native_ops: set[str]) -> None:
+def check_autocast_training(make_model, make_batch, native_ops: set[str], dtype: torch.dtype = torch.bfloat16) -> None:
     float32_fallbacks = _float32_fallbacks(make_model, make_batch(0))
     _reset_dynamo()
     torch.manual_seed(0)
@@ -92,13 +94,13 @@ def check_autocast_training(make_model, make_batch, native_ops: set[str]) -> Non
     compiled = torch.compile(twin, backend="ort")
     for step in range(2):  # the second step runs the compiled graphs again, on a new batch
         batch = make_batch(step)
-        exact = _loss_and_grads(reference, batch, autocast=False)
-        ours = _loss_and_grads(twin, batch, autocast=True, call=compiled)
-        theirs = _loss_and_grads(eager, batch, autocast=True)
+        exact = _loss_and_grads(reference, batch, autocast=None)
+        ours = _loss_and_grads(twin, batch, autocast=dtype, call=compiled)
+        theirs = _loss_and_grads(eager, batch, autocast=dtype)
         assert ours.keys() == exact.keys() == theirs.keys()
         for name, want in exact.items():
             ours_err, eager_err = _relative_error(ours[name], want), _relative_error(theirs[name], want)
-            assert ours_err <= 2 * eager_err + BF16_UNIT_ROUNDOFF, (
+            assert ours_err <= 2 * eager_err + UNIT_ROUNDOFF[dtype], (
                 f"step {step}, {name}: ort autocast is {ours_err:.2e} from float64 (norm-wise), eager autocast "
                 f"{eager_err:.2e}")
 
@@ -107,9 +109,9 @@ def check_autocast_training(make_model, make_batch, native_ops: set[str]) -> Non
     extra = set(stats.aten_fallback_ops) - float32_fallbacks
     assert not extra, f"autocast sent {sorted(extra)} to the ATen fallback (float32: {sorted(float32_fallbacks)})"
     nodes = _engine_nodes()
-    bf16_ops = {op for op, types in nodes if BFLOAT16 in types}
-    assert {"MatMul", "Gemm"} & bf16_ops, f"no bfloat16 GEMM reached the engine: {sorted(bf16_ops)}"
-    assert "Cast" in bf16_ops
+    low_ops = {op for op, types in nodes if ONNX_TYPE[dtype] in types}
+    assert {"MatMul", "Gemm"} & low_ops, f"no {dtype} GEMM reached the engine: {sorted(low_ops)}"
+    assert "Cast" in low_ops
     missing = native_ops - {op for op, _ in nodes}
     assert not missing, f"expected native {sorted(missing)} in the engine graphs"
 
@@ -130,3 +132,9 @@ def test_bert_mlm_autocast_training():
 
 def test_llama_autocast_training():
     check_autocast_training(functools.partial(cm.make_llama, "eager"), cm.causal_lm_batch, LLAMA_OPS)
+
+
+def test_gpt2_float16_autocast_training():
+    """CPU autocast to float16 (GEMMs through float32 on the CPU, the path CUDA's fp16 graphs share
+    in the exporter): the same checks, with float16's unit roundoff."""
+    check_autocast_training(functools.partial(cm.make_gpt2, "eager"), cm.causal_lm_batch, GPT2_OPS, torch.float16)
