@@ -4,7 +4,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -59,6 +58,34 @@ int32_t LoadPair(const uint16_t* p) {
   return v;
 }
 
+// r[j] = column j of the 16 x 16 matrix of 32-bit words whose rows r held: 32-bit unpacks make
+// 2x2 blocks, 64-bit unpacks 4x4 blocks within each 128-bit lane, lane shuffles move the blocks.
+TOB_BF16_FN void Transpose16x16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  // Now lane l of r[4i + c] holds column 4l + c of rows 4i..4i+3.
+  for (int i = 0; i < 4; ++i) {
+    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  __m512i out[16];
+  for (int c = 0; c < 4; ++c) {
+    const __m512i a0 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x88), a1 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xDD);
+    const __m512i b0 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x88);
+    const __m512i b1 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xDD);
+    out[c] = _mm512_shuffle_i32x4(a0, b0, 0x88);
+    out[4 + c] = _mm512_shuffle_i32x4(a1, b1, 0x88);
+    out[8 + c] = _mm512_shuffle_i32x4(a0, b0, 0xDD);
+    out[12 + c] = _mm512_shuffle_i32x4(a1, b1, 0xDD);
+  }
+  for (int j = 0; j < 16; ++j) r[j] = out[j];
+}
+
 // dst[(p * width + j) * 2 + h] = op(B)[k0 + 2p + h, n0 + j] for 2p + h < kc and j < nw, zero
 // elsewhere (width = 16 * vectors columns, p < ceil(kc / 2)): the operand layout of VDPBF16PS,
 // which multiplies lane j's pair of B with the broadcast pair of A.
@@ -80,34 +107,21 @@ TOB_BF16_FN void PackPanel(bool trans_b, const uint16_t* B, int64_t ldb, int64_t
     }
     return;
   }
-  // op(B)[k, n] = B[n * ldb + k]: a column's pair (k, k + 1) is one 32-bit word of B's row n, so
-  // each lane gathers its own row's word.
-  const int64_t full_pairs = kc / 2;
-  const bool gather = static_cast<int64_t>(2) * ldb * (kPanelCols - 1) < INT_MAX;
+  // op(B)[k, n] = B[n * ldb + k]: a column's pair (k, k + 1) is one 32-bit word of B's row n. Rows
+  // of B give 16 words (pairs) per column; a 16 x 16 word transpose turns them into pairs of rows
+  // of op(B). Loads are masked at the end of the block (odd kc: the last pair's high half is 0).
   for (int v = 0; v < vectors; ++v) {
-    const int64_t left = nw - v * kLanes;
-    const int64_t lanes = std::clamp<int64_t>(left, 0, kLanes);
+    const int64_t lanes = std::clamp<int64_t>(nw - v * kLanes, 0, kLanes);
     const uint16_t* col0 = B + (n0 + v * kLanes) * ldb + k0;
     int32_t* d32 = reinterpret_cast<int32_t*>(dst) + v * kLanes;
-    int64_t p = 0;
-    if (gather && lanes > 0) {
-      const __mmask16 m = lanes >= kLanes ? __mmask16(0xFFFF) : __mmask16((1u << lanes) - 1);
-      const __m512i offsets =
-          _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                             _mm512_set1_epi32(static_cast<int>(2 * ldb)));
-      for (; p < full_pairs; ++p)
-        _mm512_store_si512(d32 + p * width,
-                           _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, offsets, col0 + 2 * p, 1));
-    }
-    for (; p < pairs; ++p) {
-      for (int64_t j = 0; j < kLanes; ++j) {
-        uint32_t lo = 0, hi = 0;
-        if (j < lanes) {
-          lo = col0[j * ldb + 2 * p];
-          if (2 * p + 1 < kc) hi = col0[j * ldb + 2 * p + 1];
-        }
-        d32[p * width + j] = static_cast<int32_t>(lo | (hi << 16));
-      }
+    for (int64_t p0 = 0; p0 < pairs; p0 += 16) {
+      const int64_t elems = std::min<int64_t>(32, kc - 2 * p0);
+      const __mmask32 m = elems >= 32 ? ~__mmask32(0) : (__mmask32(1) << elems) - 1;
+      __m512i w[16];
+      for (int64_t j = 0; j < kLanes; ++j)
+        w[j] = j < lanes ? _mm512_maskz_loadu_epi16(m, col0 + j * ldb + 2 * p0) : _mm512_setzero_si512();
+      Transpose16x16(w);
+      for (int64_t p = p0; p < std::min<int64_t>(pairs, p0 + 16); ++p) _mm512_store_si512(d32 + p * width, w[p - p0]);
     }
   }
 }
@@ -209,34 +223,6 @@ void RunPanel(const Problem& p, int64_t m_begin, int64_t m_end, int64_t n0, uint
                                                         p.alpha, beta);
     }
   }
-}
-
-// r[j] = column j of the 16 x 16 matrix of 32-bit words whose rows r held: 32-bit unpacks make
-// 2x2 blocks, 64-bit unpacks 4x4 blocks within each 128-bit lane, lane shuffles move the blocks.
-TOB_BF16_FN void Transpose16x16(__m512i r[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  // Now lane l of r[4i + c] holds column 4l + c of rows 4i..4i+3.
-  for (int i = 0; i < 4; ++i) {
-    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
-  __m512i out[16];
-  for (int c = 0; c < 4; ++c) {
-    const __m512i a0 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x88), a1 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xDD);
-    const __m512i b0 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x88);
-    const __m512i b1 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xDD);
-    out[c] = _mm512_shuffle_i32x4(a0, b0, 0x88);
-    out[4 + c] = _mm512_shuffle_i32x4(a1, b1, 0x88);
-    out[8 + c] = _mm512_shuffle_i32x4(a0, b0, 0xDD);
-    out[12 + c] = _mm512_shuffle_i32x4(a1, b1, 0xDD);
-  }
-  for (int j = 0; j < 16; ++j) r[j] = out[j];
 }
 
 // PackBf16Rows for a transposed A (K x M, row stride lda), rows [r_begin, r_end): 16 rows x 16
