@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
+
+from bench_worker import run_json_worker
 
 CONFIGS = ("eager", "inductor", "ort_off", "ort_on")
 WARMUP = 2
@@ -130,14 +130,9 @@ def worker(model_name: str, config: str, sizes: dict, paddings: list[int], steps
 
 
 def run_config(model: str, config: str, sizes: dict, paddings: list[int], steps: int, return_logits: bool) -> dict:
-    env = dict(os.environ, TORCHINDUCTOR_FORCE_DISABLE_CACHES="1")
-    cmd = [sys.executable, __file__, "--worker", model, config, "--sizes", json.dumps(sizes), "--steps", str(steps),
-           "--padding", ",".join(map(str, paddings))] + (["--return-logits"] if return_logits else [])
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    return {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1][:200]}
+    args = [__file__, "--worker", model, config, "--sizes", json.dumps(sizes), "--steps", str(steps),
+            "--padding", ",".join(map(str, paddings))] + (["--return-logits"] if return_logits else [])
+    return run_json_worker(args, timeout=3600)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
+
+from bench_worker import run_json_worker
 
 
 CONFIGS = ("eager", "checkpoint", "inductor_budget", "ort0", "ort1", "ort2")
@@ -117,13 +117,8 @@ def worker(model_name: str, config: str, sizes: dict, steps: int) -> dict:
 
 
 def run_config(model: str, config: str, sizes: dict, steps: int) -> dict:
-    env = dict(os.environ, TORCHINDUCTOR_FORCE_DISABLE_CACHES="1", MALLOC_MMAP_THRESHOLD_="65536")
-    cmd = [sys.executable, __file__, "--worker", model, config, "--sizes", json.dumps(sizes), "--steps", str(steps)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    return {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1][:200]}
+    args = [__file__, "--worker", model, config, "--sizes", json.dumps(sizes), "--steps", str(steps)]
+    return run_json_worker(args, timeout=3600, MALLOC_MMAP_THRESHOLD_="65536")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
+
+from bench_worker import run_json_worker
 
 
 MODES = ("eager", "inductor", "ort", "orttrainer")
@@ -96,13 +96,8 @@ def worker(model_name: str, mode: str, steps: int, seconds: float) -> dict:
 
 
 def run_config(model: str, mode: str, steps: int, seconds: float) -> dict:
-    env = dict(os.environ, TORCHINDUCTOR_FORCE_DISABLE_CACHES="1")
-    cmd = [sys.executable, __file__, "--worker", model, mode, "--steps", str(steps), "--seconds", str(seconds)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    return {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1][:200]}
+    args = [__file__, "--worker", model, mode, "--steps", str(steps), "--seconds", str(seconds)]
+    return run_json_worker(args, timeout=1800)
 
 
 def main(argv: list[str] | None = None) -> int:
