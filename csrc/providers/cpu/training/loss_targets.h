@@ -124,4 +124,41 @@ class TargetScan {
   double total_weight_ = 0;
 };
 
+// The negative log-likelihood of log-probabilities `lp` ([N, C, inner]) at the scanned targets,
+// per element (kNone) or summed / weighted-mean in double over a fixed chunking, written to `out`
+// as T. NLLLoss reads its input as `lp`; SoftmaxCrossEntropyLoss its LogSoftmax.
+template <typename T, typename L>
+Status WriteNllLoss(const KernelContext& ctx, const L* lp, const TargetScan& scan, const LossLayout& l,
+                    Reduction reduction, Tensor& out) {
+  auto loss_at = [&](int64_t i) -> double {
+    const int64_t t = scan.TargetAt(i);
+    if (scan.Ignored(t)) return 0.0;
+    const int64_t b = i / l.inner, d = i % l.inner;
+    return -static_cast<double>(lp[(b * l.C + t) * l.inner + d]) * scan.weight(t);
+  };
+  const int64_t n = l.count();
+  if (reduction == Reduction::kNone) {
+    T* y = out.data<T>();
+    ParallelFor(ctx.thread_pool(), n, kGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) y[i] = static_cast<T>(loss_at(i));
+    });
+    return Status::OK();
+  }
+  const int64_t chunks = ChunkCount(n);
+  TOB_ASSIGN_OR_RETURN(Tensor partial, ctx.AllocateScratch(DType::kFloat64, {chunks}));
+  double* sums = partial.data<double>();
+  ParallelFor(ctx.thread_pool(), chunks, 1, [&](int64_t b, int64_t e) {
+    for (int64_t c = b; c < e; ++c) {
+      double s = 0;
+      for (int64_t i = n * c / chunks; i < n * (c + 1) / chunks; ++i) s += loss_at(i);
+      sums[c] = s;
+    }
+  });
+  double total = 0;
+  for (int64_t c = 0; c < chunks; ++c) total += sums[c];
+  if (reduction == Reduction::kMean) total /= scan.total_weight();
+  out.data<T>()[0] = static_cast<T>(total);
+  return Status::OK();
+}
+
 }  // namespace tob::loss

@@ -23,36 +23,7 @@ using namespace loss;
 template <typename T>
 Status NllLossTyped(const KernelContext& ctx, const Tensor& x_t, const TargetScan& scan, const LossLayout& l,
                     Reduction reduction, Tensor& out) {
-  const T* x = x_t.data<T>();
-  const int64_t n = l.count();
-  auto loss_at = [&](int64_t i) -> double {
-    const int64_t t = scan.TargetAt(i);
-    if (scan.Ignored(t)) return 0.0;
-    const int64_t b = i / l.inner, d = i % l.inner;
-    return -static_cast<double>(x[(b * l.C + t) * l.inner + d]) * scan.weight(t);
-  };
-  if (reduction == Reduction::kNone) {
-    T* y = out.data<T>();
-    ParallelFor(ctx.thread_pool(), n, kGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) y[i] = static_cast<T>(loss_at(i));
-    });
-    return Status::OK();
-  }
-  const int64_t chunks = ChunkCount(n);
-  TOB_ASSIGN_OR_RETURN(Tensor partial, ctx.AllocateScratch(DType::kFloat64, {chunks}));
-  double* sums = partial.data<double>();
-  ParallelFor(ctx.thread_pool(), chunks, 1, [&](int64_t b, int64_t e) {
-    for (int64_t c = b; c < e; ++c) {
-      double s = 0;
-      for (int64_t i = n * c / chunks; i < n * (c + 1) / chunks; ++i) s += loss_at(i);
-      sums[c] = s;
-    }
-  });
-  double total = 0;
-  for (int64_t c = 0; c < chunks; ++c) total += sums[c];
-  if (reduction == Reduction::kMean) total /= scan.total_weight();
-  out.data<T>()[0] = static_cast<T>(total);
-  return Status::OK();
+  return WriteNllLoss<T>(ctx, x_t.data<T>(), scan, l, reduction, out);
 }
 
 class NllLossKernel final : public OpKernel {
