@@ -77,6 +77,30 @@ Status CheckStatOutput(const KernelContext& ctx, const Tensor* t, int64_t rows) 
   return Status::OK();
 }
 
+// LayerNormalization and RMSNormalization normalise over the dims from `axis` on: the rows and the
+// row length D of `x` for a (possibly negative) axis attribute.
+struct NormRows {
+  Shape trailing;
+  int64_t D = 0;
+  int64_t rows = 0;
+};
+
+StatusOr<NormRows> SplitAtAxis(const KernelContext& ctx, const Tensor& x, int64_t axis_attr) {
+  const int64_t axis = axis_attr < 0 ? axis_attr + x.rank() : axis_attr;
+  if (axis < 0 || axis >= x.rank()) return ctx.Fail("axis ", axis_attr, " is out of range for rank ", x.rank());
+  NormRows r;
+  r.trailing = Shape(x.shape().begin() + axis, x.shape().end());
+  r.D = NumElements(r.trailing);
+  r.rows = r.D == 0 ? 0 : x.numel() / r.D;
+  return r;
+}
+
+// The axis (default -1) and epsilon (default 1e-5) attributes both normalisations take.
+Status ReadNormAttributes(const Node& node, int64_t* axis, float* epsilon) {
+  TOB_RETURN_IF_ERROR(node.GetAttr("axis", axis, int64_t{-1}));
+  return node.GetAttr("epsilon", epsilon, 1e-5f);
+}
+
 class LayerNormKernel final : public OpKernel {
  public:
   LayerNormKernel(const Node& node, int64_t axis, float epsilon) : OpKernel(node), axis_(axis), epsilon_(epsilon) {}
@@ -84,19 +108,16 @@ class LayerNormKernel final : public OpKernel {
   static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node) {
     int64_t axis = -1;
     float epsilon = 1e-5f;
-    TOB_RETURN_IF_ERROR(node.GetAttr("axis", &axis, int64_t{-1}));
-    TOB_RETURN_IF_ERROR(node.GetAttr("epsilon", &epsilon, 1e-5f));
+    TOB_RETURN_IF_ERROR(ReadNormAttributes(node, &axis, &epsilon));
     return MakeKernel<LayerNormKernel>(node, axis, epsilon);
   }
 
   Status Compute(KernelContext& ctx) const override {
     const Tensor& x = *ctx.input(0);
     Tensor& y = *ctx.output(0);
-    const int64_t axis = axis_ < 0 ? axis_ + x.rank() : axis_;
-    if (axis < 0 || axis >= x.rank()) return ctx.Fail("axis ", axis_, " is out of range for rank ", x.rank());
-    const Shape trailing(x.shape().begin() + axis, x.shape().end());
-    const int64_t D = NumElements(trailing);
-    const int64_t rows = D == 0 ? 0 : x.numel() / D;
+    TOB_ASSIGN_OR_RETURN(NormRows split, SplitAtAxis(ctx, x, axis_));
+    const Shape& trailing = split.trailing;
+    const int64_t D = split.D, rows = split.rows;
     StatOutput mean_out{ctx.output(1)}, inv_out{ctx.output(2)};
     TOB_RETURN_IF_ERROR(CheckStatOutput(ctx, mean_out.t, rows));
     TOB_RETURN_IF_ERROR(CheckStatOutput(ctx, inv_out.t, rows));
@@ -228,19 +249,16 @@ class RmsNormKernel final : public OpKernel {
   static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node) {
     int64_t axis = -1;
     float epsilon = 1e-5f;
-    TOB_RETURN_IF_ERROR(node.GetAttr("axis", &axis, int64_t{-1}));
-    TOB_RETURN_IF_ERROR(node.GetAttr("epsilon", &epsilon, 1e-5f));
+    TOB_RETURN_IF_ERROR(ReadNormAttributes(node, &axis, &epsilon));
     return MakeKernel<RmsNormKernel>(node, axis, epsilon);
   }
 
   Status Compute(KernelContext& ctx) const override {
     const Tensor& x = *ctx.input(0);
     Tensor& y = *ctx.output(0);
-    const int64_t axis = axis_ < 0 ? axis_ + x.rank() : axis_;
-    if (axis < 0 || axis >= x.rank()) return ctx.Fail("axis ", axis_, " is out of range for rank ", x.rank());
-    const Shape trailing(x.shape().begin() + axis, x.shape().end());
-    const int64_t D = NumElements(trailing);
-    const int64_t rows = D == 0 ? 0 : x.numel() / D;
+    TOB_ASSIGN_OR_RETURN(NormRows split, SplitAtAxis(ctx, x, axis_));
+    const Shape& trailing = split.trailing;
+    const int64_t D = split.D, rows = split.rows;
     if (rows == 0) return Status::OK();
     return DispatchFloat(ctx, x.dtype(), [&]<typename T>() -> Status {
       using C = ComputeType<T>;
