@@ -1,0 +1,453 @@
+// FlashAttention / FlashAttentionGrad (com.microsoft): softmax(scale Q K^T + bias) V per (batch,
+// query head) and its gradient, tiled flash-style so that no [q_seq, kv_seq] score matrix is ever
+// materialised: a block of query rows meets one block of keys at a time, and the forward keeps a
+// running row maximum and sum (online softmax), rescaling its accumulated output when the maximum
+// grows. The backward recomputes each score block from Q, K and the saved row logsumexp.
+//
+// Semantics are torch's _scaled_dot_product_flash_attention_for_cpu(_backward): the causal mask is
+// aligned top-left (key j visible from query i when j <= i, also when q_seq != kv_seq); the
+// attention mask is added to the scaled scores (bool: false is -inf) and broadcasts over batch,
+// heads and query rows; query head h reads K/V head h / (heads / kv_heads). A query row that sees
+// no key gives Y = 0 and logsumexp = +inf, so exp(score - logsumexp) is 0 for each of its keys
+// in both kernels and in torch's backward alike.
+//
+// Work: the forward splits (batch, head, query block) items over the pool; the backward splits
+// (batch, head) items, each walking its key blocks (dK, dV accumulate in place) and the query
+// blocks that see them (dQ accumulates in the output). Every product is a single-threaded Gemm
+// on a block (the AVX-512 small-M kernel where the CPU has one); the row passes use the AVX2 exp.
+// With grouped K/V heads, each query head's dK/dV go to scratch and are summed per group after,
+// so no two threads ever write one value and the result does not depend on the thread count.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <vector>
+
+#include "framework/kernel_registry.h"
+#include "providers/cpu/nn/gemm.h"
+#include "providers/cpu/nn/vec_math.h"
+
+namespace tob {
+
+namespace {
+
+constexpr int64_t kQueryBlock = 64;
+constexpr int64_t kKeyBlock = 128;
+
+struct FlashAttributes {
+  bool is_causal = false;
+  std::optional<float> scale;
+
+  static StatusOr<FlashAttributes> Read(const Node& node) {
+    FlashAttributes a;
+    int64_t causal = 0;
+    TOB_RETURN_IF_ERROR(node.GetAttr("is_causal", &causal, int64_t{0}));
+    if (causal != 0 && causal != 1) return InvalidModel(node.Describe(), ": is_causal must be 0 or 1, got ", causal);
+    a.is_causal = causal != 0;
+    if (node.FindAttribute("scale") != nullptr) {
+      float s = 0;
+      TOB_RETURN_IF_ERROR(node.GetAttr("scale", &s));
+      a.scale = s;
+    }
+    return a;
+  }
+};
+
+// The sizes of one call; all operands are contiguous [batch, heads, seq, size].
+struct FlashShape {
+  int64_t batch = 0, heads = 0, kv_heads = 0, q_seq = 0, kv_seq = 0, head = 0, v_head = 0;
+  int64_t group() const { return heads / kv_heads; }
+  int64_t QOffset(int64_t b, int64_t h, int64_t i, int64_t size) const { return ((b * heads + h) * q_seq + i) * size; }
+  int64_t KvOffset(int64_t b, int64_t g, int64_t j, int64_t size) const {
+    return ((b * kv_heads + g) * kv_seq + j) * size;
+  }
+};
+
+// Q, K, V at inputs q, q + 1, q + 2.
+StatusOr<FlashShape> CheckQkv(const KernelContext& ctx, int q_input) {
+  const Tensor& q = *ctx.input(q_input);
+  const Tensor& k = *ctx.input(q_input + 1);
+  const Tensor& v = *ctx.input(q_input + 2);
+  if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4)
+    return ctx.Fail("Q ", ShapeToString(q.shape()), ", K ", ShapeToString(k.shape()), " and V ",
+                    ShapeToString(v.shape()), " must be 4-D [batch, heads, seq, head_size]");
+  if (k.dtype() != q.dtype() || v.dtype() != q.dtype())
+    return ctx.Fail("Q, K and V must have one dtype, got ", DTypeName(q.dtype()), ", ", DTypeName(k.dtype()), ", ",
+                    DTypeName(v.dtype()));
+  FlashShape s{q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3), v.dim(3)};
+  if (k.dim(0) != s.batch || v.dim(0) != s.batch || k.dim(3) != s.head || v.dim(1) != s.kv_heads ||
+      v.dim(2) != s.kv_seq)
+    return ctx.Fail("K ", ShapeToString(k.shape()), " and V ", ShapeToString(v.shape()), " do not match Q ",
+                    ShapeToString(q.shape()), " ([batch, kv_heads, kv_seq, head_size]; V's head size may differ)");
+  if (s.kv_heads <= 0 || s.heads % s.kv_heads != 0)
+    return ctx.Fail("Q's ", s.heads, " heads are not a multiple of K/V's ", s.kv_heads);
+  return s;
+}
+
+// The attention mask as an additive bias of type C with broadcast strides over [batch, heads,
+// q_seq, kv_seq] (0 where a dim is broadcast).
+template <typename C>
+struct MaskBias {
+  const C* data = nullptr;
+  Tensor converted;  // a bool mask as 0 / -inf
+  int64_t stride[4] = {0, 0, 0, 0};
+  const C* Row(int64_t b, int64_t h, int64_t i) const { return data + b * stride[0] + h * stride[1] + i * stride[2]; }
+};
+
+template <typename C>
+StatusOr<std::optional<MaskBias<C>>> ReadMask(const KernelContext& ctx, const Tensor* mask, const FlashShape& s) {
+  if (mask == nullptr) return std::optional<MaskBias<C>>();
+  if (mask->rank() < 1 || mask->rank() > 4)
+    return ctx.Fail("attn_mask must have rank 1 to 4, got ", ShapeToString(mask->shape()));
+  if (mask->dtype() != DType::kBool && mask->dtype() != DTypeOf<C>())
+    return ctx.Fail("attn_mask must be bool or Q's dtype ", DTypeName(DTypeOf<C>()), ", got ",
+                    DTypeName(mask->dtype()));
+  const int64_t target[4] = {s.batch, s.heads, s.q_seq, s.kv_seq};
+  Shape dims(4 - mask->rank(), 1);
+  dims.insert(dims.end(), mask->shape().begin(), mask->shape().end());
+  MaskBias<C> m;
+  int64_t stride = 1;
+  for (int d = 3; d >= 0; --d) {
+    if (dims[d] != 1 && dims[d] != target[d])
+      return ctx.Fail("attn_mask ", ShapeToString(mask->shape()), " does not broadcast to [batch ", s.batch,
+                      ", heads ", s.heads, ", q_seq ", s.q_seq, ", kv_seq ", s.kv_seq, "]");
+    m.stride[d] = dims[d] == 1 ? 0 : stride;
+    stride *= dims[d];
+  }
+  if (mask->dtype() == DType::kBool) {
+    TOB_ASSIGN_OR_RETURN(m.converted, ctx.AllocateScratch(DTypeOf<C>(), {mask->numel()}));
+    const bool* in = mask->data<bool>();
+    C* out = m.converted.template data<C>();
+    for (int64_t i = 0; i < mask->numel(); ++i) out[i] = in[i] ? C(0) : -std::numeric_limits<C>::infinity();
+    m.data = out;
+  } else {
+    m.data = mask->data<C>();
+  }
+  return std::optional<MaskBias<C>>(std::move(m));
+}
+
+// Adds the causal and attention masks of query row i to its scores for keys [j0, j0 + cols).
+template <typename C>
+void MaskRow(C* row, int64_t cols, int64_t i, int64_t j0, bool causal, const MaskBias<C>* mask, int64_t b, int64_t h) {
+  const C neg_inf = -std::numeric_limits<C>::infinity();
+  if (causal && i + 1 - j0 < cols) std::fill(row + std::max<int64_t>(0, i + 1 - j0), row + cols, neg_inf);
+  if (mask != nullptr) {
+    const C* bias = mask->Row(b, h, i);
+    const int64_t step = mask->stride[3];
+    for (int64_t j = 0; j < cols; ++j) row[j] += bias[(j0 + j) * step];
+  }
+}
+
+template <typename C>
+C ScaleOf(const FlashAttributes& a, const FlashShape& s) {
+  return static_cast<C>(a.scale ? *a.scale : 1.0 / std::sqrt(static_cast<double>(s.head)));
+}
+
+// Keys [0, end) that query rows [i0, i0 + rows) may see: the causal frontier ends at the last row.
+int64_t KeyEnd(bool causal, int64_t i0, int64_t rows, int64_t kv_seq) {
+  return causal ? std::min(kv_seq, i0 + rows) : kv_seq;
+}
+
+int64_t Slices(const KernelContext& ctx, int64_t items) {
+  const int64_t threads = ctx.thread_pool() != nullptr ? ctx.thread_pool()->num_threads() : 1;
+  return std::max<int64_t>(1, std::min(items, threads));
+}
+
+template <typename C>
+Status ForwardTyped(KernelContext& ctx, const FlashAttributes& a, const FlashShape& s) {
+  const C* q = ctx.input(0)->data<C>();
+  const C* k = ctx.input(1)->data<C>();
+  const C* v = ctx.input(2)->data<C>();
+  TOB_ASSIGN_OR_RETURN(std::optional<MaskBias<C>> mask, ReadMask<C>(ctx, ctx.input(3), s));
+  C* y = ctx.output(0)->data<C>();
+  C* lse = ctx.output(1) != nullptr ? ctx.output(1)->data<C>() : nullptr;
+  const C scale = ScaleOf<C>(a, s);
+  const C neg_inf = -std::numeric_limits<C>::infinity();
+
+  const int64_t blocks_per_head = (s.q_seq + kQueryBlock - 1) / kQueryBlock;
+  const int64_t items = s.batch * s.heads * blocks_per_head;
+  const int64_t slices = Slices(ctx, items);
+  const int64_t block_rows = std::min(kQueryBlock, s.q_seq);
+  const int64_t block_cols = std::min(kKeyBlock, s.kv_seq);
+  // Per slice: one block of scores [rows, cols], the running row maximum and sum.
+  TOB_ASSIGN_OR_RETURN(Tensor scratch,
+                       ctx.AllocateScratch(DTypeOf<C>(), {slices, block_rows * block_cols + 2 * block_rows}));
+  std::vector<Status> slice_status(slices);
+
+  ParallelFor(ctx.thread_pool(), slices, 1, [&](int64_t sb, int64_t se) {
+    for (int64_t slice = sb; slice < se; ++slice) {
+      C* scores = scratch.data<C>() + slice * (block_rows * block_cols + 2 * block_rows);
+      C* row_max = scores + block_rows * block_cols;
+      C* row_sum = row_max + block_rows;
+      // Items dealt round-robin: a causal head's late query blocks cost more than its early ones.
+      for (int64_t item = slice; item < items; item += slices) {
+        const int64_t bh = item / blocks_per_head, i0 = (item % blocks_per_head) * kQueryBlock;
+        const int64_t b = bh / s.heads, h = bh % s.heads, g = h / s.group();
+        const int64_t rows = std::min(kQueryBlock, s.q_seq - i0);
+        C* out = y + s.QOffset(b, h, i0, s.v_head);
+        std::fill_n(out, rows * s.v_head, C(0));
+        std::fill_n(row_max, rows, neg_inf);
+        std::fill_n(row_sum, rows, C(0));
+        const int64_t key_end = KeyEnd(a.is_causal, i0, rows, s.kv_seq);
+        for (int64_t j0 = 0; j0 < key_end; j0 += kKeyBlock) {
+          const int64_t cols = std::min(kKeyBlock, key_end - j0);
+          Status st = Gemm(false, true, rows, cols, s.head, scale, q + s.QOffset(b, h, i0, s.head), s.head,
+                           k + s.KvOffset(b, g, j0, s.head), s.head, C(0), scores, block_cols, nullptr);
+          if (!st.ok()) {
+            slice_status[slice] = st;
+            return;
+          }
+          for (int64_t r = 0; r < rows; ++r) {
+            C* row = scores + r * block_cols;
+            MaskRow(row, cols, i0 + r, j0, a.is_causal, mask ? &*mask : nullptr, b, h);
+            const C new_max = std::max(row_max[r], vec::Max(row, cols));
+            if (new_max == neg_inf) {  // nothing visible yet: this block adds nothing
+              std::fill_n(row, cols, C(0));
+              continue;
+            }
+            const C rescale = std::exp(row_max[r] - new_max);  // 0 on the first visible block
+            row_sum[r] = row_sum[r] * rescale + vec::ExpShiftedSum(row, cols, new_max, row);
+            if (rescale != C(1)) {
+              C* o = out + r * s.v_head;
+              for (int64_t x = 0; x < s.v_head; ++x) o[x] *= rescale;
+            }
+            row_max[r] = new_max;
+          }
+          st = Gemm(false, false, rows, s.v_head, cols, C(1), scores, block_cols, v + s.KvOffset(b, g, j0, s.v_head),
+                    s.v_head, C(1), out, s.v_head, nullptr);
+          if (!st.ok()) {
+            slice_status[slice] = st;
+            return;
+          }
+        }
+        for (int64_t r = 0; r < rows; ++r) {
+          const bool seen = row_sum[r] > C(0);
+          const C inv = seen ? C(1) / row_sum[r] : C(0);
+          C* o = out + r * s.v_head;
+          for (int64_t x = 0; x < s.v_head; ++x) o[x] *= inv;
+          if (lse != nullptr)
+            lse[(b * s.heads + h) * s.q_seq + i0 + r] =
+                seen ? row_max[r] + std::log(row_sum[r]) : std::numeric_limits<C>::infinity();
+        }
+      }
+    }
+  });
+  for (const Status& st : slice_status) TOB_RETURN_IF_ERROR(st);
+  return Status::OK();
+}
+
+// dQ, dK, dV of one (batch, head): dK / dV accumulate into dk / dv (rows of the head's key
+// positions), dQ into dq. scores and dscores hold one [rows, cols] block each; delta q_seq values.
+template <typename C>
+Status BackwardHead(const FlashAttributes& a, const FlashShape& s, const std::optional<MaskBias<C>>& mask, int64_t b,
+                    int64_t h, const C* dy, const C* q, const C* k, const C* v, const C* y, const C* lse, C* dq,
+                    C* dk, C* dv, C* scores, C* dscores, C* delta, int64_t block_cols) {
+  const int64_t g = h / s.group();
+  const C scale = ScaleOf<C>(a, s);
+  const C* q_h = q + s.QOffset(b, h, 0, s.head);
+  const C* dy_h = dy + s.QOffset(b, h, 0, s.v_head);
+  const C* y_h = y + s.QOffset(b, h, 0, s.v_head);
+  const C* lse_h = lse + (b * s.heads + h) * s.q_seq;
+  const C* k_g = k + s.KvOffset(b, g, 0, s.head);
+  const C* v_g = v + s.KvOffset(b, g, 0, s.v_head);
+  // delta_i = sum_x dY_ix Y_ix: the softmax gradient's row term (dS = P (dP - delta)).
+  for (int64_t i = 0; i < s.q_seq; ++i) {
+    C acc = 0;
+    for (int64_t x = 0; x < s.v_head; ++x) acc += dy_h[i * s.v_head + x] * y_h[i * s.v_head + x];
+    delta[i] = acc;
+  }
+  for (int64_t j0 = 0; j0 < s.kv_seq; j0 += kKeyBlock) {
+    const int64_t cols = std::min(kKeyBlock, s.kv_seq - j0);
+    // Causal: rows before j0 see none of these keys.
+    for (int64_t i0 = a.is_causal ? j0 : 0; i0 < s.q_seq; i0 += kQueryBlock) {
+      const int64_t rows = std::min(kQueryBlock, s.q_seq - i0);
+      TOB_RETURN_IF_ERROR(Gemm(false, true, rows, cols, s.head, scale, q_h + i0 * s.head, s.head, k_g + j0 * s.head,
+                               s.head, C(0), scores, block_cols, nullptr));
+      for (int64_t r = 0; r < rows; ++r) {
+        C* row = scores + r * block_cols;
+        MaskRow(row, cols, i0 + r, j0, a.is_causal, mask ? &*mask : nullptr, b, h);
+        // P = exp(score - logsumexp): the forward's probabilities, 0 for hidden keys.
+        vec::ExpShiftedSum(row, cols, lse_h[i0 + r], row);
+      }
+      // dV_j += P^T dY_i, dP = dY_i V_j^T.
+      TOB_RETURN_IF_ERROR(Gemm(true, false, cols, s.v_head, rows, C(1), scores, block_cols, dy_h + i0 * s.v_head,
+                               s.v_head, C(1), dv + j0 * s.v_head, s.v_head, nullptr));
+      TOB_RETURN_IF_ERROR(Gemm(false, true, rows, cols, s.v_head, C(1), dy_h + i0 * s.v_head, s.v_head,
+                               v_g + j0 * s.v_head, s.v_head, C(0), dscores, block_cols, nullptr));
+      for (int64_t r = 0; r < rows; ++r) {
+        const C* p = scores + r * block_cols;
+        C* ds = dscores + r * block_cols;
+        const C d = delta[i0 + r];
+        for (int64_t j = 0; j < cols; ++j) ds[j] = p[j] * (ds[j] - d);
+      }
+      // dQ_i += scale dS K_j, dK_j += scale dS^T Q_i.
+      TOB_RETURN_IF_ERROR(Gemm(false, false, rows, s.head, cols, scale, dscores, block_cols, k_g + j0 * s.head, s.head,
+                               C(1), dq + i0 * s.head, s.head, nullptr));
+      TOB_RETURN_IF_ERROR(Gemm(true, false, cols, s.head, rows, scale, dscores, block_cols, q_h + i0 * s.head, s.head,
+                               C(1), dk + j0 * s.head, s.head, nullptr));
+    }
+  }
+  return Status::OK();
+}
+
+template <typename C>
+Status BackwardTyped(KernelContext& ctx, const FlashAttributes& a, const FlashShape& s) {
+  const Tensor& dy_t = *ctx.input(0);
+  const Tensor& y_t = *ctx.input(4);
+  const Tensor& lse_t = *ctx.input(5);
+  const Shape y_shape{s.batch, s.heads, s.q_seq, s.v_head};
+  if (dy_t.shape() != y_shape || y_t.shape() != y_shape || dy_t.dtype() != DTypeOf<C>() || y_t.dtype() != DTypeOf<C>())
+    return ctx.Fail("dY ", ShapeToString(dy_t.shape()), " and Y ", ShapeToString(y_t.shape()), " must be ",
+                    ShapeToString(y_shape), " of Q's dtype");
+  if (lse_t.shape() != Shape{s.batch, s.heads, s.q_seq} || lse_t.dtype() != DTypeOf<C>())
+    return ctx.Fail("logsumexp ", ShapeToString(lse_t.shape()), " must be [", s.batch, ", ", s.heads, ", ", s.q_seq,
+                    "] of Q's dtype (FlashAttention's second output)");
+  TOB_ASSIGN_OR_RETURN(std::optional<MaskBias<C>> mask, ReadMask<C>(ctx, ctx.input(6), s));
+  const C* dy = dy_t.data<C>();
+  const C* q = ctx.input(1)->data<C>();
+  const C* k = ctx.input(2)->data<C>();
+  const C* v = ctx.input(3)->data<C>();
+  const C* y = y_t.data<C>();
+  const C* lse = lse_t.data<C>();
+
+  // Every output is computed (the products share their blocks); omitted ones go to scratch.
+  Tensor dq_keep, dk_keep, dv_keep;
+  auto output_or_scratch = [&](int i, const Tensor& like, Tensor* keep) -> StatusOr<C*> {
+    if (ctx.output(i) != nullptr) return ctx.output(i)->data<C>();
+    TOB_ASSIGN_OR_RETURN(*keep, ctx.AllocateScratch(DTypeOf<C>(), like.shape()));
+    return keep->data<C>();
+  };
+  TOB_ASSIGN_OR_RETURN(C * dq, output_or_scratch(0, *ctx.input(1), &dq_keep));
+  TOB_ASSIGN_OR_RETURN(C * dk, output_or_scratch(1, *ctx.input(2), &dk_keep));
+  TOB_ASSIGN_OR_RETURN(C * dv, output_or_scratch(2, *ctx.input(3), &dv_keep));
+  std::fill_n(dq, ctx.input(1)->numel(), C(0));
+  // Grouped heads: per query head dK / dV in scratch, summed over each group below.
+  const bool grouped = s.group() > 1;
+  Tensor dk_heads, dv_heads;
+  C* dk_acc = dk;
+  C* dv_acc = dv;
+  if (grouped) {
+    TOB_ASSIGN_OR_RETURN(dk_heads, ctx.AllocateScratch(DTypeOf<C>(), {s.batch, s.heads, s.kv_seq, s.head}));
+    TOB_ASSIGN_OR_RETURN(dv_heads, ctx.AllocateScratch(DTypeOf<C>(), {s.batch, s.heads, s.kv_seq, s.v_head}));
+    dk_acc = dk_heads.data<C>();
+    dv_acc = dv_heads.data<C>();
+  }
+  const int64_t acc_heads = s.batch * (grouped ? s.heads : s.kv_heads);
+  std::fill_n(dk_acc, acc_heads * s.kv_seq * s.head, C(0));
+  std::fill_n(dv_acc, acc_heads * s.kv_seq * s.v_head, C(0));
+
+  const int64_t items = s.batch * s.heads;
+  const int64_t slices = Slices(ctx, items);
+  const int64_t block_rows = std::min(kQueryBlock, s.q_seq);
+  const int64_t block_cols = std::min(kKeyBlock, s.kv_seq);
+  const int64_t per_slice = 2 * block_rows * block_cols + s.q_seq;
+  TOB_ASSIGN_OR_RETURN(Tensor scratch, ctx.AllocateScratch(DTypeOf<C>(), {slices, per_slice}));
+  std::vector<Status> slice_status(slices);
+  ParallelFor(ctx.thread_pool(), slices, 1, [&](int64_t sb, int64_t se) {
+    for (int64_t slice = sb; slice < se; ++slice) {
+      C* scores = scratch.data<C>() + slice * per_slice;
+      C* dscores = scores + block_rows * block_cols;
+      C* delta = dscores + block_rows * block_cols;
+      for (int64_t item = items * slice / slices; item < items * (slice + 1) / slices; ++item) {
+        const int64_t b = item / s.heads, h = item % s.heads;
+        // Ungrouped, head h's dK / dV rows are the output's (b, h) rows; grouped, its own scratch rows.
+        const int64_t kv_index = grouped ? item : b * s.kv_heads + h;
+        Status st = BackwardHead<C>(a, s, mask, b, h, dy, q, k, v, y, lse, dq + s.QOffset(b, h, 0, s.head),
+                                    dk_acc + kv_index * s.kv_seq * s.head, dv_acc + kv_index * s.kv_seq * s.v_head,
+                                    scores, dscores, delta, block_cols);
+        if (!st.ok()) {
+          slice_status[slice] = st;
+          return;
+        }
+      }
+    }
+  });
+  for (const Status& st : slice_status) TOB_RETURN_IF_ERROR(st);
+  if (grouped) {
+    const int64_t group = s.group();
+    ParallelFor(ctx.thread_pool(), s.batch * s.kv_heads, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t bg = begin; bg < end; ++bg) {
+        const int64_t nk = s.kv_seq * s.head, nv = s.kv_seq * s.v_head;
+        C* dk_out = dk + bg * nk;
+        C* dv_out = dv + bg * nv;
+        for (int64_t m = 0; m < group; ++m) {
+          const C* dk_in = dk_acc + (bg * group + m) * nk;
+          const C* dv_in = dv_acc + (bg * group + m) * nv;
+          for (int64_t x = 0; x < nk; ++x) dk_out[x] = m == 0 ? dk_in[x] : dk_out[x] + dk_in[x];
+          for (int64_t x = 0; x < nv; ++x) dv_out[x] = m == 0 ? dv_in[x] : dv_out[x] + dv_in[x];
+        }
+      }
+    });
+  }
+  return Status::OK();
+}
+
+// float32 and float64 only: the exporter widens nothing and emits these ops for float32 graphs;
+// float64 serves the reference tests.
+template <typename Fn>
+Status DispatchFlash(const KernelContext& ctx, DType dtype, Fn&& fn) {
+  if (dtype == DType::kFloat32) return fn.template operator()<float>();
+  if (dtype == DType::kFloat64) return fn.template operator()<double>();
+  return ctx.Fail("Q must be float32 or float64, got ", DTypeName(dtype));
+}
+
+class FlashAttentionKernel final : public OpKernel {
+ public:
+  FlashAttentionKernel(const Node& node, FlashAttributes attrs) : OpKernel(node), attrs_(attrs) {}
+
+  static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node) {
+    TOB_ASSIGN_OR_RETURN(FlashAttributes attrs, FlashAttributes::Read(node));
+    return MakeKernel<FlashAttentionKernel>(node, attrs);
+  }
+
+  Status Compute(KernelContext& ctx) const override {
+    TOB_ASSIGN_OR_RETURN(FlashShape s, CheckQkv(ctx, 0));
+    if (ctx.output(0)->numel() == 0) return Status::OK();
+    return DispatchFlash(ctx, ctx.input(0)->dtype(),
+                         [&]<typename C>() -> Status { return ForwardTyped<C>(ctx, attrs_, s); });
+  }
+
+ private:
+  FlashAttributes attrs_;
+};
+
+class FlashAttentionGradKernel final : public OpKernel {
+ public:
+  FlashAttentionGradKernel(const Node& node, FlashAttributes attrs) : OpKernel(node), attrs_(attrs) {}
+
+  static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node) {
+    TOB_ASSIGN_OR_RETURN(FlashAttributes attrs, FlashAttributes::Read(node));
+    return MakeKernel<FlashAttentionGradKernel>(node, attrs);
+  }
+
+  Status Compute(KernelContext& ctx) const override {
+    TOB_ASSIGN_OR_RETURN(FlashShape s, CheckQkv(ctx, 1));
+    return DispatchFlash(ctx, ctx.input(1)->dtype(),
+                         [&]<typename C>() -> Status { return BackwardTyped<C>(ctx, attrs_, s); });
+  }
+
+ private:
+  FlashAttributes attrs_;
+};
+
+}  // namespace
+
+void RegisterCpuFlashAttentionKernels(KernelRegistry& registry) {
+  const std::vector<DType> types = {DType::kFloat32, DType::kFloat64};
+  std::vector<DType> mask_types = types;
+  mask_types.push_back(DType::kBool);
+  registry.Register(Def("FlashAttention")
+                        .Domain(kMicrosoftDomain)
+                        .Versions(1)
+                        .Constraint("T", {0, 1, 2}, types)
+                        .Constraint("M", {3}, mask_types)
+                        .Kernel<FlashAttentionKernel>());
+  registry.Register(Def("FlashAttentionGrad")
+                        .Domain(kMicrosoftDomain)
+                        .Versions(1)
+                        .Constraint("T", {0, 1, 2, 3, 4, 5}, types)
+                        .Constraint("M", {6}, mask_types)
+                        .Kernel<FlashAttentionGradKernel>());
+}
+
+}  // namespace tob

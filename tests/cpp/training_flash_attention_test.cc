@@ -1,0 +1,315 @@
+// FlashAttention / FlashAttentionGrad against float64 references written as plain loops over the
+// logical [batch, heads, seq, size] indices (naive softmax attention with the whole score row,
+// and its analytic gradient), on random non-zero data; the analytic reference is itself checked
+// against central differences. Shapes cross the kernel's query (64) and key (128) blocks with odd
+// lengths, q_seq != kv_seq both ways, causal (top-left, as torch aligns it), bool and float masks
+// of each broadcast, GQA, an explicit scale, rows that see no key, and the errors for bad inputs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <vector>
+
+#include "training_test_util.h"
+
+namespace tob {
+namespace {
+
+using namespace training_test;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+struct FlashCase {
+  int64_t batch = 2, heads = 4, kv_heads = 4, q_seq = 5, kv_seq = 7, head = 8, v_head = 8;
+  bool causal = false;
+  std::optional<float> scale;
+  Shape mask_shape;  // empty: no mask
+  bool mask_bool = false;
+  bool hide_row = false;  // the mask hides every key of query row 1 (needs a mask with q_seq rows)
+  Shape q() const { return {batch, heads, q_seq, head}; }
+  Shape k() const { return {batch, kv_heads, kv_seq, head}; }
+  Shape v() const { return {batch, kv_heads, kv_seq, v_head}; }
+  Shape y() const { return {batch, heads, q_seq, v_head}; }
+};
+
+struct FlashData {
+  std::vector<double> q, k, v, dy, mask;  // mask as the additive bias (bool: 0 / -inf)
+};
+
+template <typename T>
+struct FlashTensors {
+  Tensor q, k, v, dy, mask;
+};
+
+template <typename T>
+FlashTensors<T> MakeTensors(const FlashCase& c) {
+  FlashTensors<T> t;
+  t.q = RandomTensor<T>(c.q(), -1, 1, 21);
+  t.k = RandomTensor<T>(c.k(), -1, 1, 22);
+  t.v = RandomTensor<T>(c.v(), -1, 1, 23);
+  t.dy = RandomTensor<T>(c.y(), -1, 1, 24);
+  if (!c.mask_shape.empty()) {
+    std::vector<double> bias = ToDoubles(RandomTensor<double>(c.mask_shape, -2, 2, 25));
+    const int64_t keys = c.mask_shape.back();
+    if (c.hide_row)
+      for (int64_t off = keys; off < static_cast<int64_t>(bias.size()); off += c.q_seq * keys)
+        for (int64_t j = 0; j < keys; ++j) bias[off + j] = c.mask_bool ? 1.0 : -kInf;  // row 1 of each slice
+    if (c.mask_bool) {
+      std::vector<bool> visible;
+      for (double x : bias) visible.push_back(x < 0.8);
+      t.mask = Tensor::FromVector<bool>(visible, c.mask_shape);
+    } else {
+      t.mask = FromDoubles<T>(bias, c.mask_shape);
+    }
+  }
+  return t;
+}
+
+template <typename T>
+FlashData ToData(const FlashTensors<T>& t) {
+  FlashData d{ToDoubles(t.q), ToDoubles(t.k), ToDoubles(t.v), ToDoubles(t.dy), {}};
+  if (t.mask.defined()) {
+    d.mask = ToDoubles(t.mask);
+    if (t.mask.dtype() == DType::kBool)
+      for (double& m : d.mask) m = m != 0 ? 0.0 : -kInf;
+  }
+  return d;
+}
+
+struct FlashRef {
+  std::vector<double> y, lse, dq, dk, dv;
+};
+
+// Naive attention in float64 over whole score rows; with `grads`, the analytic gradient of
+// sum(dY * Y) for the given dY.
+FlashRef Reference(const FlashCase& c, const FlashData& d, bool grads = true) {
+  FlashRef r;
+  r.y.assign(d.dy.size(), 0);
+  r.lse.assign(c.batch * c.heads * c.q_seq, 0);
+  r.dq.assign(d.q.size(), 0);
+  r.dk.assign(d.k.size(), 0);
+  r.dv.assign(d.v.size(), 0);
+  const double scale = c.scale ? *c.scale : 1 / std::sqrt(static_cast<double>(c.head));
+  Shape m4(4 - c.mask_shape.size(), 1);
+  m4.insert(m4.end(), c.mask_shape.begin(), c.mask_shape.end());
+  auto bias = [&](int64_t b, int64_t h, int64_t i, int64_t j) {
+    double x = c.causal && j > i ? -kInf : 0.0;
+    if (d.mask.empty()) return x;
+    const int64_t idx[4] = {m4[0] == 1 ? 0 : b, m4[1] == 1 ? 0 : h, m4[2] == 1 ? 0 : i, m4[3] == 1 ? 0 : j};
+    int64_t off = 0;
+    for (int dd = 0; dd < 4; ++dd) off = off * m4[dd] + idx[dd];
+    return x + d.mask[off];
+  };
+  const int64_t group = c.heads / c.kv_heads;
+  for (int64_t b = 0; b < c.batch; ++b)
+    for (int64_t h = 0; h < c.heads; ++h)
+      for (int64_t i = 0; i < c.q_seq; ++i) {
+        const int64_t g = h / group;
+        auto qi = [&](int64_t x) { return d.q[((b * c.heads + h) * c.q_seq + i) * c.head + x]; };
+        auto kj = [&](int64_t j, int64_t x) { return d.k[((b * c.kv_heads + g) * c.kv_seq + j) * c.head + x]; };
+        auto vj = [&](int64_t j, int64_t x) { return d.v[((b * c.kv_heads + g) * c.kv_seq + j) * c.v_head + x]; };
+        const int64_t yi = ((b * c.heads + h) * c.q_seq + i) * c.v_head;
+        std::vector<double> s(c.kv_seq), p(c.kv_seq, 0);
+        double max = -kInf;
+        for (int64_t j = 0; j < c.kv_seq; ++j) {
+          double dot = 0;
+          for (int64_t x = 0; x < c.head; ++x) dot += qi(x) * kj(j, x);
+          s[j] = dot * scale + bias(b, h, i, j);
+          max = std::max(max, s[j]);
+        }
+        double& lse = r.lse[(b * c.heads + h) * c.q_seq + i];
+        if (max == -kInf) {
+          lse = kInf;  // sees no key: Y = 0, no gradient
+          continue;
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < c.kv_seq; ++j) sum += p[j] = std::exp(s[j] - max);
+        for (double& pj : p) pj /= sum;
+        lse = max + std::log(sum);
+        for (int64_t x = 0; x < c.v_head; ++x)
+          for (int64_t j = 0; j < c.kv_seq; ++j) r.y[yi + x] += p[j] * vj(j, x);
+        if (!grads) continue;
+        // dP_j = dY . V_j; dS_j = P_j (dP_j - sum_l P_l dP_l); dQ = scale dS K; dK_j += scale dS_j Q.
+        std::vector<double> dp(c.kv_seq, 0);
+        double pdp = 0;
+        for (int64_t j = 0; j < c.kv_seq; ++j) {
+          for (int64_t x = 0; x < c.v_head; ++x) {
+            dp[j] += d.dy[yi + x] * vj(j, x);
+            r.dv[((b * c.kv_heads + g) * c.kv_seq + j) * c.v_head + x] += p[j] * d.dy[yi + x];
+          }
+          pdp += p[j] * dp[j];
+        }
+        for (int64_t j = 0; j < c.kv_seq; ++j) {
+          const double ds = p[j] * (dp[j] - pdp) * scale;
+          for (int64_t x = 0; x < c.head; ++x) {
+            r.dq[((b * c.heads + h) * c.q_seq + i) * c.head + x] += ds * kj(j, x);
+            r.dk[((b * c.kv_heads + g) * c.kv_seq + j) * c.head + x] += ds * qi(x);
+          }
+        }
+      }
+  return r;
+}
+
+OpTester Forward(const FlashCase& c, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask) {
+  OpTester t("FlashAttention", 1, kMicrosoftDomain);
+  if (c.causal) t.Attr("is_causal", Int(1));
+  if (c.scale) t.Attr("scale", Attribute::Float(*c.scale));
+  t.Input("Q", q).Input("K", k).Input("V", v);
+  if (mask.defined()) t.Input("attn_mask", mask);
+  return t;
+}
+
+template <typename T>
+void RunFlash(const FlashCase& c, double tol) {
+  const FlashTensors<T> t = MakeTensors<T>(c);
+  const FlashRef r = Reference(c, ToData(t));
+  Forward(c, t.q, t.k, t.v, t.mask)
+      .Output("Y", c.y(), r.y, tol, tol)
+      .Output("logsumexp", {c.batch, c.heads, c.q_seq}, r.lse, tol, tol)
+      .Threads(3)
+      .Run();
+  // The backward reads Y and logsumexp as the forward saved them (in T).
+  OpTester grad("FlashAttentionGrad", 1, kMicrosoftDomain);
+  if (c.causal) grad.Attr("is_causal", Int(1));
+  if (c.scale) grad.Attr("scale", Attribute::Float(*c.scale));
+  grad.Input("dY", t.dy).Input("Q", t.q).Input("K", t.k).Input("V", t.v);
+  grad.Input("Y", FromDoubles<T>(r.y, c.y())).Input("logsumexp", FromDoubles<T>(r.lse, {c.batch, c.heads, c.q_seq}));
+  if (t.mask.defined()) grad.Input("attn_mask", t.mask);
+  grad.Output("dQ", c.q(), r.dq, tol, tol)
+      .Output("dK", c.k(), r.dk, tol, tol)
+      .Output("dV", c.v(), r.dv, tol, tol)
+      .Threads(3)
+      .Run();
+}
+
+TEST(TrainingFlashAttention, AnalyticReferenceMatchesFiniteDifferences) {
+  FlashCase c;
+  c.batch = 1;
+  c.heads = 2;
+  c.kv_heads = 1;
+  c.q_seq = 3;
+  c.kv_seq = 4;
+  c.head = 3;
+  c.v_head = 2;
+  c.causal = true;
+  c.mask_shape = {3, 4};
+  const FlashData d = ToData(MakeTensors<double>(c));
+  const FlashRef r = Reference(c, d);
+  auto loss = [&](FlashData moved) {
+    const FlashRef y = Reference(c, moved, false);
+    double l = 0;
+    for (size_t i = 0; i < y.y.size(); ++i) l += y.y[i] * d.dy[i];
+    return l;
+  };
+  const std::vector<double> FlashData::*operands[] = {&FlashData::q, &FlashData::k, &FlashData::v};
+  const std::vector<double>* grads[] = {&r.dq, &r.dk, &r.dv};
+  for (int o = 0; o < 3; ++o) {
+    auto f = [&](const std::vector<double>& x) {
+      FlashData moved = d;
+      const_cast<std::vector<double>&>(moved.*operands[o]) = x;
+      return loss(moved);
+    };
+    const std::vector<double> numeric = NumericGradient(f, d.*operands[o]);
+    for (size_t i = 0; i < numeric.size(); ++i) EXPECT_NEAR((*grads[o])[i], numeric[i], 1e-8) << o << " " << i;
+  }
+}
+
+TEST(TrainingFlashAttention, PlainAndScaled) {
+  RunFlash<double>(FlashCase{}, 1e-12);
+  RunFlash<float>(FlashCase{}, 1e-5);
+  FlashCase scaled;
+  scaled.scale = 0.3f;
+  scaled.v_head = 5;
+  scaled.q_seq = 9;
+  scaled.kv_seq = 4;
+  RunFlash<double>(scaled, 1e-12);
+  RunFlash<float>(scaled, 1e-5);
+}
+
+TEST(TrainingFlashAttention, BlocksOddLengthsAndCausal) {
+  FlashCase c;  // several query and key blocks, neither length a multiple of a block
+  c.batch = 1;
+  c.heads = 2;
+  c.kv_heads = 2;
+  c.q_seq = 150;
+  c.kv_seq = 291;
+  c.head = 16;
+  c.v_head = 12;
+  RunFlash<double>(c, 1e-11);
+  RunFlash<float>(c, 2e-5);
+  c.causal = true;  // top-left: query i sees keys 0..i, the trailing keys of K are seen by none
+  RunFlash<double>(c, 1e-11);
+  RunFlash<float>(c, 2e-5);
+  c.q_seq = 291;  // more queries than keys: the late rows see every key
+  c.kv_seq = 150;
+  RunFlash<double>(c, 1e-11);
+  RunFlash<float>(c, 2e-5);
+}
+
+TEST(TrainingFlashAttention, GroupedQueryHeads) {
+  FlashCase c;
+  c.heads = 6;
+  c.kv_heads = 2;
+  c.q_seq = 70;
+  c.kv_seq = 133;
+  c.causal = true;
+  RunFlash<double>(c, 1e-11);
+  RunFlash<float>(c, 2e-5);
+  c.kv_heads = 1;  // multi-query
+  c.causal = false;
+  c.mask_shape = {2, 1, 70, 133};
+  RunFlash<double>(c, 1e-11);
+  RunFlash<float>(c, 2e-5);
+}
+
+TEST(TrainingFlashAttention, MasksOfEachBroadcast) {
+  FlashCase c;
+  c.q_seq = 67;
+  c.kv_seq = 131;
+  for (Shape shape : {Shape{2, 1, 67, 131}, Shape{2, 4, 67, 131}, Shape{67, 131}, Shape{2, 1, 1, 131},
+                      Shape{131}, Shape{1, 4, 67, 1}}) {
+    c.mask_shape = shape;
+    c.mask_bool = false;
+    RunFlash<double>(c, 1e-11);
+    RunFlash<float>(c, 2e-5);
+    if (shape.back() == 1) continue;  // a bool [.., 1] mask hides whole rows or nothing
+    c.mask_bool = true;
+    c.causal = shape.size() == 2;  // with the causal mask too
+    RunFlash<double>(c, 1e-11);
+    RunFlash<float>(c, 2e-5);
+    c.causal = false;
+  }
+}
+
+TEST(TrainingFlashAttention, RowThatSeesNoKeyIsZeroWithInfiniteLogsumexp) {
+  FlashCase c;
+  c.q_seq = 6;
+  c.kv_seq = 9;
+  c.mask_shape = {2, 4, 6, 9};
+  c.hide_row = true;
+  RunFlash<double>(c, 1e-12);
+  c.mask_bool = true;
+  RunFlash<float>(c, 1e-5);
+}
+
+TEST(TrainingFlashAttention, BadInputsNameTheOperand) {
+  const Tensor q = RandomTensor<float>({1, 3, 4, 8}, -1, 1, 1);
+  const Tensor k = RandomTensor<float>({1, 2, 5, 8}, -1, 1, 2);
+  const Tensor v = RandomTensor<float>({1, 2, 5, 8}, -1, 1, 3);
+  FlashCase c;
+  OpTester heads = Forward(c, q, k, v, Tensor());
+  heads.Output("Y", {1, 3, 4, 8}, {});
+  ExpectFailure(heads, "heads are not a multiple of K");
+  const Tensor k3 = RandomTensor<float>({1, 3, 5, 8}, -1, 1, 2);
+  const Tensor v3 = RandomTensor<float>({1, 3, 5, 8}, -1, 1, 3);
+  OpTester mask = Forward(c, q, k3, v3, RandomTensor<float>({1, 2, 4, 5}, -1, 1, 4));
+  mask.Output("Y", {1, 3, 4, 8}, {});
+  ExpectFailure(mask, "does not broadcast");
+  OpTester mask_type = Forward(c, q, k3, v3, RandomTensor<double>({4, 5}, -1, 1, 4));
+  mask_type.Output("Y", {1, 3, 4, 8}, {});
+  ExpectFailure(mask_type, "attn_mask must be bool or Q's dtype");
+}
+
+}  // namespace
+}  // namespace tob
