@@ -28,6 +28,9 @@ struct PassContext {
   std::function<void(const std::string&)> log;
   // Names of graph values that must survive (graph outputs are always kept).
   std::vector<std::string> keep_values;
+  // ElementwiseFusion makes ai.tob nodes that only the CPU provider runs: the session turns it off
+  // when a device provider (CUDA) would have run their nodes.
+  bool elementwise_fusion = true;
 };
 
 // Cast propagation (optimizer/propagate_cast_ops.cc), onnxruntime-training's PropagateCastOps:

@@ -26,6 +26,10 @@ std::unique_ptr<GraphPass> CreateMatMulTransposeFusionPass();
 // Moves Casts between float32 and options.low_precision across ops that compute as well in the
 // low type (strategy, level and allow list of onnxruntime-training's PropagateCastOps).
 std::unique_ptr<GraphPass> CreatePropagateCastOpsPass(CastPropagationOptions options);
+// Connected groups of float32 elementwise nodes of one output shape become one ai.tob
+// FusedElementwise node (level kAll; TOB_ELEMENTWISE_FUSION=0 or PassContext::elementwise_fusion
+// turn it off).
+std::unique_ptr<GraphPass> CreateElementwiseFusionPass();
 // Removes nodes none of whose outputs is used, kept or a graph output.
 std::unique_ptr<GraphPass> CreateDeadCodeEliminationPass();
 

@@ -1,7 +1,20 @@
 // The pass manager and THE pipeline: one plain, ordered list of passes per optimisation level.
+#include <cstdlib>
+#include <cstring>
+
 #include "optimizer/passes.h"
 
 namespace tob {
+
+namespace {
+
+// TOB_ELEMENTWISE_FUSION=0 leaves the elementwise nodes unfused (A/B measurements, bisecting).
+bool ElementwiseFusionEnabled() {
+  const char* env = std::getenv("TOB_ELEMENTWISE_FUSION");
+  return env == nullptr || std::strcmp(env, "0") != 0;
+}
+
+}  // namespace
 
 Status PassManager::Run(Graph& graph, PassContext& ctx, int max_rounds) {
   applied_.clear();
@@ -47,6 +60,9 @@ PassManager BuildPipeline(OptLevel level, const CastPropagationOptions& casts) {
   // repeats the whole list, so DCE also sweeps what a fusion leaves behind).
   pm.Add(CreateConvBatchNormFoldingPass());
   pm.Add(CreateMatMulTransposeFusionPass());
+  if (level == OptLevel::kExtended) return pm;
+  // kAll: fusions into ops of our own domain (ai.tob), last, on the cleaned-up graph.
+  if (ElementwiseFusionEnabled()) pm.Add(CreateElementwiseFusionPass());
   return pm;
 }
 

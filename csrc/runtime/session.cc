@@ -71,6 +71,7 @@ Status Session::Initialize() {
   PassManager pipeline = BuildPipeline(options_.optimization_level, options_.propagate_cast_ops);
   PassContext pctx;
   pctx.verify_after_each_pass = options_.verify_each_pass;
+  pctx.elementwise_fusion = providers_.size() == 1 + fallbacks.size();  // the CPU provider's nodes only
   TOB_RETURN_IF_ERROR(pipeline.Run(g, pctx));
   applied_passes_ = pipeline.applied();
   for (const auto& line : applied_passes_) log_.push_back("pass " + line);

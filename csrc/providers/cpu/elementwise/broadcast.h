@@ -18,7 +18,7 @@
 
 namespace tob::ew {
 
-inline constexpr int kMaxBroadcastInputs = 3;
+inline constexpr int kMaxBroadcastInputs = 8;  // FusedElementwise reads up to 8
 
 struct BroadcastPlan {
   int num_inputs = 0;

@@ -1,0 +1,220 @@
+// Elementwise fusion: connected groups of float32 elementwise nodes of one output shape become one
+// ai.tob FusedElementwise node (ops/fused_elementwise_program.h), which the CPU kernel runs as one
+// loop over memory (providers/cpu/elementwise/fused_elementwise.cc). RMSNorm's scaling, RoPE's
+// rotations, SiLU/GELU and their gradients, bias + activation and residual adds otherwise read
+// and write a full tensor per node.
+//
+// Groups are grown greedily in topological order: a fusible node joins the group of a fusible
+// producer, and the groups of its other producers are merged in, when
+//  - its output has the group's shape (dims equal, or the same symbol): the kernel walks one
+//    iteration space, so a [B, S, 1] statistic is never recomputed for every one of H elements;
+//  - the group stays convex (no path leaves it and comes back through an unfused node), so the
+//    fused node can run where the group's last node ran;
+//  - every member has the same recompute mark (a recompute copy stays a copy, apart from the
+//    forward nodes it repeats: CSE and the memory optimizer rely on that);
+//  - it stays within kFusedMaxInputs inputs and kFusedMaxInstructions instructions.
+// A value read outside its group, or a graph output, becomes an output of the fused node (the
+// backward's saved activations, for instance); values kept by name (PassContext::keep_values) keep
+// their producer. Groups of one node are left alone.
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ops/fused_elementwise_program.h"
+#include "optimizer/node_traits.h"
+#include "optimizer/passes.h"
+
+namespace tob {
+
+namespace {
+
+// Dim::operator== equates known sizes, and symbols of one name.
+bool SameDims(const Dims& a, const Dims& b) { return a == b; }
+
+bool HasStaticOrSymbolicShape(const Value* v) {
+  if (!v->type().shape) return false;
+  for (const Dim& d : *v->type().shape)
+    if (!d.is_known() && d.symbol.empty()) return false;
+  return true;
+}
+
+// A float32 elementwise node the kernel can compute: its output is then one register.
+bool IsFusible(const Node& n, const KeptValues& kept) {
+  const std::optional<FusedOpCode> code = FusedOpCodeOf(n);
+  if (!code || n.outputs().size() != 1 || static_cast<int>(n.inputs().size()) != FusedOpArity(*code)) return false;
+  const Value* y = n.output(0);
+  if (y->type().dtype != DType::kFloat32 || !HasStaticOrSymbolicShape(y)) return false;
+  if (!y->is_graph_output() && kept.Contains(y)) return false;
+  for (size_t j = 0; j < n.inputs().size(); ++j) {
+    const Value* x = n.input(j);
+    if (x == nullptr || !x->type().shape) return false;
+    const DType want = *code == FusedOpCode::kWhere && j == 0 ? DType::kBool : DType::kFloat32;
+    if (x->type().dtype != want) return false;
+  }
+  return true;
+}
+
+class ElementwiseFusion final : public GraphPass {
+ public:
+  const char* name() const override { return "ElementwiseFusion"; }
+
+  Status Run(Graph& graph, PassContext& ctx, bool* changed) override {
+    *changed = false;
+    if (!ctx.elementwise_fusion) return Status::OK();
+    KeptValues kept(ctx);
+    TOB_ASSIGN_OR_RETURN(std::vector<Node*> order, graph.TopologicalOrder());
+    pos_.clear();
+    group_of_.clear();
+    groups_.clear();
+    for (size_t i = 0; i < order.size(); ++i) pos_[order[i]] = static_cast<int64_t>(i);
+
+    for (Node* n : order) {
+      if (!IsFusible(*n, kept)) continue;
+      int target = -1;
+      for (const Value* x : n->inputs()) {
+        const Node* p = x->producer();
+        auto it = p == nullptr ? group_of_.end() : group_of_.find(p);
+        if (it == group_of_.end() || it->second == target) continue;
+        const int g = it->second;
+        if (!Compatible(groups_[g], *n)) continue;
+        if (target < 0) {
+          std::vector<Node*> merged = groups_[g];
+          merged.push_back(n);
+          if (!CanFuse(merged)) continue;
+          groups_[g] = std::move(merged);
+          group_of_[n] = target = g;
+        } else {
+          std::vector<Node*> merged = groups_[target];
+          merged.insert(merged.end(), groups_[g].begin(), groups_[g].end());
+          if (!CanFuse(merged)) continue;
+          for (Node* m : groups_[g]) group_of_[m] = target;
+          groups_[target] = std::move(merged);
+          groups_[g].clear();
+        }
+      }
+      if (target < 0) {
+        group_of_[n] = static_cast<int>(groups_.size());
+        groups_.push_back({n});
+      }
+    }
+
+    int fused_groups = 0, fused_nodes = 0;
+    for (std::vector<Node*>& group : groups_) {
+      if (group.size() < 2) continue;
+      std::sort(group.begin(), group.end(), [&](const Node* a, const Node* b) { return pos_[a] < pos_[b]; });
+      TOB_ASSIGN_OR_RETURN(bool fused, Fuse(graph, group, kept));
+      if (!fused) continue;
+      ++fused_groups;
+      fused_nodes += static_cast<int>(group.size());
+    }
+    if (fused_groups == 0) return Status::OK();
+    if (graph.Opset(kTobDomain) < 1) graph.SetOpset(kTobDomain, 1);
+    *changed = true;
+    summary_ = StrCat("fused ", fused_nodes, " elementwise nodes into ", fused_groups, " FusedElementwise nodes");
+    return Status::OK();
+  }
+
+  std::string summary() const override { return summary_; }
+
+ private:
+  static bool Compatible(const std::vector<Node*>& group, const Node& n) {
+    const Node& first = *group.front();
+    return first.recompute() == n.recompute() && SameDims(*first.output(0)->type().shape, *n.output(0)->type().shape);
+  }
+
+  bool Contains(const std::unordered_set<const Node*>& set, const Node* n) const { return set.count(n) > 0; }
+
+  // Within the size bounds, and convex: nothing reachable from the members (through unfused
+  // nodes, which all run before the last member) feeds a member.
+  bool CanFuse(const std::vector<Node*>& members) const {
+    if (static_cast<int>(members.size()) > kFusedMaxInstructions) return false;
+    std::unordered_set<const Node*> in(members.begin(), members.end());
+    std::unordered_set<const Value*> inputs;
+    int64_t last = 0;
+    for (const Node* m : members) {
+      last = std::max(last, pos_.at(m));
+      for (const Value* x : m->inputs())
+        if (x->producer() == nullptr || !in.count(x->producer())) inputs.insert(x);
+    }
+    if (static_cast<int>(inputs.size()) > kFusedMaxInputs) return false;
+    std::vector<const Node*> stack;
+    std::unordered_set<const Node*> seen;
+    auto visit_readers = [&](const Node* from, bool from_member) {
+      for (const Value* v : from->outputs()) {
+        for (const auto& use : v->uses()) {
+          const Node* r = use.node;
+          if (in.count(r)) {
+            if (!from_member) return false;
+            continue;
+          }
+          if (pos_.at(r) < last && seen.insert(r).second) stack.push_back(r);
+        }
+      }
+      return true;
+    };
+    for (const Node* m : members) visit_readers(m, true);
+    while (!stack.empty()) {
+      const Node* x = stack.back();
+      stack.pop_back();
+      if (!visit_readers(x, false)) return false;
+    }
+    return true;
+  }
+
+  // Replaces the group (in topological order) by one FusedElementwise node; false when none of
+  // its values is read (dead code, left to DCE).
+  StatusOr<bool> Fuse(Graph& graph, const std::vector<Node*>& group, const KeptValues& kept) {
+    std::unordered_set<const Node*> in(group.begin(), group.end());
+    std::unordered_map<const Value*, int> reg;
+    std::vector<std::string> input_names;
+    for (const Node* n : group)
+      for (const Value* x : n->inputs())
+        if ((x->producer() == nullptr || !in.count(x->producer())) && !reg.count(x)) {
+          reg[x] = static_cast<int>(input_names.size());
+          input_names.push_back(x->name());
+        }
+    std::vector<std::string> ops;
+    std::vector<int64_t> operands, outputs;
+    std::vector<Value*> replaced;
+    for (const Node* n : group) {
+      const FusedOpCode code = *FusedOpCodeOf(*n);
+      ops.push_back(FusedOpName(code));
+      for (int j = 0; j < 3; ++j) operands.push_back(j < FusedOpArity(code) ? reg.at(n->input(j)) : -1);
+      Value* y = n->output(0);
+      reg[y] = static_cast<int>(input_names.size() + ops.size() - 1);
+      bool read_outside = y->is_graph_output() || kept.Contains(y);
+      for (const auto& use : y->uses()) read_outside |= !in.count(use.node);
+      if (!read_outside) continue;
+      outputs.push_back(reg[y]);
+      replaced.push_back(y);
+    }
+    if (replaced.empty()) return false;
+    std::vector<std::string> output_names;
+    for (const Value* y : replaced) output_names.push_back(graph.UniqueName(y->name() + "_fused"));
+    AttributeMap attrs;
+    attrs["ops"] = Attribute::Strings(ops);
+    attrs["operands"] = Attribute::Ints(operands);
+    attrs["outputs"] = Attribute::Ints(outputs);
+    const Node* last = group.back();
+    TOB_ASSIGN_OR_RETURN(Node * fused, graph.AddNode(kFusedElementwiseOp, kTobDomain, input_names, output_names,
+                                                     std::move(attrs), graph.UniqueName(last->name() + "_fused")));
+    graph.PlaceLike(fused, last);
+    for (size_t o = 0; o < replaced.size(); ++o) {
+      fused->output(static_cast<int>(o))->set_type(replaced[o]->type());
+      TOB_RETURN_IF_ERROR(graph.ReplaceAllUses(replaced[o], fused->output(static_cast<int>(o))));
+    }
+    for (auto it = group.rbegin(); it != group.rend(); ++it) TOB_RETURN_IF_ERROR(graph.RemoveNode(*it));
+    return true;
+  }
+
+  std::unordered_map<const Node*, int64_t> pos_;
+  std::unordered_map<const Node*, int> group_of_;
+  std::vector<std::vector<Node*>> groups_;
+  std::string summary_;
+};
+
+}  // namespace
+
+std::unique_ptr<GraphPass> CreateElementwiseFusionPass() { return std::make_unique<ElementwiseFusion>(); }
+
+}  // namespace tob
