@@ -23,14 +23,14 @@ def _halves():
     return batches(4, shapes=((4, 6), (4, 5)))
 
 
-def _options(rank: int, world_size: int, stage: int, accumulation: int = 1):
+def _options(rank: int, world_size: int, stage: int, accumulation: int = 1, **more):
     from torch_ort_backend import ORTTrainerOptions
 
     return ORTTrainerOptions({"distributed": {"world_size": world_size, "world_rank": rank, "local_rank": rank,
                                               "data_parallel_size": world_size,
                                               "deepspeed_zero_optimization": {"stage": stage}},
                               "batch": {"gradient_accumulation_steps": accumulation},
-                              "utils": {"grad_norm_clip": False}})
+                              "utils": {"grad_norm_clip": False}, **more})
 
 
 def _adam():
@@ -101,6 +101,58 @@ def zero_resume(rank: int, world_size: int) -> dict:
         _train(resumed, rank, world_size, data[2:])
         results[how] = {n: p.detach().clone() for n, p in model.named_parameters()}
     return results
+
+
+# A float16 loss scale far above what the scaled gradients can carry: the first steps overflow (in
+# some gradients, not necessarily in both ranks' pieces) until the dynamic scaler has halved it enough.
+OVERFLOWING_SCALE = float(2**21)
+
+
+def zero_mixed_precision(rank: int, world_size: int) -> dict:
+    """float16 mixed precision with a dynamic loss scale that overflows at first, without ZeRO and with
+    it: per step the loss, the overflow flag and the scale, and the weights at the end."""
+    from torch_ort_backend import ORTTrainer, amp
+
+    init_gloo()
+    data = batches(8, shapes=((4, 6), (4, 5)))
+    out = {}
+    for stage in (0, 1):
+        model = make_model()
+        scaler = amp.DynamicLossScaler(loss_scale=OVERFLOWING_SCALE, up_scale_window=3)
+        options = _options(rank, world_size, stage,
+                           mixed_precision={"enabled": True, "dtype": "float16", "loss_scaler": scaler})
+        trainer = ORTTrainer(model, LM_DESC, _adam(), loss_fn=lm_loss, options=options)
+        losses, finite, scales = [], [], []
+        for ids, labels in data:
+            half = ids.shape[0] // world_size
+            rows = slice(rank * half, (rank + 1) * half)
+            losses.append(float(trainer.train_step(ids[rows], labels[rows])[0]))
+            finite.append(bool(trainer._train_step_info.all_finite))
+            scales.append(scaler.loss_scale)
+        graph = trainer._onnx_model.graph
+        norms = [list(n.input) for n in graph.node if n.op_type == "ReduceAllL2"]
+        out[stage] = {"losses": losses, "finite": finite, "scales": scales, "norm_inputs": norms,
+                      "params": {n: p.detach().clone() for n, p in model.named_parameters()}}
+    return out
+
+
+def test_zero_with_mixed_precision_skips_the_same_updates_as_plain_data_parallel():
+    """Every rank must judge overflow on the whole gradients: a rank that looked at its own pieces
+    only could update while the other skips, and the gathered weights would mix two steps."""
+    results = run_on_ranks("test_orttrainer_zero:zero_mixed_precision", world_size=WORLD, timeout=300)
+    for rank, r in enumerate(results):
+        plain, zero = r[0], r[1]
+        assert not plain["finite"][0], "the first step must overflow for this test to test anything"
+        assert any(plain["finite"]), "no step was finite: the scale never came down"
+        assert zero["finite"] == plain["finite"], f"rank {rank}"
+        assert zero["scales"] == plain["scales"], f"rank {rank}"
+        assert zero["losses"] == pytest.approx(plain["losses"], rel=1e-6, abs=1e-7)
+        # The overflow check reads the whole averaged gradients, not the pieces ZeRO slices out.
+        assert zero["norm_inputs"] and not any("zero_piece" in g for g in zero["norm_inputs"][0])
+        for name, p in zero["params"].items():
+            torch.testing.assert_close(p, plain["params"][name], rtol=1e-6, atol=1e-7, msg=f"rank {rank} {name}")
+            torch.testing.assert_close(p, results[0][1]["params"][name], rtol=0, atol=0,
+                                       msg=f"ranks hold different weights for {name}")
 
 
 @pytest.fixture(scope="module")

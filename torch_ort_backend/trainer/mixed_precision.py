@@ -54,9 +54,6 @@ def configure(options: Any, desc: ModelDesc) -> MixedPrecision | None:
     if LOSS_SCALE_INPUT in desc.input_names:
         raise ValueError(f"model_desc names an input '{LOSS_SCALE_INPUT}', which mixed precision feeds the loss "
                          "scale to; rename that input")
-    if options.distributed.deepspeed_zero_optimization.stage > 0 and options.distributed.world_size > 1:
-        raise NotImplementedError("mixed_precision.enabled with ZeRO (distributed.deepspeed_zero_optimization.stage "
-                                  "> 0): the overflow check of ZeRO's partitioned updates is not built yet")
     if mp.loss_scaler is None:
         mp.loss_scaler = DynamicLossScaler()
     mp.loss_scaler.input_name = LOSS_SCALE_INPUT
@@ -110,12 +107,11 @@ def add_loss_scaling(tm: TrainingModel) -> None:
     """Edits the update graph: the optimizer nodes unscale their gradients by the loss-scale input and
     update only when every gradient is finite; ALL_FINITE_OUTPUT says whether they were."""
     graph = tm.model.graph
-    optimizers = [n for n in graph.node if n.domain == MS_DOMAIN and n.op_type in _GRADIENT_INPUTS]
-    grads: list[str] = []
-    for n in optimizers:
-        for g in _GRADIENT_INPUTS[n.op_type](n):
-            if g and g not in grads:
-                grads.append(g)
+    optimizers = [n for n in graph.node if n.domain == MS_DOMAIN and n.op_type in _OPTIMIZER_OPS]
+    # The whole gradients, not what the optimizer nodes read: under ZeRO those are this rank's pieces,
+    # and ranks that judged overflow on different pieces would skip different updates. The whole
+    # (all-reduced) gradients are the same on every rank, so every rank takes the same decision.
+    grads = list(tm.gradients)
     check: list[onnx.NodeProto] = []
     if not grads:  # every weight frozen: nothing can overflow
         check.append(helper.make_node("Constant", [], [ALL_FINITE_OUTPUT], name="all_gradients_finite_const",
@@ -155,12 +151,7 @@ def add_loss_scaling(tm: TrainingModel) -> None:
     graph.output.append(helper.make_tensor_value_info(ALL_FINITE_OUTPUT, TensorProto.BOOL, []))
 
 
-# Where each optimizer op reads its gradients (trainer/optimizer_graph.py builds them).
-_GRADIENT_INPUTS: dict[str, Callable[[onnx.NodeProto], list[str]]] = {
-    "SGDOptimizer": lambda n: [n.input[2]],
-    "AdamOptimizer": lambda n: [n.input[3]],
-    "LambOptimizer": lambda n: [n.input[i] for i in range(6, len(n.input), 5)],
-}
+_OPTIMIZER_OPS = ("SGDOptimizer", "AdamOptimizer", "LambOptimizer")  # as trainer/optimizer_graph.py builds them
 
 
 def _gated_sgd(n: onnx.NodeProto) -> list[onnx.NodeProto]:

@@ -44,6 +44,10 @@ class TrainingModel:
     optimizer_state: dict[str, dict[str, str]] = field(default_factory=dict)  # weight -> {Moment_1: input, ...}
     shared_state: dict[str, str] = field(default_factory=dict)  # e.g. {"step": "Step"}
     accumulators: dict[str, str] = field(default_factory=dict)  # weight -> accumulator input
+    # The whole gradients the update reads (averaged over the ranks, accumulated): under ZeRO the
+    # optimizer nodes see only this rank's pieces, so checks that must agree on every rank (mixed
+    # precision's overflow test) read these.
+    gradients: list[str] = field(default_factory=list)
 
 
 class _Builder:
@@ -156,6 +160,7 @@ def build_training_model(exported: ExportedModel, config, *, accumulate_only: bo
         if dp is not None and grads and dp.post_accumulation:
             grads = _all_reduce_mean(b, grads, dp, "update")
     lr = b.add_input(LEARNING_RATE, elem=TensorProto.FLOAT, shape=[1])
+    b.out.gradients = list(grads.values())
     norm = None
     if grad_norm_clip and config.name in ("AdamOptimizer", "LambOptimizer") and grads:
         norm = "global_gradient_norm"
