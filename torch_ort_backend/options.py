@@ -175,8 +175,9 @@ REFUSED = {
         "onnxruntime-training too). The label case is built: ORTMODULE_ENABLE_LABEL_SPARSE_OPTIMIZER"),
     "use_efficient_attention": (
         "the engine has no attention-pattern fusion, and torch's efficient-attention kernel is CUDA-only; "
-        "a model that calls F.scaled_dot_product_attention already runs it as one ATen node by torch's "
-        "fused CPU kernel (ORTMODULE_ATEN_SDPA_FALLBACK, on by default)"),
+        "a model that calls F.scaled_dot_product_attention already runs it fused, as the engine's "
+        "FlashAttention (torch's fused CPU kernel as an ATen node where that does not apply; "
+        "ORTMODULE_ATEN_SDPA_FALLBACK, on by default)"),
     "enable_mem_efficient_grad_mgmt": (
         "AOTAutograd's backward graph returns all parameter gradients to autograd together when it ends; "
         "there is no per-parameter hook inside the engine's run to hand one over earlier"),

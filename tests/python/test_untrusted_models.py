@@ -194,8 +194,9 @@ def attention_block(q, k, v):
 def test_our_own_graphs_keep_every_op_and_a_loaded_copy_is_refused(strict, tmp_path):
     """Attention's backward is an ATen node (_scaled_dot_product_flash_attention_for_cpu_backward) that
     loaded models may not call; the backend's own graph runs it, and the same graph saved and
-    loaded is refused until the user opts in."""
-    q, k, v = (randn(2, 2, 8, 4, seed=s).requires_grad_() for s in (3, 4, 5))
+    loaded is refused until the user opts in. bfloat16: float32 attention runs the engine's own
+    FlashAttention kernels, 16-bit attention stays on torch's (exporter/ops_training_attention.py)."""
+    q, k, v = (randn(2, 2, 8, 4, seed=s).bfloat16().requires_grad_() for s in (3, 4, 5))
     compiled = compile_ort(attention_block, save_onnx=True, onnx_prefix="attn", save_path=str(tmp_path))
     loss = compiled(q, k, v)
     loss.backward()
@@ -204,9 +205,10 @@ def test_our_own_graphs_keep_every_op_and_a_loaded_copy_is_refused(strict, tmp_p
     ref_inputs = [t.detach().double().requires_grad_() for t in (q, k, v)]
     ref = attention_block(*ref_inputs)
     ref.backward()
-    torch.testing.assert_close(loss.double(), ref, rtol=1e-5, atol=1e-5)
+    # bfloat16's unit roundoff is 2^-8: a few roundings on the way
+    torch.testing.assert_close(loss.double(), ref, rtol=3e-2, atol=3e-2)
     for got, want in zip((q, k, v), ref_inputs):
-        torch.testing.assert_close(got.grad.double(), want.grad, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(got.grad.double(), want.grad, rtol=3e-2, atol=3e-2)
     (saved,) = tmp_path.glob("attn_backward_*_exported.onnx")
     with pytest.raises(tob.OpNotAllowedError, match=r"_scaled_dot_product_flash_attention_for_cpu_backward"):
         tob.InferenceSession(str(saved))

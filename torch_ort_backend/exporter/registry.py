@@ -69,4 +69,5 @@ def _load_families() -> None:
         ops_tensor,
         ops_tensor_resample,
         ops_training,
+        ops_training_attention,
     )
