@@ -8,7 +8,7 @@ row count is data-dependent: tracing it needs the frame's ShapeEnv to allow ops 
 shapes (``nonzero``), which ``trace_optimized`` grants for that trace only. docs/architecture.md
 ("The compute optimizer") says why not the engine's graph.
 
-Passes: label_sparsity.py (cross-entropy over the valid labels). The embedding-sparsity case
+Passes: label_sparsity.py (cross-entropy over the valid labels; ORTTrainer: trainer_labels.py). The embedding-sparsity case
 (ORTMODULE_ENABLE_EMBEDDING_SPARSE_OPTIMIZER) is not built and stays refused by options.py.
 """
 

@@ -54,24 +54,35 @@ class LabelRewrite:
     moved_ops: tuple[str, ...]
 
 
-def _loss_arguments(node: torch.fx.Node) -> dict | None:
-    """cross_entropy's arguments by name when the call is one the pass may rewrite (module docstring)."""
+def bound_cross_entropy(args: tuple, kwargs: dict) -> dict | None:
+    """cross_entropy's arguments by name, defaults filled in (None when they do not bind)."""
     try:
-        bound = _SIGNATURE.bind(*node.args, **node.kwargs)
+        bound = _SIGNATURE.bind(*args, **kwargs)
     except TypeError:
         return None
     bound.apply_defaults()
-    a = bound.arguments
-    logits, labels = example(a["input"]), example(a["target"])
+    return dict(bound.arguments)
+
+
+def selectable(a: dict, logits: torch.Tensor | None, labels: torch.Tensor | None,
+               weight: torch.Tensor | None) -> bool:
+    """Whether a cross_entropy call with arguments `a` (and these tensors, or their fake values) may
+    run over the valid labels' rows only with the same result (module docstring)."""
     if logits is None or labels is None or logits.dim() != 2 or labels.dim() != 1:
-        return None
+        return False
     if not logits.dtype.is_floating_point or labels.dtype not in (torch.int64, torch.int32):
-        return None
+        return False
     if a["size_average"] is not None or a["reduce"] is not None or a["reduction"] not in ("mean", "sum"):
-        return None
+        return False
     if not isinstance(a["ignore_index"], int) or a["label_smoothing"] != 0.0:
-        return None
-    if a["weight"] is not None and (example(a["weight"]) is None or example(a["weight"]).dim() != 1):
+        return False
+    return a["weight"] is None or (weight is not None and weight.dim() == 1)
+
+
+def _loss_arguments(node: torch.fx.Node) -> dict | None:
+    """cross_entropy's arguments by name when the call is one the pass may rewrite (module docstring)."""
+    a = bound_cross_entropy(node.args, node.kwargs)
+    if a is None or not selectable(a, example(a["input"]), example(a["target"]), example(a["weight"])):
         return None
     return a
 

@@ -17,7 +17,9 @@ import torch
 from onnx import numpy_helper
 
 from ..memory_optimizer.joint_recompute import RecomputeFlags
-from ..options import BackendOptions
+from ..compute_optimizer import label_sparsity_enabled
+from ..compile_state import COMPILE_STATE
+from ..options import SPEC, BackendOptions, resolve
 from ..session import InferenceSession, SessionOptions
 from . import mixed_precision as _mixed_precision
 from .distributed import data_parallel
@@ -29,6 +31,17 @@ from .training_graph import ExportedModel, ModelWithLoss, export_model
 logger = logging.getLogger("torch_ort_backend")
 # The ops whose torch kernel beats the engine's, as the "ort" backend's default (options.py).
 _PREFER_TORCH_KERNELS = frozenset(BackendOptions().prefer_torch_kernels)
+_LABEL_SWITCHES = ("enable_compute_optimizer", "enable_sparse_optimizer", "enable_label_sparse_optimizer")
+
+
+def _select_valid_labels() -> bool:
+    """The compute optimizer's label case, on by default as for ORTModule, and turned off by the same
+    variables (ORTMODULE_ENABLE_COMPUTE_OPTIMIZER, _SPARSE_OPTIMIZER, _LABEL_SPARSE_OPTIMIZER = 0);
+    other ORTMODULE_* variables are ORTModule's and not read here."""
+    import os
+
+    names = {SPEC[k][0] for k in _LABEL_SWITCHES}
+    return label_sparsity_enabled(resolve({}, environ={k: v for k, v in os.environ.items() if k in names}))
 
 
 @dataclass
@@ -152,7 +165,9 @@ class StepGraphs:
             desc, example = _mixed_precision.scaled_loss_desc(self.desc), [*inputs, torch.tensor(1.0)]
         with self._export_mode(train):
             exported = export_model(self.wrapper, desc, example, joint=train, opset=opset,
-                                    prefer_torch_kernels=_PREFER_TORCH_KERNELS, recompute=self.recompute)
+                                    prefer_torch_kernels=_PREFER_TORCH_KERNELS, recompute=self.recompute,
+                                    select_valid_labels=_select_valid_labels())
+            COMPILE_STATE.stats.label_sparse_rewrites += exported.label_rewrites
             if train and opts.debug.graph_save_paths.model_after_graph_transforms_path:
                 forward = export_model(self.wrapper, self.desc, inputs, joint=False, opset=opset)
                 _save(opts.debug.graph_save_paths.model_after_graph_transforms_path, forward.model)

@@ -12,6 +12,7 @@ names, gradients as `<param>_grad`, buffer updates as `<buffer>_updated`.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import re
@@ -23,6 +24,7 @@ import onnx
 import torch
 from torch import nn
 
+from ..compute_optimizer.trainer_labels import SelectValidLabels
 from ..decompositions import decomposition_table
 from ..exporter import export_fx_graph
 from ..exporter.errors import UnsupportedTorchModelError
@@ -93,19 +95,24 @@ class ExportedModel:
     buffer_updates: dict[str, str] = field(default_factory=dict)   # buffer -> updated-value output
     dynamic_axes: dict[str, list[int]] = field(default_factory=dict)  # input -> axes that are symbolic
     aten_fallback_ops: dict = field(default_factory=dict)
+    label_rewrites: int = 0  # cross-entropies computed over the valid labels only (compute optimizer)
 
 
 def export_model(wrapper: ModelWithLoss, desc: ModelDesc, example: Sequence[torch.Tensor], *, joint: bool,
                  opset: int, prefer_torch_kernels: frozenset = frozenset(),
-                 recompute: RecomputeFlags | None = None) -> ExportedModel:
+                 recompute: RecomputeFlags | None = None, select_valid_labels: bool = False) -> ExportedModel:
     """Exports `wrapper` (in its current train/eval mode) at the example inputs' ranks and dtypes;
-    a joint graph gets the recompute plans of `recompute` (memory_optimizer/joint_recompute.py)."""
+    a joint graph gets the recompute plans of `recompute` (memory_optimizer/joint_recompute.py).
+    `select_valid_labels`: cross-entropies over the valid labels' rows only
+    (compute_optimizer/trainer_labels.py)."""
     from torch.export.exported_program import _decompose_exported_program
 
+    labels = SelectValidLabels() if select_valid_labels else contextlib.nullcontext()
     with warnings.catch_warnings():
         # torch.export's own use of a deprecated pytree check, repeated for every export: not the user's.
         warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\)", category=FutureWarning)
-        ep = _torch_export(wrapper, desc, example)
+        with labels:
+            ep = _torch_export(wrapper, desc, example)
         if joint:
             _unused_parameters_need_no_gradient(ep)
         ep = _decompose_exported_program(ep, cia_to_decomp={}, python_decomp_table=decomposition_table(),
@@ -115,7 +122,9 @@ def export_model(wrapper: ModelWithLoss, desc: ModelDesc, example: Sequence[torc
     if joint and recompute is not None and recompute.any():
         recompute_joint_graph(gm, _forward_outputs(gm, sig), recompute)
     exported = export_fx_graph(gm, opset, prefer_torch_kernels)
-    return _name_roles(exported, sig, ep, desc, _canonical_names(wrapper))
+    named = _name_roles(exported, sig, ep, desc, _canonical_names(wrapper))
+    named.label_rewrites = getattr(labels, "rewrites", 0)
+    return named
 
 
 def _forward_outputs(gm: torch.fx.GraphModule, sig) -> list:
