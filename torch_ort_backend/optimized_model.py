@@ -12,12 +12,15 @@ from ._engine import MS_DOMAIN
 
 
 def _array(t) -> tuple[np.ndarray, int]:
+    """(values, ONNX type code) of an engine tensor, or of a DLPack capsule of one (tensor attributes
+    come back as capsules, which carry no dtype attribute of their own)."""
     import torch
 
     tt = torch.from_dlpack(t)
-    if t.dtype == dtypes.BFLOAT16:
-        return tt.view(torch.int16).numpy().view(np.uint16), t.dtype
-    return tt.numpy(), t.dtype
+    if tt.dtype == torch.bfloat16:
+        return tt.view(torch.int16).numpy().view(np.uint16), dtypes.BFLOAT16
+    arr = tt.numpy()
+    return arr, helper.np_dtype_to_tensor_dtype(arr.dtype)
 
 
 def _tensor_proto(name: str, t) -> onnx.TensorProto:

@@ -198,3 +198,30 @@ def test_session_options_are_validated(name, value, message):
 def test_unknown_provider_is_rejected(rng):
     with pytest.raises(ValueError, match="NoSuchExecutionProvider"):
         tob.InferenceSession(mlp(rng), providers=["NoSuchExecutionProvider"])
+
+
+@pytest.mark.parametrize("dtype", [onnx.TensorProto.FLOAT, onnx.TensorProto.INT64])
+def test_optimized_model_keeps_tensor_attributes(rng, tmp_path, dtype):
+    """A node with a tensor attribute (ConstantOfShape's value, which the input's shape keeps from
+    being folded) is written back with that value and type."""
+    from onnx import helper
+
+    np_type = helper.tensor_dtype_to_np_dtype(dtype)
+    fill = np.array([3], dtype=np_type)
+    graph = helper.make_graph(
+        [helper.make_node("Shape", ["x"], ["s"]),
+         helper.make_node("ConstantOfShape", ["s"], ["y"], value=onnx.numpy_helper.from_array(fill, "v"))],
+        "fill", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["n", 4])],
+        [helper.make_tensor_value_info("y", dtype, ["n", 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    opts = tob.SessionOptions()
+    opts.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    x = nonzero(rng, (3, 4))
+    (got,) = tob.InferenceSession(model, opts).run(None, {"x": x})
+    np.testing.assert_array_equal(got, np.full((3, 4), 3, dtype=np_type))
+    saved = onnx.load(opts.optimized_model_filepath)
+    (node,) = [n for n in saved.graph.node if n.op_type == "ConstantOfShape"]
+    value = onnx.numpy_helper.to_array(node.attribute[0].t)
+    assert value.dtype == np_type and value.tolist() == [3]
+    (again,) = tob.InferenceSession(saved).run(None, {"x": x})
+    np.testing.assert_array_equal(again, got)
