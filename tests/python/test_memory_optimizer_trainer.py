@@ -1,5 +1,6 @@
 """ORTTrainer's recompute flags (graph_transformer.attn_dropout_recompute, gelu_recompute,
-transformer_layer_recompute, number_recompute_layers; memory_optimizer/joint_recompute.py) on GPT-2 and BERT from small configs with dropout 0.1: each
+transformer_layer_recompute, number_recompute_layers; memory_optimizer/joint_recompute.py) on GPT-2 and BERT (and LLaMA,
+whose RMSNorm layers are found from their decomposed ops) from small configs with dropout 0.1: each
 flag lowers the engine's peak over a training step, its plan is ON in the Memory Optimizer report, and the loss, the logits and every gradient
 are those of the same graph without the flag, bit for bit (the same random stream: a recomputed
 dropout output is rebuilt from the forward's mask, no random number is drawn again)."""
@@ -15,7 +16,7 @@ import torch
 from torch_ort_backend import InferenceSession, ORTTrainer, ORTTrainerOptions, SessionOptions, optim
 from torch_ort_backend._engine import RECOMPUTE_KEY
 from torch_ort_backend.memory_optimizer.joint_recompute import RecomputeFlags
-from torch_ort_backend.testing.models import bert_mlm_batch, causal_lm_batch, make_bert_mlm, make_gpt2
+from torch_ort_backend.testing.models import bert_mlm_batch, causal_lm_batch, make_bert_mlm, make_gpt2, make_llama
 from torch_ort_backend.trainer.model_desc import parse_model_desc
 from torch_ort_backend.trainer.training_graph import ModelWithLoss, export_model
 
@@ -25,6 +26,8 @@ MODELS = {
              lambda step: causal_lm_batch(step, batch=4, seq=32, vocab=VOCAB)),
     "bert": (lambda: make_bert_mlm(vocab=VOCAB, layers=LAYERS, dropout=0.1),
              lambda step: bert_mlm_batch(step, batch=4, seq=32, vocab=VOCAB)),
+    "llama": (lambda: make_llama(vocab=VOCAB, layers=LAYERS, dropout=0.1),
+              lambda step: causal_lm_batch(step, batch=4, seq=32, vocab=VOCAB)),
 }
 SEED = 1234
 
@@ -125,6 +128,8 @@ FLAG_CASES = [
     ("bert", RecomputeFlags(gelu=True), ["Gelu+:1:-1"]),
     ("gpt2", RecomputeFlags(transformer_layers=True), [f"TransformerLayer:1:{LAYERS - 1}"]),
     ("bert", RecomputeFlags(transformer_layers=True), [f"TransformerLayer:1:{LAYERS - 1}"]),
+    # RMSNorm: x * rsqrt(mean(x^2) + eps) in elementwise ops, a layer starting at its square
+    ("llama", RecomputeFlags(transformer_layers=True), [f"TransformerLayer:1:{LAYERS - 1}"]),
 ]
 
 

@@ -178,13 +178,43 @@ def gelu_regions(forward_order: list) -> list:
     return regions
 
 
+def _rms_norm_start(n: torch.fx.Node) -> torch.fx.Node | None:
+    """The first op of a decomposed RMSNorm (LLaMA's: x * rsqrt(mean(x^2) + eps)) whose rsqrt is
+    `n`: the square, reached back through the add and the mean; None when `n` is not one."""
+    if packet(n.target) is not aten.rsqrt or not n.all_input_nodes:
+        return None
+    node = n.all_input_nodes[0]
+    if packet(node.target) is aten.add and node.all_input_nodes:
+        node = node.all_input_nodes[0]
+    if packet(node.target) is not aten.mean or not node.all_input_nodes:
+        return None
+    node = node.all_input_nodes[0]
+    squares = packet(node.target) is aten.pow and len(node.args) > 1 and node.args[1] == 2
+    squares = squares or (packet(node.target) is aten.mul and len(node.args) > 1 and node.args[0] is node.args[1])
+    return node if squares else None
+
+
+def _norm_positions(forward_order: list) -> list:
+    """Positions of the forward's layer norms: native_layer_norm nodes, and the first op of each
+    decomposed RMSNorm (torch.export's joint decomposition leaves LLaMA's as elementwise ops)."""
+    position = {n: i for i, n in enumerate(forward_order)}
+    found = set()
+    for i, n in enumerate(forward_order):
+        if packet(n.target) is aten.native_layer_norm:
+            found.add(i)
+        elif (start := _rms_norm_start(n)) is not None and start in position:
+            found.add(position[start])
+    return sorted(found)
+
+
 def transformer_layers(forward_order: list) -> list:
     """The transformer layers of a joint graph's forward, in order: one per attention (softmax or
-    scaled-dot-product attention), each starting at the last layer norm before its attention and
-    after the previous layer's start (a pre-norm layer's first norm; a post-norm layer begins at
-    the previous layer's closing norm, which reads the residual sum). [] when an attention has no
-    norm before it. The last layer runs to the end of the forward (it is never recomputed)."""
-    norms = [i for i, n in enumerate(forward_order) if packet(n.target) is aten.native_layer_norm]
+    scaled-dot-product attention), each starting at the last layer norm (LayerNorm or RMSNorm)
+    before its attention and after the previous layer's start (a pre-norm layer's first norm; a
+    post-norm layer begins at the previous layer's closing norm, which reads the residual sum). []
+    when an attention has no norm before it. The last layer runs to the end of the forward (it is
+    never recomputed)."""
+    norms = _norm_positions(forward_order)
     starts: list = []
     for i, n in enumerate(forward_order):
         if packet(n.target) not in ATTENTION_OPS:
