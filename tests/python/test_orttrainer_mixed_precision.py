@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
+import torch.nn.functional as F
 
 from orttrainer_harness import LM_DESC, batches, lm_loss, make_model
 from torch_ort_backend import ORTTrainer, ORTTrainerOptions, SessionOptions, amp, optim
@@ -364,3 +365,57 @@ def test_legacy_trainer_use_mixed_precision_with_a_loss_scaler():
         torch.testing.assert_close(loss.float(), want, rtol=8 * UNIT["float16"] * (k + 1), atol=0.0, msg=f"step {k}")
         assert scaler.loss_scale == want_scale
     assert scaler.input_name == "loss_scale"
+
+
+class _LowPrecisionLayerNorm(torch.nn.Module):
+    """The eager reference of allow_layer_norm_mod_precision: LayerNorm computed on the low type
+    (input, weight and bias rounded to it, result in it) where autocast would compute it in float32."""
+
+    def __init__(self, ln: torch.nn.LayerNorm, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.ln, self.dtype = ln, dtype
+
+    def forward(self, x):
+        with torch.autocast("cpu", enabled=False):
+            return F.layer_norm(x.to(self.dtype), self.ln.normalized_shape, self.ln.weight.to(self.dtype),
+                                self.ln.bias.to(self.dtype), self.ln.eps)
+
+
+def _layer_norm_types(graph):
+    """(input type, output type) of each LayerNormalization of the optimised training graph."""
+    types = {v.name: v.type.tensor_type.elem_type for v in [*graph.value_info, *graph.input, *graph.output]}
+    return [(types.get(n.input[0]), types.get(n.output[0])) for n in graph.node if n.op_type == "LayerNormalization"]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_allow_layer_norm_mod_precision_computes_layer_norm_in_the_low_type(tmp_path, dtype):
+    data = batches(3)
+    graphs, losses = {}, {}
+    for allowed in (False, True):
+        path = str(tmp_path / f"optimized_{allowed}.onnx")
+        trainer = _trainer(make_model(), dtype, amp.DynamicLossScaler(loss_scale=1024.0), optim.SGDConfig(lr=0.1),
+                           graph_transformer={"allow_layer_norm_mod_precision": allowed},
+                           debug={"graph_save_paths": {"model_with_training_graph_after_optimization_path": path}})
+        losses[allowed] = [trainer.train_step(ids, labels)[0] for ids, labels in data]
+        graphs[allowed] = onnx.load(path).graph
+    low = ONNX_LOW[dtype]
+    assert _layer_norm_types(graphs[False]) == [(onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT)]
+    assert _layer_norm_types(graphs[True]) == [(low, low)]
+    # Against eager autocast whose LayerNorm computes in the low type: 8 roundings per step, as above.
+    reference = make_model()
+    reference.ln = _LowPrecisionLayerNorm(reference.ln, LOW[dtype])
+    opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for k, ((ids, labels), got) in enumerate(zip(data, losses[True])):
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=LOW[dtype]):
+            loss = lm_loss(reference(ids), labels)
+        loss.backward()
+        opt.step()
+        torch.testing.assert_close(got.float(), loss.detach().float(), rtol=8 * UNIT[dtype] * (k + 1), atol=0.0)
+
+
+def test_allow_layer_norm_mod_precision_needs_cast_propagation():
+    with pytest.raises(ValueError, match="allow_layer_norm_mod_precision.*strategy.*level -1"):
+        _trainer(make_model(), "bfloat16", None,
+                 graph_transformer={"allow_layer_norm_mod_precision": True,
+                                    "propagate_cast_ops_config": {"level": -1}})

@@ -288,7 +288,6 @@ UNBUILT = [
     ("distributed.pipeline_parallel.sliced_tensor_names", ["x"], "issue 13"),
     ("distributed.enable_adasum", True, "Adasum"),
     ("utils.memory_efficient_gradient", True, "issue 14 (memory optimizer)"),
-    ("graph_transformer.allow_layer_norm_mod_precision", True, "issue 20 (mixed precision)"),
     ("device.mem_limit", 1 << 30, "memory limit"),
 ]
 
@@ -302,12 +301,13 @@ def test_each_unbuilt_feature_is_reported(path, value, planned):
 
 def test_all_unbuilt_settings_are_reported_together():
     opts = ORTTrainerOptions(
-        {"distributed": {"world_size": 2, "enable_adasum": True},
-         "graph_transformer": {"allow_layer_norm_mod_precision": True}}
+        {"distributed": {"world_size": 2, "enable_adasum": True, "horizontal_parallel_size": 2},
+         "utils": {"memory_efficient_gradient": True}}
     )
     assert [m.split(" ")[0] for m in opts.unsupported_settings()] == [
+        "distributed.horizontal_parallel_size=2",
         "distributed.enable_adasum=True",
-        "graph_transformer.allow_layer_norm_mod_precision=True",
+        "utils.memory_efficient_gradient=True",
     ]
 
 

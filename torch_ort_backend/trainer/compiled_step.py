@@ -243,7 +243,7 @@ class StepGraphs:
         casts = self.options.graph_transformer.propagate_cast_ops_config
         so.propagate_cast_ops_strategy = int(casts.strategy or 0)  # None: the reference's NONE
         so.propagate_cast_ops_level = casts.level
-        so.propagate_cast_ops_allow = list(casts.allow)
+        so.propagate_cast_ops_allow = _mixed_precision.cast_propagation_allow(self.options)
         so.propagate_cast_ops_dtype = _mixed_precision.low_precision_name(self.options)
         if optimized_path:
             so.optimized_model_filepath = optimized_path

@@ -49,6 +49,7 @@ def configure(options: Any, desc: ModelDesc) -> MixedPrecision | None:
     without a loss scaler gets a default DynamicLossScaler, set on the options, and the scaler's
     input_name is the graph input its scale feeds."""
     mp = options.mixed_precision
+    cast_propagation_allow(options)  # refuses allow_layer_norm_mod_precision that could not take effect
     if not mp.enabled:
         return None
     if LOSS_SCALE_INPUT in desc.input_names:
@@ -58,6 +59,26 @@ def configure(options: Any, desc: ModelDesc) -> MixedPrecision | None:
         mp.loss_scaler = DynamicLossScaler()
     mp.loss_scaler.input_name = LOSS_SCALE_INPUT
     return MixedPrecision(_DTYPES[mp.dtype], mp.loss_scaler)
+
+
+def cast_propagation_allow(options: Any) -> list[str]:
+    """The op types cast propagation may move into the low-precision type beyond its level's:
+    propagate_cast_ops_config.allow, plus LayerNormalization with
+    graph_transformer.allow_layer_norm_mod_precision (LayerNorm then computes in the low type, its
+    statistics in float32, where autocast keeps it in float32)."""
+    gt = options.graph_transformer
+    casts = gt.propagate_cast_ops_config
+    allow = list(casts.allow)
+    if gt.allow_layer_norm_mod_precision:
+        if not casts.strategy or casts.level < 0:
+            raise ValueError("graph_transformer.allow_layer_norm_mod_precision=True moves LayerNormalization into the "
+                             "low-precision type through cast propagation, which "
+                             "graph_transformer.propagate_cast_ops_config turns off (strategy "
+                             f"{casts.strategy!r}, level {casts.level}); use strategy FLOOD_FILL or INSERT_AND_REDUCE "
+                             "with level >= 0")
+        if "LayerNormalization" not in allow:
+            allow.append("LayerNormalization")
+    return allow
 
 
 def low_precision_name(options: Any) -> str:

@@ -18,7 +18,6 @@ if TYPE_CHECKING:
 
 _SCALE_OUT = "issue 13 (scale-out)"
 _MEMORY_OPTIMIZER = "issue 14 (memory optimizer)"
-_MIXED_PRECISION = "issue 20 (mixed precision)"
 
 # (key path, where the feature is planned). A path names one option or a whole group: any option
 # under it whose value differs from its default is reported.
@@ -29,7 +28,6 @@ NOT_BUILT_YET: tuple[tuple[str, str], ...] = (
     ("distributed.horizontal_parallel_size", "Megatron-style horizontal (tensor) parallelism (no issue yet)"),
     ("distributed.pipeline_parallel", f"{_SCALE_OUT}: pipelines run through DeepSpeed (docs/distributed.md)"),
     ("distributed.enable_adasum", "Adasum gradient combination (no issue yet)"),
-    ("graph_transformer.allow_layer_norm_mod_precision", _MIXED_PRECISION),
     ("utils.memory_efficient_gradient", _MEMORY_OPTIMIZER),
     ("device.mem_limit", "a per-device memory limit in the engine (no issue yet)"),
     # Settings that cannot apply to this engine: the reason is the message.
