@@ -98,9 +98,18 @@ class ElementwiseFusion final : public GraphPass {
       }
     }
 
+    // Each group is convex on its own, but two groups can still form a cycle once both are
+    // contracted (a1 -> b2 and b1 -> a2): every group is checked again on the graph with the groups
+    // before it fused, in a fresh topological order, and left unfused when it would close a cycle.
     int fused_groups = 0, fused_nodes = 0;
     for (std::vector<Node*>& group : groups_) {
       if (group.size() < 2) continue;
+      if (fused_groups > 0) {
+        TOB_ASSIGN_OR_RETURN(order, graph.TopologicalOrder());
+        pos_.clear();
+        for (size_t i = 0; i < order.size(); ++i) pos_[order[i]] = static_cast<int64_t>(i);
+        if (!CanFuse(group)) continue;
+      }
       std::sort(group.begin(), group.end(), [&](const Node* a, const Node* b) { return pos_[a] < pos_[b]; });
       TOB_ASSIGN_OR_RETURN(bool fused, Fuse(graph, group, kept));
       if (!fused) continue;

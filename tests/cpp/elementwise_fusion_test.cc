@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 
 #include "graph_pass_test_util.h"
 #include "op_tester.h"
@@ -137,6 +138,44 @@ TEST(OptimizerElementwiseFusion, GoldenMustNotFire) {
   ASSERT_TRUE(CreateElementwiseFusionPass()->Run(before, ctx, &changed).ok());
   EXPECT_FALSE(changed);
   EXPECT_EQ(GraphToText(before), GraphToText(expected));
+}
+
+TEST(OptimizerElementwiseFusion, TwoGroupsThatWouldFormACycleFuseOnlyOne) {
+  // A = {exp, add_a} and B = {tanh, add_b} are each convex, but A feeds B through one MatMul and B
+  // feeds A through another: fusing both would make a cycle, so only the first is fused.
+  Graph g;
+  GraphBuilder b(g);
+  b.Input("x", F32({4, 4})).Input("y", F32({4, 4})).Input("w", F32({4, 4}));
+  b.Op("Exp", {"x"}, {"a1"}, {}, "", "exp");
+  b.Op("Tanh", {"y"}, {"b1"}, {}, "", "tanh");
+  b.Op("MatMul", {"a1", "w"}, {"m1"}, {}, "", "mm_a");
+  b.Op("MatMul", {"b1", "w"}, {"m2"}, {}, "", "mm_b");
+  b.Op("Add", {"a1", "m2"}, {"a2"}, {}, "", "add_a");
+  b.Op("Add", {"b1", "m1"}, {"b2"}, {}, "", "add_b");
+  b.Output("a2").Output("b2");
+  EXPECT_TRUE(testing::RunPassWithBuiltins(CreateElementwiseFusionPass(), g));  // verifies: no cycle
+  int fused = 0, adds = 0;
+  for (const Node* n : g.nodes()) {
+    fused += n->op_type() == kFusedElementwiseOp;
+    adds += n->op_type() == "Add";
+  }
+  EXPECT_EQ(fused, 1);
+  EXPECT_EQ(adds, 1);
+}
+
+TEST(OptimizerElementwiseFusion, TheEnvironmentVariableTurnsItOff) {
+  auto has_fusion = [](OptLevel level = OptLevel::kAll) {
+    const PassManager pipeline = BuildPipeline(level);
+    bool found = false;
+    for (const auto& p : pipeline.passes()) found |= std::string(p->name()) == "ElementwiseFusion";
+    return found;
+  };
+  EXPECT_TRUE(has_fusion());
+  setenv("TOB_ELEMENTWISE_FUSION", "0", 1);
+  EXPECT_FALSE(has_fusion());
+  unsetenv("TOB_ELEMENTWISE_FUSION");
+  EXPECT_TRUE(has_fusion());
+  EXPECT_FALSE(has_fusion(OptLevel::kExtended));
 }
 
 TEST(OptimizerElementwiseFusion, OffWhenTheContextSaysSo) {
