@@ -59,6 +59,20 @@ class OpKernel {
   virtual Status Compute(KernelContext& ctx) const = 0;
   const Node& node() const { return node_; }
 
+  // Pre-packing (after onnxruntime's OpKernel::PrePack): the session calls this once per constant
+  // input (an initializer) after building the kernel and before any run, never concurrently with
+  // Compute. A kernel may keep its own layout of the constant (GEMM weights in its panel layout)
+  // and use it on every run instead of re-packing; it sets *packed when it did. What it keeps is
+  // immutable from then on, so Compute stays const and safe on threads sharing the session.
+  virtual Status PrePack(int input_index, const Tensor& constant, bool* packed) {
+    (void)input_index;
+    (void)constant;
+    *packed = false;
+    return Status::OK();
+  }
+  // Bytes held by what PrePack kept (the session's RunStats::prepacked_bytes sums them).
+  virtual size_t PrePackedBytes() const { return 0; }
+
  private:
   const Node& node_;
 };

@@ -11,6 +11,7 @@
 #include "ops/op_schema.h"
 #include "partition/provider_registry.h"
 #include "providers/cpu/nn/bf16_gemm.h"
+#include "providers/cpu/nn/sgemm_packed.h"
 #include "python/status_exceptions.h"
 #include "python/tensor_bridge.h"
 #include "runtime/session.h"
@@ -126,6 +127,8 @@ py::dict StatsDict(const RunStats& s) {
   d["arena_bytes"] = s.arena_bytes;
   d["planned"] = s.planned;
   d["plan_misses"] = s.plan_misses;
+  d["prepacked_bytes"] = s.prepacked_bytes;
+  d["prepacked_constants"] = s.prepacked_constants;
   return d;
 }
 
@@ -272,6 +275,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("bf16_gemm_available", &Bf16GemmAvailable,
         "Whether bfloat16 MatMul/Gemm run on the native AVX512-BF16 kernel (else through float32; TOB_BF16_GEMM=0 "
         "turns it off).");
+  m.def("sgemm_available", &SgemmAvailable,
+        "Whether float32 MatMul/Gemm run on the engine's AVX-512 kernels at every M and constant weights are "
+        "pre-packed (else OpenBLAS for M > 128 and no pre-packing; TOB_SGEMM=0 turns it off).");
   m.def("fallback_providers", [] { return ProviderRegistry::Global().FallbackNames(); });
 
   py::class_<PyTensor>(m, "EngineTensor")

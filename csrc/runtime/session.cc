@@ -118,6 +118,15 @@ Status Session::BuildPlan() {
     auto kernel = step.provider->CreateKernel(*step.def, *node, permissions);
     if (!kernel.ok()) return kernel.status();
     step.kernel = std::move(kernel).value();
+    // Constant inputs are offered to the kernel once, here, before any run (OpKernel::PrePack).
+    for (size_t i = 0; i < node->inputs().size(); ++i) {
+      const Value* in = node->inputs()[i];
+      if (in == nullptr || in->initializer() == nullptr) continue;
+      bool packed = false;
+      TOB_RETURN_IF_ERROR(step.kernel->PrePack(static_cast<int>(i), *in->initializer(), &packed));
+      prepacked_constants_ += packed ? 1 : 0;
+    }
+    prepacked_bytes_ += step.kernel->PrePackedBytes();
     for (const Value* in : node->inputs()) step.inputs.push_back(in ? slot(in) : -1);
     for (const Value* out : node->outputs()) {
       step.outputs.push_back(slot(out));
@@ -175,6 +184,8 @@ Status Session::BuildPlan() {
     if (!persistent[s] && last_use[s] >= 0) steps_[last_use[s]].free_after.push_back(s);
   log_.push_back(
       StrCat("execution plan: ", steps_.size(), " steps, ", n, " values, ", pool_->num_threads(), " intra-op threads"));
+  if (prepacked_constants_ > 0)
+    log_.push_back(StrCat("pre-packed ", prepacked_constants_, " constant inputs (", prepacked_bytes_, " bytes)"));
   return Status::OK();
 }
 
@@ -472,6 +483,8 @@ Status Session::Run(const std::vector<std::string>& feed_names, std::vector<Tens
     stats->planned = run_alloc->planned();
     stats->arena_bytes = pattern ? pattern->plan.arena_bytes : 0;
     stats->plan_misses = run_alloc->plan_misses();
+    stats->prepacked_bytes = prepacked_bytes_;
+    stats->prepacked_constants = prepacked_constants_;
   }
   if (pattern == nullptr && options_.enable_memory_pattern) {
     if (patterns_.size() >= kMaxMemoryPatterns) patterns_.erase(patterns_.begin());

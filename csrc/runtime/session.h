@@ -51,6 +51,10 @@ struct RunStats {
   size_t arena_bytes = 0;  // size of the planned arena (0 for an unplanned run)
   bool planned = false;    // this run used a memory plan recorded by an earlier run
   int64_t plan_misses = 0;
+  // Constants the kernels keep in their own layout for the session's lifetime (OpKernel::PrePack,
+  // GEMM weights in panels): held besides the initializers, not part of the peaks above.
+  size_t prepacked_bytes = 0;
+  int64_t prepacked_constants = 0;
 };
 
 struct IOInfo {
@@ -148,6 +152,8 @@ class Session {
   std::vector<bool> is_output_slot_;
   std::vector<bool> owns_output_memory_;  // outputs, and values outputs alias (allocated outside the arena)
   std::vector<Step> steps_;
+  size_t prepacked_bytes_ = 0;  // OpKernel::PrePackedBytes over steps_, after BuildPlan
+  int64_t prepacked_constants_ = 0;
 
   // Session state: bound tensors by graph-input index (undefined: not bound), and per declared
   // update its slots and the step writing it in place (-1: copied in after the last step).

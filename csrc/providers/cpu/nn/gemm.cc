@@ -9,6 +9,7 @@
 
 #include "providers/cpu/float_compute.h"
 #include "providers/cpu/nn/bf16_gemm.h"
+#include "providers/cpu/nn/sgemm_packed.h"
 #include "providers/cpu/nn/small_gemm.h"
 
 namespace tob {
@@ -78,6 +79,10 @@ Status BatchedGemmImpl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alph
   if constexpr (std::is_same_v<T, float>) {
     if (SmallGemmApplies(M, N, K)) {
       SmallGemm(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc, batch, pool);
+      return Status::OK();
+    }
+    if (SgemmAvailable()) {
+      Sgemm(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc, batch, pool);
       return Status::OK();
     }
   }

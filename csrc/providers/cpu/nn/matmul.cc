@@ -1,6 +1,7 @@
 // MatMul (numpy semantics: 1-D operands, broadcast batch dims) and Gemm.
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "framework/kernel_registry.h"
@@ -8,6 +9,7 @@
 #include "providers/cpu/float_compute.h"
 #include "providers/cpu/nn/bf16_gemm.h"
 #include "providers/cpu/nn/gemm.h"
+#include "providers/cpu/nn/sgemm_packed.h"
 
 namespace tob {
 
@@ -22,6 +24,14 @@ Status RunGemms(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, const
   if constexpr (std::is_same_v<T, BFloat16>)
     return BatchedGemmBf16(ctx, false, false, M, N, K, 1.f, a, lda, b, ldb, 0.f, y, ldb, batch);
   else return BatchedGemm(false, false, M, N, K, T(1), a, lda, b, ldb, T(0), y, ldb, batch, ctx.thread_pool());
+}
+
+// op(B) of a float32 constant B (2-D), packed once per session for sgemm_packed.h: nullopt where
+// the CPU has no kernel for it or B is not such a constant.
+std::optional<PackedSgemmB> PackConstantB(const Tensor& b, bool trans_b) {
+  if (b.dtype() != DType::kFloat32 || b.rank() != 2 || !SgemmAvailable()) return std::nullopt;
+  const int64_t N = trans_b ? b.dim(0) : b.dim(1), K = trans_b ? b.dim(1) : b.dim(0);
+  return PackedSgemmB::Pack(trans_b, N, K, b.data<float>(), std::max<int64_t>(1, b.dim(1)), nullptr);
 }
 
 // Y = A x B for float/double (and bfloat16 on the native kernel). Shapes were checked by the
@@ -91,10 +101,29 @@ class MatMulKernel final : public OpKernel {
   using OpKernel::OpKernel;
   static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node) { return MakeKernel<MatMulKernel>(node); }
 
+  Status PrePack(int input_index, const Tensor& constant, bool* packed) override {
+    if (input_index == 1) packed_b_ = PackConstantB(constant, false);
+    *packed = input_index == 1 && packed_b_.has_value();
+    return Status::OK();
+  }
+  size_t PrePackedBytes() const override { return packed_b_ ? packed_b_->bytes() : 0; }
+
   Status Compute(KernelContext& ctx) const override {
     const Tensor& a = *ctx.input(0);
     const Tensor& b = *ctx.input(1);
     Tensor& y = *ctx.output(0);
+    // B packed at session initialisation: A's batch dims fold into M, one GEMM on the panels.
+    if (packed_b_ && a.dtype() == DType::kFloat32 && b.shape() == Shape{packed_b_->K(), packed_b_->N()}) {
+      const int64_t K = packed_b_->K(), N = packed_b_->N();
+      if (a.rank() == 0 || a.shape().back() != K)
+        return ctx.Fail("inner dimensions do not match: ", ShapeToString(a.shape()), " x ", ShapeToString(b.shape()));
+      if (y.numel() == 0) return Status::OK();
+      const int64_t rows = y.numel() / N;
+      if (a.numel() != rows * K) return ctx.Fail("output has ", y.numel(), " elements, expected ", a.numel() / K * N);
+      SgemmPackedB(false, rows, 1.f, a.data<float>(), std::max<int64_t>(1, K), *packed_b_, 0.f, y.data<float>(), N,
+                   ctx.thread_pool());
+      return Status::OK();
+    }
     return DispatchFloat(ctx, a.dtype(), [&]<typename T>() -> Status {
       if constexpr (std::is_same_v<T, BFloat16>) {
         if (Bf16GemmAvailable()) return MatMulTyped<BFloat16>(ctx, a, b, y);
@@ -110,6 +139,9 @@ class MatMulKernel final : public OpKernel {
       }
     });
   }
+
+ private:
+  std::optional<PackedSgemmB> packed_b_;  // set once by PrePack, read-only afterwards
 };
 
 class GemmKernel final : public OpKernel {
@@ -122,6 +154,13 @@ class GemmKernel final : public OpKernel {
     return MakeKernel<GemmKernel>(node, a.alpha, a.beta, a.trans_a, a.trans_b);
   }
 
+  Status PrePack(int input_index, const Tensor& constant, bool* packed) override {
+    if (input_index == 1) packed_b_ = PackConstantB(constant, trans_b_);
+    *packed = input_index == 1 && packed_b_.has_value();
+    return Status::OK();
+  }
+  size_t PrePackedBytes() const override { return packed_b_ ? packed_b_->bytes() : 0; }
+
   Status Compute(KernelContext& ctx) const override {
     const Tensor& a = *ctx.input(0);
     const Tensor& b = *ctx.input(1);
@@ -133,6 +172,12 @@ class GemmKernel final : public OpKernel {
     if (K != Kb) return ctx.Fail("inner dimensions do not match: K = ", K, " vs ", Kb);
     if (y.shape() != Shape{M, N}) return ctx.Fail("output shape ", ShapeToString(y.shape()), " is not [M, N]");
     const bool use_c = c != nullptr && beta_ != 0.f;
+    if (packed_b_ && a.dtype() == DType::kFloat32 && packed_b_->K() == K && packed_b_->N() == N) {
+      if (use_c) TOB_RETURN_IF_ERROR(BroadcastC<float>(ctx, *c, M, N, y.data<float>()));
+      SgemmPackedB(trans_a_, M, alpha_, a.data<float>(), std::max<int64_t>(1, a.dim(1)), *packed_b_,
+                   use_c ? beta_ : 0.f, y.data<float>(), std::max<int64_t>(1, N), ctx.thread_pool());
+      return Status::OK();
+    }
     return DispatchFloat(ctx, a.dtype(), [&]<typename T>() -> Status {
       if (use_c) TOB_RETURN_IF_ERROR(BroadcastC<T>(ctx, *c, M, N, y.data<T>()));
       return GemmAnyFloat<T>(ctx, trans_a_, trans_b_, M, N, K, alpha_, a.data<T>(), std::max<int64_t>(1, a.dim(1)),
@@ -166,6 +211,7 @@ class GemmKernel final : public OpKernel {
 
   float alpha_, beta_;
   bool trans_a_, trans_b_;
+  std::optional<PackedSgemmB> packed_b_;  // op(B) of a constant B, set once by PrePack
 };
 
 }  // namespace

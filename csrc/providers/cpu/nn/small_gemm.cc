@@ -43,7 +43,10 @@ void Transpose8x8(__m256 r[8]) {
   }
 }
 
-// dst[k * width + j] = op(B)[k0 + k, n0 + j] for k < kc, j < nw; zero for nw <= j < width.
+}  // namespace
+
+namespace small_gemm {
+
 void PackPanel(bool trans_b, const float* B, int64_t ldb, int64_t k0, int64_t kc, int64_t n0, int64_t nw, int64_t width,
                float* dst) {
   if (!trans_b) {
@@ -85,6 +88,12 @@ void PackPanel(bool trans_b, const float* B, int64_t ldb, int64_t k0, int64_t kc
     }
   }
 }
+
+}  // namespace small_gemm
+
+namespace {
+
+using small_gemm::PackPanel;
 
 struct Problem {
   bool trans_a, trans_b;

@@ -25,4 +25,14 @@ void SmallGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
                int64_t lda, const float* const* b, int64_t ldb, float beta, float* const* c, int64_t ldc, int64_t batch,
                ThreadPool* pool);
 
+namespace small_gemm {
+
+// dst[k * width + j] = op(B)[k0 + k, n0 + j] for k < kc, j < nw; zero for nw <= j < width. dst is
+// 32-byte aligned and width a multiple of 8 (the packed panel layout the tiles read; sgemm_packed.h
+// packs whole panels with it too).
+void PackPanel(bool trans_b, const float* B, int64_t ldb, int64_t k0, int64_t kc, int64_t n0, int64_t nw, int64_t width,
+               float* dst);
+
+}  // namespace small_gemm
+
 }  // namespace tob
