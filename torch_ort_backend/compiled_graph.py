@@ -35,6 +35,14 @@ logger = logging.getLogger("torch_ort_backend")
 
 STATS = COMPILE_STATE.stats
 
+# The run path's tensor exchange (docs/performance.md, "Per-call overhead"): torch's C-level
+# DLPack export and import, without Tensor.__dlpack__'s Python-level checks (the engine checks
+# device, dtype and shape itself, and a failure reruns the checked path).
+_to_dlpack = torch.utils.dlpack.to_dlpack
+_from_dlpack = getattr(torch._C, "_from_dlpack", torch.utils.dlpack.from_dlpack)
+# Where an output of the fast path comes from (CompiledGraph._fast_output_plan).
+_ENGINE, _INPUT, _SAME_AS, _CONSTANT = range(4)
+
 
 def _load_engine():
     """The compiled engine module; BadInitializationError when it cannot be loaded (a broken or
@@ -103,6 +111,7 @@ class CompiledGraph:
         self.name, self.serial = state.register_graph(self, stage)
         self.fallback = FallbackManager(opts.fallback_policy, opts.fallback_retry, f"the {stage} graph {self.name}")
         self.eager = False
+        self._fast = False  # calls take _run_fast (set once the session exists)
         self.session = None
         self.exported: ExportedGraph | None = None
         self.memory = GraphMemory.for_graph(gm, stage)  # memory_stats() (memory_optimizer/step_memory.py)
@@ -142,7 +151,36 @@ class CompiledGraph:
         self.session = self._session_for(model) if exported.output_names else None
         self._input_names = exported.input_names
         self.inspector = inspector_for(self.gm, self.name, self.stage, self.opts)  # runtime_inspector.py
+        self._output_plan = self._fast_output_plan()
+        self._plain_outputs = self._output_plan is not None and all(k == _ENGINE for k, _ in self._output_plan)
+        self._fast = self._output_plan is not None
         self._report()
+
+    def _fast_output_plan(self) -> list[tuple[int, Any]] | None:
+        """How _run_fast builds the outputs, worked out once: (_ENGINE, i) the session's output i,
+        (_INPUT, k) argument k, (_SAME_AS, j) output j again, (_CONSTANT, v) the value v. None where
+        calls cannot take the fast path: an input that is not a tensor, feeds not in the session's
+        own input order, a runtime inspector, or outputs rebuilt per call (symints, replayed views)."""
+        ex = self.exported
+        if self.session is None or self.inspector is not None or any(k != "tensor" for k in ex.input_kinds):
+            return None
+        if [i.name for i in self.session.get_inputs()] != list(self._input_names):
+            return None
+        plan: list[tuple[int, Any]] = []
+        engine_outputs = 0
+        for kind in ex.output_kinds:
+            if kind == "tensor":
+                plan.append((_ENGINE, engine_outputs))
+                engine_outputs += 1
+            elif kind == "symint" or kind[0] == "view":
+                return None
+            elif kind[0] == "input":
+                plan.append((_INPUT, kind[1]))
+            elif kind[0] == "same_as":
+                plan.append((_SAME_AS, kind[1]))
+            else:
+                plan.append((_CONSTANT, kind[1]))
+        return plan if engine_outputs == len(self.session.get_outputs()) else None
 
     def _export(self) -> ExportedGraph:
         try:
@@ -195,8 +233,20 @@ class CompiledGraph:
         args = call_args[0] if len(call_args) == 1 and isinstance(call_args[0], list) else list(call_args)
         if self.eager:
             return self._run_eager(args)
+        fast_failed = False
+        if self._fast:
+            try:
+                return self._run_fast(args)
+            except Exception:
+                # A bad input (another device, dtype or shape) or a failed run: the checked path
+                # below raises the named error. Or an input the fast path cannot take (a
+                # non-contiguous tensor): the checked path runs it, and this graph keeps to it.
+                fast_failed = True
         try:
-            return self._run_engine(args)
+            outs = self._run_engine(args)
+            if fast_failed:
+                self._fast = False
+            return outs
         except FallbackError as e:
             if not self.fallback.should_fall_back(e):
                 raise
@@ -206,6 +256,28 @@ class CompiledGraph:
 
     def _run_eager(self, args: list) -> Any:
         return self.gm(*args)
+
+    def _run_fast(self, args: list) -> list:
+        """The common case, as little Python as possible: DLPack capsules in graph-input order to
+        the engine, its outputs back as torch tensors over engine memory (no copies)."""
+        results = self.session._session.run_positional([_to_dlpack(a) for a in args])
+        self.state.stats.runs += 1
+        self.memory.record(self.session, args)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("%s run: %s", self.name, self.session.last_run_stats())
+        if self._plain_outputs:
+            return [_from_dlpack(r) for r in results]
+        outs: list[Any] = []
+        for source, i in self._output_plan:
+            if source == _ENGINE:
+                outs.append(_from_dlpack(results[i]))
+            elif source == _INPUT:
+                outs.append(args[i])
+            elif source == _SAME_AS:
+                outs.append(outs[i])
+            else:
+                outs.append(i)
+        return outs
 
     def _run_engine(self, args: list) -> list:
         ex = self.exported

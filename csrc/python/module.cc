@@ -141,6 +141,7 @@ class PySession {
       return Session::Create(std::move(g), options);
     }();
     session_ = Unwrap(std::move(s));
+    for (const IOInfo& io : session_->inputs()) input_labels_.push_back(StrCat("input '", io.name, "'"));
   }
 
   std::vector<PyTensor> Run(const std::vector<std::string>& feed_names, const py::list& feeds,
@@ -161,6 +162,27 @@ class PySession {
     std::vector<PyTensor> out;
     out.reserve(fetches.size());
     for (auto& t : fetches) out.push_back(PyTensor{std::move(t)});
+    return out;
+  }
+
+  // The compiled-graph fast path (compiled_graph.py): feeds (DLPack capsules or numpy arrays) in
+  // graph-input order, every output back as a DLPack capsule; no names, no per-call strings.
+  py::list RunPositional(const py::list& feeds) {
+    const size_t n = feeds.size();
+    if (n != input_labels_.size())
+      throw py::value_error(StrCat("got ", n, " inputs; the model takes ", input_labels_.size()));
+    std::vector<Tensor> tensors;
+    tensors.reserve(n);
+    for (size_t i = 0; i < n; ++i) tensors.push_back(ToTensor(feeds[i], input_labels_[i]));
+    std::vector<Tensor> fetches;
+    Status st;
+    {
+      py::gil_scoped_release release;
+      st = session_->RunPositional(std::move(tensors), &fetches, &last_stats_);
+    }
+    Check(st);
+    py::list out(fetches.size());
+    for (size_t i = 0; i < fetches.size(); ++i) out[i] = TensorToDLPack(fetches[i]);
     return out;
   }
 
@@ -222,6 +244,7 @@ class PySession {
 
  private:
   std::unique_ptr<Session> session_;
+  std::vector<std::string> input_labels_;  // "input 'name'", for the errors of RunPositional
   RunStats last_stats_;
 };
 
@@ -389,6 +412,8 @@ PYBIND11_MODULE(_C, m) {
   py::class_<PySession>(m, "Session")
       .def(py::init<GraphBuilder&, const SessionOptions&>())
       .def("run", &PySession::Run)
+      .def("run_positional", &PySession::RunPositional, py::arg("feeds"),
+           "Feeds in graph-input order (DLPack capsules or numpy arrays); all outputs as DLPack capsules.")
       .def("inputs", [](const PySession& s) { return s.IO(true); })
       .def("outputs", [](const PySession& s) { return s.IO(false); })
       .def("optimized_graph", &PySession::OptimizedGraph)

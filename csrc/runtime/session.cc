@@ -256,9 +256,77 @@ Status Session::BindFeeds(const std::vector<std::string>& names, std::vector<Ten
     slots[input_slots_[i]] = bound_states_[i];
   }
   signature->clear();
-  for (int s : input_slots_) {
-    const Tensor& t = slots[s];
-    *signature += StrCat(static_cast<int>(t.dtype()), ShapeToString(t.shape()), ";");
+  for (int s : input_slots_) AppendSignature(slots[s], signature);
+  return Status::OK();
+}
+
+// The memory-pattern key of one input: dtype and dims as raw bytes (built on every run, so no
+// number formatting).
+void Session::AppendSignature(const Tensor& t, std::string* signature) {
+  const int32_t header[2] = {static_cast<int32_t>(t.dtype()), static_cast<int32_t>(t.rank())};
+  signature->append(reinterpret_cast<const char*>(header), sizeof(header));
+  signature->append(reinterpret_cast<const char*>(t.shape().data()), t.shape().size() * sizeof(int64_t));
+}
+
+namespace {
+
+bool SameValueType(const ValueType& a, const ValueType& b) {
+  if (a.dtype != b.dtype || a.shape.has_value() != b.shape.has_value()) return false;
+  if (!a.shape) return true;
+  if (a.shape->size() != b.shape->size()) return false;
+  for (size_t d = 0; d < a.shape->size(); ++d)
+    if ((*a.shape)[d].value != (*b.shape)[d].value || (*a.shape)[d].symbol != (*b.shape)[d].symbol) return false;
+  return true;
+}
+
+}  // namespace
+
+// Run-time shape inference costs more than most small kernels (schema lookup, attribute parsing,
+// Dims with strings), so its answer is kept per step. It is reused only when nothing it may
+// depend on changed: the node is fixed, the input dtypes and shapes are compared on every run, and
+// an op whose answer may depend on the values of its (non-constant) inputs is inferred every run.
+// Which ops those are is decided once per step, by inferring with and without those values.
+Status Session::InferStep(Step& step, const std::vector<const Tensor*>& inputs) const {
+  const size_t n_in = inputs.size();
+  if (step.inference_by_types == 1) {
+    bool same = true;
+    for (size_t i = 0; same && i < n_in; ++i)
+      same = inputs[i] == nullptr
+                 ? step.inferred_dtypes[i] == DType::kUndefined
+                 : inputs[i]->dtype() == step.inferred_dtypes[i] && inputs[i]->shape() == step.inferred_shapes[i];
+    if (same) return Status::OK();
+  }
+  std::vector<ValueType> in_types(n_in);
+  std::vector<const ValueType*> type_ptrs(n_in, nullptr);
+  std::vector<const Tensor*> values(n_in, nullptr);
+  for (size_t i = 0; i < n_in; ++i) {
+    if (inputs[i] == nullptr) continue;
+    in_types[i] = ValueType::OfTensor(*inputs[i]);
+    type_ptrs[i] = &in_types[i];
+    if (inputs[i]->device().type == DeviceType::kCPU) values[i] = inputs[i];
+  }
+  const OpSchemaRegistry& schemas = OpSchemaRegistry::Global();
+  InferenceContext ictx(*step.node, step.opset, type_ptrs, values);
+  TOB_RETURN_IF_ERROR(schemas.Infer(ictx));
+  if (step.inference_by_types < 0) {
+    std::vector<const Tensor*> constant_values(n_in, nullptr);
+    for (size_t i = 0; i < n_in; ++i)
+      if (step.inputs[i] >= 0 && constants_[step.inputs[i]].defined()) constant_values[i] = values[i];
+    InferenceContext by_types(*step.node, step.opset, type_ptrs, constant_values);
+    bool same = schemas.Infer(by_types).ok();
+    for (size_t j = 0; same && j < ictx.output_types().size(); ++j)
+      same = SameValueType(ictx.output_types()[j], by_types.output_types()[j]);
+    step.inference_by_types = same ? 1 : 0;
+  }
+  step.output_types = ictx.output_types();
+  if (step.inference_by_types == 1) {
+    step.inferred_dtypes.assign(n_in, DType::kUndefined);
+    step.inferred_shapes.assign(n_in, Shape());
+    for (size_t i = 0; i < n_in; ++i) {
+      if (inputs[i] == nullptr) continue;
+      step.inferred_dtypes[i] = inputs[i]->dtype();
+      step.inferred_shapes[i] = inputs[i]->shape();
+    }
   }
   return Status::OK();
 }
@@ -268,9 +336,6 @@ Status Session::RunStep(Step& step, std::vector<Tensor>& slots, const std::share
   const Node& node = *step.node;
   const size_t n_in = step.inputs.size();
   std::vector<const Tensor*> in_ptrs(n_in, nullptr);
-  std::vector<ValueType> in_types(n_in);
-  std::vector<const ValueType*> type_ptrs(n_in, nullptr);
-  std::vector<const Tensor*> values(n_in, nullptr);
   for (size_t i = 0; i < n_in; ++i) {
     int s = step.inputs[i];
     if (s < 0) continue;
@@ -278,12 +343,9 @@ Status Session::RunStep(Step& step, std::vector<Tensor>& slots, const std::share
     if (!t.defined())
       return RuntimeError(node.Describe(), ": input ", i, " '", slot_values_[s]->name(), "' has no value");
     in_ptrs[i] = &t;
-    in_types[i] = ValueType::OfTensor(t);
-    type_ptrs[i] = &in_types[i];
-    if (t.device().type == DeviceType::kCPU) values[i] = &t;
   }
-  InferenceContext ictx(node, step.opset, type_ptrs, values);
-  TOB_RETURN_IF_ERROR(OpSchemaRegistry::Global().Infer(ictx));
+  TOB_RETURN_IF_ERROR(InferStep(step, in_ptrs));
+  const std::vector<ValueType>& output_types = step.output_types;
 
   const bool on_host = step.provider->device().type == DeviceType::kCPU;
   const bool kernel_allocates = step.def->kernel_allocates_outputs;
@@ -295,7 +357,7 @@ Status Session::RunStep(Step& step, std::vector<Tensor>& slots, const std::share
   }
   for (size_t j = 0; !kernel_allocates && j < step.outputs.size(); ++j) {
     if (step.unused[j]) continue;  // the kernel skips it (out_ptrs[j] stays nullptr)
-    const ValueType& t = ictx.output_types()[j];
+    const ValueType& t = output_types[j];
     auto shape = t.shape ? ConcreteShape(*t.shape) : std::nullopt;
     if (!shape || t.dtype == DType::kUndefined)
       return RuntimeError(node.Describe(), ": could not determine output ", j, " (", t.ToString(), ") from the inputs");
@@ -341,7 +403,7 @@ Status Session::RunStep(Step& step, std::vector<Tensor>& slots, const std::share
   const int64_t t0 = profiling ? profiler_->NowUs() : 0;
   Status st = step.kernel->Compute(kctx);
   if (!st.ok()) return st.WithContext(StrCat("while running ", node.Describe()));
-  if (kernel_allocates) TOB_RETURN_IF_ERROR(AdoptKernelOutputs(step, ictx.output_types(), in_ptrs, slots));
+  if (kernel_allocates) TOB_RETURN_IF_ERROR(AdoptKernelOutputs(step, output_types, in_ptrs, slots));
   if (profiling) {
     std::string shapes;
     for (Tensor* o : out_ptrs)
@@ -439,7 +501,31 @@ Status Session::Run(const std::vector<std::string>& feed_names, std::vector<Tens
   std::vector<Tensor> slots = constants_;
   std::string signature;
   TOB_RETURN_IF_ERROR(BindFeeds(feed_names, feeds, slots, &signature));
+  return RunBound(slots, signature, fetch_slots, fetches, stats, t0);
+}
 
+Status Session::RunPositional(std::vector<Tensor> feeds, std::vector<Tensor>* fetches, RunStats* stats) {
+  for (size_t i = 0; i < bound_states_.size(); ++i)
+    if (bound_states_[i].defined())
+      return InvalidArgument("input '", input_info_[i].name,
+                             "' is bound as session state: a session with state runs by feed names (Run)");
+  if (feeds.size() != input_slots_.size())
+    return InvalidArgument("got ", feeds.size(), " inputs; the model takes ", input_slots_.size());
+  std::lock_guard<std::mutex> lock(run_mu_);
+  const int64_t t0 = profiler_->NowUs();
+  std::vector<Tensor> slots = constants_;
+  std::string signature;
+  std::unordered_map<std::string, int64_t> symbols;
+  for (size_t i = 0; i < feeds.size(); ++i) {
+    TOB_RETURN_IF_ERROR(CheckInput(i, "input", feeds[i], &symbols));
+    AppendSignature(feeds[i], &signature);
+    slots[input_slots_[i]] = std::move(feeds[i]);
+  }
+  return RunBound(slots, signature, output_slots_, fetches, stats, t0);
+}
+
+Status Session::RunBound(std::vector<Tensor>& slots, const std::string& signature, const std::vector<int>& fetch_slots,
+                         std::vector<Tensor>* fetches, RunStats* stats, int64_t t0) {
   const std::shared_ptr<Allocator> host = CpuAllocator::Default();
   std::shared_ptr<RunAllocator> run_alloc;
   MemoryPattern* pattern = nullptr;

@@ -73,6 +73,10 @@ class Session {
   // fetch_names empty: all graph outputs in order. Errors name the offending feed or fetch.
   Status Run(const std::vector<std::string>& feed_names, std::vector<Tensor> feeds,
              const std::vector<std::string>& fetch_names, std::vector<Tensor>* fetches, RunStats* stats = nullptr);
+  // The compiled-graph fast path: one feed per graph input, in graph-input order (no names to look
+  // up), every output fetched in order. Each feed is checked like Run's; a session with bound state
+  // takes names (Run).
+  Status RunPositional(std::vector<Tensor> feeds, std::vector<Tensor>* fetches, RunStats* stats = nullptr);
 
   // Session state (docs/architecture.md, "State values"). BindState binds graph input
   // `input_name` to `t` (checked like a feed) for every later run: feeds then omit it, and a run
@@ -104,6 +108,13 @@ class Session {
     std::vector<int> free_after;      // slots whose last reader is this step
     std::vector<int> inplace_update;  // per output: the planned update it writes in place, or -1
     std::vector<int> inplace_input;   // per such output: the input whose memory it is written into
+    // Shape inference at run time (InferStep). An op whose output types follow from its input
+    // types alone (not from the values of computed inputs) keeps its last answer, reused while its
+    // inputs' dtypes and shapes stay the same. -1: not decided yet; 0: inferred every run; 1: cached.
+    int inference_by_types = -1;
+    std::vector<DType> inferred_dtypes;  // the inputs the cached answer was inferred from
+    std::vector<Shape> inferred_shapes;
+    std::vector<ValueType> output_types;  // this run's inferred output types
   };
   struct MemoryPattern {  // the arena itself is taken from the ArenaPool for each run
     std::vector<BufferLifetime> lifetimes;
@@ -115,6 +126,10 @@ class Session {
   Status BuildPlan();
   Status BindFeeds(const std::vector<std::string>& names, std::vector<Tensor>& feeds, std::vector<Tensor>& slots,
                    std::string* signature) const;
+  // Run's work once the input slots are bound: the steps, the fetches, the memory pattern.
+  Status RunBound(std::vector<Tensor>& slots, const std::string& signature, const std::vector<int>& fetch_slots,
+                  std::vector<Tensor>* fetches, RunStats* stats, int64_t t0);
+  static void AppendSignature(const Tensor& t, std::string* signature);
   // Checks a feed or state `t` for graph input `index` against its declared type; `symbols`
   // (when given) binds symbolic dims across the inputs of one run.
   Status CheckInput(size_t index, const char* kind, const Tensor& t,
@@ -132,6 +147,8 @@ class Session {
   };
   Status RunStep(Step& step, std::vector<Tensor>& slots, const std::shared_ptr<Allocator>& run_alloc,
                  RunMemory& memory);
+  // Sets step.output_types for `inputs` (this run's values of the step's inputs).
+  Status InferStep(Step& step, const std::vector<const Tensor*>& inputs) const;
   Status AdoptKernelOutputs(const Step& step, const std::vector<ValueType>& declared,
                             const std::vector<const Tensor*>& inputs, std::vector<Tensor>& slots);
 

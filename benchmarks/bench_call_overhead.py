@@ -1,0 +1,216 @@
+"""Per-call overhead of a compiled call (issue 15): a one-Linear model (Linear(8, 8), batch 4), where
+the arithmetic is nothing and every microsecond is the run path's.
+
+    python benchmarks/bench_call_overhead.py [--rounds 15] [--calls 200] [--threads 2] [--json PATH]
+
+Runners, alternating in one process (round after round, each timing --calls calls), so that load
+from other processes hits all of them alike:
+  eager       the nn.Module itself
+  dynamo      torch.compile(backend="eager"): TorchDynamo's guards and frame, the FX graph in Python
+  aot_eager   torch.compile(backend="aot_eager"): dynamo plus AOTAutograd's runtime wrappers
+  inductor    torch.compile(): Inductor's compiled code behind the same dynamo and AOTAutograd
+  ort         torch.compile(backend="ort")
+Modes: infer (one forward under torch.no_grad()) and train (forward, then backward of out.sum()).
+Reported: the fastest round's microseconds per call (the least disturbed by other processes) and
+the median round's, and ort's ratio to each runner's fastest round.
+
+"ort" by component, each measured by its own timer loop in the same process (best of --rounds):
+  engine graphs    CompiledGraph.__call__ with the arguments AOTAutograd passed it (captured once):
+                   everything of ours, per graph (forward and backward in train mode)
+  dynamo + AOT     the compiled call minus the engine graphs: TorchDynamo's guards and frame,
+                   AOTAutograd's wrappers and, in train mode, autograd's engine, out.sum() and its
+                   backward (the 'dynamo' runner's excess over eager bounds dynamo's share)
+  in each graph:
+    capsules       torch's C-level DLPack export of the inputs (torch.utils.dlpack.to_dlpack)
+    engine run     Session.run_positional minus the capsules: the binding (capsule import, the
+                   output capsules), input checks, the memory plan and the executor's steps
+    outputs        torch's DLPack import of each output
+    bookkeeping    the rest of CompiledGraph.__call__ (run counters, memory_stats' record, the
+                   output plan)
+  per-node dispatch  the executor's cost per node: the run time of a chain of 51 Add nodes on
+                   [4, 8] tensors minus a chain of 1, over 50 (optimisation level 0, no fusion)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from typing import Callable
+
+
+def _best_us(fn: Callable[[], object], calls: int, rounds: int) -> float:
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - start) / calls * 1e6)
+    return best
+
+
+def _runners(torch, model):
+    return {
+        "eager": model,
+        "dynamo": torch.compile(model, backend="eager"),
+        "aot_eager": torch.compile(model, backend="aot_eager"),
+        "inductor": torch.compile(model),
+        "ort": torch.compile(model, backend="ort"),
+    }
+
+
+def _step(torch, mode: str, x) -> Callable:
+    if mode == "infer":
+        def infer(f):
+            with torch.no_grad():
+                f(x)
+        return infer
+
+    def train(f):
+        f(x).sum().backward()
+    return train
+
+
+def time_runners(torch, runners: dict, step: Callable, calls: int, rounds: int) -> dict:
+    for f in runners.values():
+        for _ in range(20):
+            step(f)
+    per_round: dict[str, list[float]] = {name: [] for name in runners}
+    for _ in range(rounds):
+        for name, f in runners.items():
+            start = time.perf_counter()
+            for _ in range(calls):
+                step(f)
+            per_round[name].append((time.perf_counter() - start) / calls * 1e6)
+    return {name: {"best_us": min(v), "median_us": statistics.median(v)} for name, v in per_round.items()}
+
+
+def ort_components(torch, compiled, step: Callable, calls: int, rounds: int) -> dict:
+    """The engine graphs' share of an 'ort' call and its parts (the module docstring)."""
+    from torch_ort_backend.compiled_graph import _from_dlpack, _to_dlpack, live_graphs
+
+    graphs = [g for g in live_graphs() if g.session is not None]
+    captured: dict[int, list] = {}
+    originals = {}
+    for g in graphs:
+        originals[id(g)] = g._run_fast
+        def spy(args, g=g):
+            captured.setdefault(id(g), list(args))
+            return originals[id(g)](args)
+        g._run_fast = spy
+    step(compiled)
+    for g in graphs:
+        del g._run_fast  # the class's method again
+    out: dict = {"graphs": {}}
+    for g in graphs:
+        args = captured.get(id(g))
+        if args is None:
+            continue  # a graph of the other mode
+        if not g._fast:
+            out["graphs"][g.stage] = {"error": "not on the fast path"}
+            continue
+        session = g.session._session
+        results = session.run_positional([_to_dlpack(a) for a in args])
+        call = _best_us(lambda: g(list(args)), calls, rounds)
+        caps = _best_us(lambda: [_to_dlpack(a) for a in args], calls, rounds)
+        run = _best_us(lambda: session.run_positional([_to_dlpack(a) for a in args]), calls, rounds) - caps
+        wrap = _best_us(lambda: [_from_dlpack(_to_dlpack(a)) for a in args[:len(results)]], calls, rounds) - \
+            _best_us(lambda: [_to_dlpack(a) for a in args[:len(results)]], calls, rounds)
+        out["graphs"][g.stage] = {
+            "call_us": call, "capsules_us": caps, "engine_run_us": run, "outputs_us": wrap,
+            "bookkeeping_us": call - caps - run - wrap, "inputs": len(args), "engine_outputs": len(results),
+            "steps": len(g.session._session.partition()),
+        }
+    return out
+
+
+def per_node_dispatch(torch, calls: int, rounds: int) -> dict:
+    from onnx import TensorProto, helper
+    from torch.utils.dlpack import to_dlpack
+
+    from torch_ort_backend.session import GraphOptimizationLevel, InferenceSession, SessionOptions
+
+    def chain(n: int):
+        nodes, prev = [], "x"
+        for i in range(n):
+            nodes.append(helper.make_node("Add", [prev, "y"], [f"v{i}"]))
+            prev = f"v{i}"
+        io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [4, 8]) for n in ("x", "y")]
+        g = helper.make_graph(nodes, "chain", io, [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [4, 8])])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    times = {}
+    for n in (1, 51):
+        so = SessionOptions()
+        so.graph_optimization_level = GraphOptimizationLevel.ORT_DISABLE_ALL
+        session = InferenceSession(chain(n), so)._session
+        times[n] = _best_us(lambda: session.run_positional([to_dlpack(x), to_dlpack(y)]), calls, rounds)
+    per_node = (times[51] - times[1]) / 50
+    return {"per_node_us": per_node, "one_node_run_us": times[1], "fixed_us": times[1] - per_node}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=15, help="rounds of alternating runners")
+    parser.add_argument("--calls", type=int, default=200, help="calls per runner per round")
+    parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
+    parser.add_argument("--modes", default="infer,train")
+    parser.add_argument("--json", help="also write the results here")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    import torch_ort_backend  # noqa: F401  (registers the "ort" backend)
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    load_before = os.getloadavg()[0]
+    results: dict = {"threads": args.threads, "rounds": args.rounds, "calls": args.calls, "modes": {}}
+    for mode in args.modes.split(","):
+        torch._dynamo.reset()
+        model = torch.nn.Linear(8, 8)
+        x = torch.randn(4, 8)
+        runners = _runners(torch, model)
+        step = _step(torch, mode, x)
+        timings = time_runners(torch, runners, step, args.calls, args.rounds)
+        ort = timings["ort"]["best_us"]
+        components = ort_components(torch, runners["ort"], step, args.calls, args.rounds)
+        graphs_us = sum(g.get("call_us", 0.0) for g in components["graphs"].values())
+        components["dynamo_aot_us"] = ort - graphs_us
+        components["dynamo_share_us"] = timings["dynamo"]["best_us"] - timings["eager"]["best_us"]
+        results["modes"][mode] = {"runners": timings, "ort_components": components,
+                                  "ort_vs": {k: ort / v["best_us"] for k, v in timings.items()}}
+    results["dispatch"] = per_node_dispatch(torch, args.calls * 5, args.rounds)
+    results["loadavg_1m"] = [load_before, os.getloadavg()[0]]
+
+    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, {args.threads} threads, "
+          f"{args.rounds} rounds x {args.calls} calls, loadavg_1m {load_before:.2f} -> {os.getloadavg()[0]:.2f}")
+    for mode, r in results["modes"].items():
+        print(f"\n{mode}: us per call (best round / median round), ort's ratio to the best")
+        for name, t in r["runners"].items():
+            print(f"  {name:10} {t['best_us']:7.1f} / {t['median_us']:7.1f}   ort / {name}: {r['ort_vs'][name]:.2f}")
+        c = r["ort_components"]
+        print(f"  ort by component: dynamo + AOTAutograd (+ autograd in train) {c['dynamo_aot_us']:.1f} us "
+              f"(dynamo alone ~{c['dynamo_share_us']:.1f})")
+        for stage, g in c["graphs"].items():
+            if "error" in g:
+                print(f"    {stage}: {g['error']}")
+                continue
+            print(f"    {stage} graph {g['call_us']:.2f} us ({g['steps']} engine nodes, {g['inputs']} inputs, "
+                  f"{g['engine_outputs']} outputs): capsules {g['capsules_us']:.2f}, engine run {g['engine_run_us']:.2f}, "
+                  f"outputs {g['outputs_us']:.2f}, bookkeeping {g['bookkeeping_us']:.2f}")
+    d = results["dispatch"]
+    print(f"\nexecutor: {d['per_node_us']:.3f} us per node (Add chain), {d['fixed_us']:.2f} us per run besides")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""The compiled graphs' fast run path (CompiledGraph._run_fast, Session.run_positional): the same
+results as eager, run by the engine, and every input check a user relies on kept: another dtype,
+shape or device still raises an error naming the input; a non-contiguous input still runs."""
+
+import pytest
+import torch
+import torch.nn as nn
+
+from ortmodule_helpers import assert_engine_ran, fresh_state
+from torch_ort_backend.backend import compile_stats
+from torch_ort_backend.compiled_graph import live_graphs
+from torch_ort_backend.errors import UnsupportedOnnxModelError
+
+
+@pytest.fixture(autouse=True)
+def strict(monkeypatch):
+    yield from fresh_state(monkeypatch)
+
+
+def _nonzero(*shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    t = torch.rand(*shape, generator=g) * 1.9 + 0.1
+    return t * torch.where(torch.rand(*shape, generator=g) < 0.5, -1.0, 1.0)
+
+
+def _linear(seed=0):
+    torch.manual_seed(seed)
+    return nn.Linear(8, 8)
+
+
+def _graph(stage):
+    graphs = [g for g in live_graphs() if g.stage == stage and g.session is not None]
+    assert graphs, f"no {stage} graph ran on the engine"
+    return graphs[-1]
+
+
+def test_inference_call_takes_the_fast_path_and_matches_eager():
+    model = _linear()
+    compiled = torch.compile(model, backend="ort")
+    for seed in range(3):
+        x = _nonzero(4, 8, seed=seed)
+        with torch.no_grad():
+            got = compiled(x)
+            want = model(x)
+        torch.testing.assert_close(got, want)
+    graph = _graph("inference")
+    assert graph._fast, "the inference graph of a Linear should run on the fast path"
+    assert compile_stats().runs == 3
+    assert_engine_ran(3)
+
+
+def test_training_call_takes_the_fast_path_and_matches_eager_gradients():
+    """Forward (it returns an input, saved for the backward) and backward (a None gradient for the
+    input that does not require one) both on the fast path; outputs and gradients as eager's."""
+    eager = _linear()
+    model = _linear()
+    compiled = torch.compile(model, backend="ort")
+    for seed in range(3):
+        x = _nonzero(4, 8, seed=seed)
+        compiled(x).square().sum().backward()
+        eager(x).square().sum().backward()
+        torch.testing.assert_close(model.weight.grad, eager.weight.grad)
+        torch.testing.assert_close(model.bias.grad, eager.bias.grad)
+    assert _graph("forward")._fast and _graph("backward")._fast
+    assert compile_stats().runs == 6
+    assert_engine_ran(6)
+
+
+def _compiled_inference_graph():
+    model = _linear()
+    compiled = torch.compile(model, backend="ort")
+    with torch.no_grad():
+        compiled(_nonzero(4, 8))
+    graph = _graph("inference")
+    assert graph._fast
+    # AOTAutograd's order: the parameters, then the input.
+    return model, graph
+
+
+@pytest.mark.parametrize("bad, message", [
+    (lambda x: x.double(), r"expected dtype float32, got float64"),
+    (lambda x: torch.cat([x, x]), r"dimension 0 must be 4"),
+])
+def test_fast_path_still_rejects_a_changed_dtype_or_shape_naming_the_input(bad, message):
+    model, graph = _compiled_inference_graph()
+    x = _nonzero(4, 8, seed=1)
+    name = graph._input_names[2]
+    with pytest.raises(UnsupportedOnnxModelError, match=rf"input '{name}'.*{message}"):
+        graph([model.weight.detach(), model.bias.detach(), bad(x)])
+    assert graph._fast, "a rejected input must not take the graph off the fast path"
+    torch.testing.assert_close(graph([model.weight.detach(), model.bias.detach(), x])[0], model(x).detach())
+
+
+def test_fast_path_still_rejects_another_device():
+    from torch_ort_backend.errors import UnsupportedDeviceError
+
+    model, graph = _compiled_inference_graph()
+    with pytest.raises(UnsupportedDeviceError, match="meta"):
+        graph([model.weight.detach(), model.bias.detach(), torch.empty(4, 8, device="meta")])
+
+
+def test_non_contiguous_input_runs_through_the_checked_path():
+    model, graph = _compiled_inference_graph()
+    x = _nonzero(8, 4, seed=2).t()
+    assert not x.is_contiguous()
+    runs = compile_stats().runs
+    got = graph([model.weight.detach(), model.bias.detach(), x])[0]
+    torch.testing.assert_close(got, model(x).detach())
+    assert compile_stats().runs == runs + 1
+    assert not graph._fast, "a graph fed non-contiguous inputs keeps to the checked path"
