@@ -128,6 +128,8 @@ def test_profiling_writes_chrome_trace(rng, tmp_path):
     opts = tob.SessionOptions()
     opts.enable_profiling = True
     opts.profile_file_prefix = str(tmp_path / "prof")
+    # Level 2: the model's own ops run (level 99 runs the bias Add and the Relu as one FusedElementwise).
+    opts.graph_optimization_level = tob.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
     sess = tob.InferenceSession(mlp(rng), opts)
     sess.run(None, {"x": nonzero(rng, (2, 16))})
     path = sess.end_profiling()
