@@ -88,6 +88,27 @@ Status InferUnidirectional(InferenceContext& ctx) {
   return Status::OK();
 }
 
+// SwiGLU: gate and value of one type and one shape (the op does not broadcast).
+Status InferSameShapePair(InferenceContext& ctx) {
+  const ValueType& a = *ctx.input_type(0);
+  const ValueType& b = *ctx.input_type(1);
+  if (a.dtype != b.dtype)
+    return ctx.Fail("A and B must have the same type, got ", DTypeName(a.dtype), " and ", DTypeName(b.dtype));
+  if (a.has_rank() && b.has_rank()) {
+    bool same = a.shape->size() == b.shape->size();
+    for (size_t d = 0; same && d < a.shape->size(); ++d) {
+      const Dim& x = (*a.shape)[d];
+      const Dim& y = (*b.shape)[d];
+      same = !(x.is_known() && y.is_known() && x.value != y.value);
+    }
+    if (!same)
+      return ctx.Fail("A ", DimsToString(*a.shape), " and B ", DimsToString(*b.shape),
+                      " must have the same shape (no broadcasting)");
+  }
+  ctx.set_output(0, a);
+  return Status::OK();
+}
+
 Status InferWhere(InferenceContext& ctx) {
   if (ctx.input_type(0)->dtype != DType::kBool)
     return ctx.Fail("condition must be bool, got ", DTypeName(ctx.input_type(0)->dtype));
@@ -178,6 +199,10 @@ void RegisterElementwiseSchemas(OpSchemaRegistry& registry) {
                          "Relu", "LeakyRelu", "Elu",  "Selu",       "Softplus", "Softsign", "HardSigmoid", "HardSwish",
                          "Erf",  "Floor",     "Ceil", "Round",      "Sign",     "Sin",      "Cos"})
     Add(registry, "", op, 1, 1, InferUnary);
+  for (const char* op : {"Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Celu", "Shrink",
+                         "ThresholdedRelu", "Mish", "Swish"})
+    Add(registry, "", op, 1, 1, InferUnary);
+  Add(registry, "", "SwiGLU", 2, 2, InferSameShapePair);
   Add(registry, "", "Gelu", 1, 1, InferGelu);
 
   for (const char* op : {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"})

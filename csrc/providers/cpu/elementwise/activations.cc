@@ -1,5 +1,7 @@
-// Activations with attributes or fused forms: LeakyRelu, Elu, Selu, HardSigmoid, HardSwish,
-// Softplus, Softsign, Gelu (ai.onnx opset 20), and com.microsoft Gelu, FastGelu, BiasGelu.
+// Activations with attributes or fused forms: LeakyRelu, Elu, Selu, Celu, HardSigmoid, HardSwish,
+// Softplus, Softsign, Mish, Swish, ThresholdedRelu, Shrink, Gelu (ai.onnx opset 20), and
+// com.microsoft Gelu, FastGelu, BiasGelu.
+#include <cmath>
 #include <string>
 
 #include "providers/cpu/elementwise/unary_kernel.h"
@@ -45,6 +47,54 @@ struct GeluArrayOp {
 };
 
 using SoftplusArrayOp = VecMapOp<SoftplusOp, SoftplusArray>;
+
+// Celu: max(0, x) + min(0, alpha * (exp(x / alpha) - 1)).
+struct CeluOp {
+  float alpha = 1.0f;
+  template <typename T>
+  T operator()(T x) const {
+    T a = static_cast<T>(alpha);
+    T neg = a * (std::exp(x / a) - T(1));
+    return (x > T(0) ? x : T(0)) + (neg < T(0) ? neg : T(0));
+  }
+};
+// Mish: x * tanh(softplus(x)).
+struct MishOp {
+  template <typename T>
+  T operator()(T x) const {
+    return x * std::tanh(SoftplusOp{}(x));
+  }
+};
+// Swish (opset 24): x * sigmoid(alpha * x).
+struct SwishOp {
+  float alpha = 1.0f;
+  template <typename T>
+  T operator()(T x) const {
+    return x / (T(1) + std::exp(-static_cast<T>(alpha) * x));
+  }
+};
+// ThresholdedRelu: x where x > alpha, else 0.
+struct ThresholdedReluOp {
+  float alpha = 1.0f;
+  template <typename T>
+  T operator()(T x) const {
+    return x > static_cast<T>(alpha) ? x : T(0);
+  }
+};
+// Shrink: x + bias below -lambd, x - bias above lambd, 0 between; integers computed in double and
+// converted back, as the reference's float arithmetic on them.
+struct ShrinkOp {
+  float bias = 0.0f;
+  float lambd = 0.5f;
+  template <typename T>
+  T operator()(T x) const {
+    using C = std::conditional_t<std::is_floating_point_v<T>, T, double>;
+    C v = static_cast<C>(x);
+    if (v < -static_cast<C>(lambd)) return static_cast<T>(v + static_cast<C>(bias));
+    if (v > static_cast<C>(lambd)) return static_cast<T>(v - static_cast<C>(bias));
+    return T(0);
+  }
+};
 
 Status ReadFloat(const Node& node, const char* name, float dflt, float* out) { return node.GetAttr(name, out, dflt); }
 
@@ -121,6 +171,44 @@ struct ArrayOpFactory<MapOp<HardSigmoidOp>> {
 };
 
 template <>
+struct ArrayOpFactory<MapOp<CeluOp>> {
+  static StatusOr<MapOp<CeluOp>> Make(const Node& node) {
+    MapOp<CeluOp> op;
+    TOB_RETURN_IF_ERROR(ReadFloat(node, "alpha", 1.0f, &op.op.alpha));
+    if (op.op.alpha == 0.0f) return InvalidModel(node.Describe(), ": attribute 'alpha' must not be 0");
+    return op;
+  }
+};
+
+template <>
+struct ArrayOpFactory<MapOp<SwishOp>> {
+  static StatusOr<MapOp<SwishOp>> Make(const Node& node) {
+    MapOp<SwishOp> op;
+    TOB_RETURN_IF_ERROR(ReadFloat(node, "alpha", 1.0f, &op.op.alpha));
+    return op;
+  }
+};
+
+template <>
+struct ArrayOpFactory<MapOp<ThresholdedReluOp>> {
+  static StatusOr<MapOp<ThresholdedReluOp>> Make(const Node& node) {
+    MapOp<ThresholdedReluOp> op;
+    TOB_RETURN_IF_ERROR(ReadFloat(node, "alpha", 1.0f, &op.op.alpha));
+    return op;
+  }
+};
+
+template <>
+struct ArrayOpFactory<MapOp<ShrinkOp>> {
+  static StatusOr<MapOp<ShrinkOp>> Make(const Node& node) {
+    MapOp<ShrinkOp> op;
+    TOB_RETURN_IF_ERROR(ReadFloat(node, "bias", 0.0f, &op.op.bias));
+    TOB_RETURN_IF_ERROR(ReadFloat(node, "lambd", 0.5f, &op.op.lambd));
+    return op;
+  }
+};
+
+template <>
 struct ArrayOpFactory<GeluArrayOp> {
   static StatusOr<GeluArrayOp> Make(const Node& node) {
     std::string approximate;
@@ -148,6 +236,14 @@ void RegisterCpuActivationKernels(KernelRegistry& registry) {
                                                                               {{1, F3()}, {22, F4()}});
   RegisterByVersion<UnaryKernel<MapOp<SoftsignOp>, FloatList>>(registry, "Softsign", {0}, {{1, F3()}, {22, F4()}});
   RegisterByVersion<UnaryKernel<GeluArrayOp, FloatList, kExpensiveGrain>>(registry, "Gelu", {0}, {{20, F4()}});
+  RegisterByVersion<UnaryKernel<MapOp<CeluOp>, FloatList, kExpensiveGrain>>(registry, "Celu", {0},
+                                                                            {{12, {DType::kFloat32}}, {28, F4()}});
+  RegisterByVersion<UnaryKernel<MapOp<MishOp>, FloatList, kExpensiveGrain>>(registry, "Mish", {0},
+                                                                            {{18, F3()}, {22, F4()}});
+  RegisterByVersion<UnaryKernel<MapOp<SwishOp>, FloatList, kExpensiveGrain>>(registry, "Swish", {0}, {{24, F4()}});
+  RegisterByVersion<UnaryKernel<MapOp<ThresholdedReluOp>, FloatList>>(registry, "ThresholdedRelu", {0},
+                                                                      {{10, F3()}, {22, F4()}});
+  RegisterByVersion<UnaryKernel<MapOp<ShrinkOp>, NumericList>>(registry, "Shrink", {0}, {{9, NumericNoBf16()}});
 
   RegisterByVersion<UnaryKernel<GeluArrayOp, FloatList, kExpensiveGrain>>(registry, "Gelu", {0}, {{1, F4()}},
                                                                           kMicrosoftDomain);

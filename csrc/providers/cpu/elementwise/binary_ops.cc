@@ -1,4 +1,5 @@
-// Broadcasting arithmetic: Add, Sub, Mul, Div, Mod, Pow, PRelu.
+// Broadcasting arithmetic: Add, Sub, Mul, Div, Mod, Pow, PRelu, and SwiGLU (same-shape gate and value).
+#include <cmath>
 #include <optional>
 
 #include "providers/cpu/elementwise/elementwise_type_sets.h"
@@ -54,6 +55,23 @@ StatusOr<ModOp> MakeOp<ModOp>(const Node& node) {
   if (fmod != 0 && fmod != 1) return InvalidModel(node.Describe(), ": attribute 'fmod' must be 0 or 1, got ", fmod);
   ModOp op;
   op.fmod = fmod == 1;
+  return op;
+}
+
+// SwiGLU (opset 28): Swish_alpha(A) * B = A * sigmoid(alpha * A) * B; the schema requires equal
+// shapes, so the broadcasting loop sees none.
+struct SwiGluOp {
+  float alpha = 1.0f;
+  template <typename T>
+  T operator()(T a, T b) const {
+    return a / (T(1) + std::exp(-static_cast<T>(alpha) * a)) * b;
+  }
+};
+
+template <>
+StatusOr<SwiGluOp> MakeOp<SwiGluOp>(const Node& node) {
+  SwiGluOp op;
+  TOB_RETURN_IF_ERROR(node.GetAttr("alpha", &op.alpha, 1.0f));
   return op;
 }
 
@@ -137,6 +155,7 @@ void RegisterCpuBinaryKernels(KernelRegistry& registry) {
       registry, "PRelu", {0, 1}, {{6, F3()}, {9, prelu9}, {16, With(prelu9, {DType::kBFloat16})}});
 
   const std::vector<DType> pow12{DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kInt32, DType::kInt64};
+  RegisterByVersion<BinaryKernel<SwiGluOp, FloatList>>(registry, "SwiGLU", {0, 1}, {{28, F4()}});
   registry.Register(Def("Pow").Versions(7, 11).Constraint("T", {0, 1}, F3()).Kernel<PowKernel>());
   registry.Register(Def("Pow")
                         .Versions(12, 12)

@@ -1,5 +1,8 @@
 // Unary math: Neg, Abs, Sqrt, Reciprocal, Exp, Log, Tanh, Sigmoid, Erf, Floor, Ceil, Round,
-// Sign, Sin, Cos, Relu, and the predicates Not, IsNaN, IsInf.
+// Sign, Sin, Cos, Tan, the inverse and hyperbolic trigonometric ops, Relu, and the predicates
+// Not, IsNaN, IsInf.
+#include <cmath>
+
 #include "providers/cpu/elementwise/unary_kernel.h"
 
 namespace tob::ew {
@@ -18,6 +21,26 @@ struct ArrayOpFactory<MapOp<IsInfOp>> {
 };
 
 namespace {
+
+// The trigonometric ops beyond Sin and Cos: the C library's function of the compute type (float32
+// for the 16-bit types, whose values are widened first and the result rounded once).
+#define TOB_LIBM_UNARY_OP(Name, fn)      \
+  struct Name##Op {                      \
+    template <typename T>                \
+    T operator()(T x) const {            \
+      return static_cast<T>(std::fn(x)); \
+    }                                    \
+  };
+TOB_LIBM_UNARY_OP(Tan, tan)
+TOB_LIBM_UNARY_OP(Asin, asin)
+TOB_LIBM_UNARY_OP(Acos, acos)
+TOB_LIBM_UNARY_OP(Atan, atan)
+TOB_LIBM_UNARY_OP(Sinh, sinh)
+TOB_LIBM_UNARY_OP(Cosh, cosh)
+TOB_LIBM_UNARY_OP(Asinh, asinh)
+TOB_LIBM_UNARY_OP(Acosh, acosh)
+TOB_LIBM_UNARY_OP(Atanh, atanh)
+#undef TOB_LIBM_UNARY_OP
 
 using ExpArrayOp = VecMapOp<ExpOp, ExpArray>;
 using LogArrayOp = VecMapOp<LogOp, LogArray>;
@@ -51,6 +74,15 @@ void RegisterCpuUnaryKernels(KernelRegistry& registry) {
   RegisterByVersion<Transcendental<ErfArrayOp>>(registry, "Erf", {0}, {{9, F3()}, {13, F4()}});
   RegisterByVersion<Transcendental<MapOp<SinOp>>>(registry, "Sin", {0}, {{7, F3()}, {22, F4()}});
   RegisterByVersion<Transcendental<MapOp<CosOp>>>(registry, "Cos", {0}, {{7, F3()}, {22, F4()}});
+  RegisterByVersion<Transcendental<MapOp<TanOp>>>(registry, "Tan", {0}, {{7, F3()}, {22, F4()}});
+  RegisterByVersion<Transcendental<MapOp<AsinOp>>>(registry, "Asin", {0}, {{7, F3()}, {22, F4()}});
+  RegisterByVersion<Transcendental<MapOp<AcosOp>>>(registry, "Acos", {0}, {{7, F3()}, {22, F4()}});
+  RegisterByVersion<Transcendental<MapOp<AtanOp>>>(registry, "Atan", {0}, {{7, F3()}, {22, F4()}});
+  RegisterByVersion<Transcendental<MapOp<SinhOp>>>(registry, "Sinh", {0}, {{9, F3()}, {22, F4()}});
+  RegisterByVersion<Transcendental<MapOp<CoshOp>>>(registry, "Cosh", {0}, {{9, F3()}, {22, F4()}});
+  RegisterByVersion<Transcendental<MapOp<AsinhOp>>>(registry, "Asinh", {0}, {{9, F3()}, {22, F4()}});
+  RegisterByVersion<Transcendental<MapOp<AcoshOp>>>(registry, "Acosh", {0}, {{9, F3()}, {22, F4()}});
+  RegisterByVersion<Transcendental<MapOp<AtanhOp>>>(registry, "Atanh", {0}, {{9, F3()}, {22, F4()}});
   RegisterByVersion<UnaryKernel<SqrtArrayOp, FloatList>>(registry, "Sqrt", {0}, float_6_13);
   RegisterByVersion<UnaryKernel<FloorArrayOp, FloatList>>(registry, "Floor", {0}, float_6_13);
   RegisterByVersion<UnaryKernel<CeilArrayOp, FloatList>>(registry, "Ceil", {0}, float_6_13);
