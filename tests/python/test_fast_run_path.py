@@ -108,3 +108,26 @@ def test_non_contiguous_input_runs_through_the_checked_path():
     torch.testing.assert_close(got, model(x).detach())
     assert compile_stats().runs == runs + 1
     assert not graph._fast, "a graph fed non-contiguous inputs keeps to the checked path"
+
+
+def test_executor_reinfers_a_shape_that_depends_on_an_input_value():
+    """The executor keeps a step's inferred output types while its input shapes are unchanged, but
+    not for an op whose output shape comes from the value of an input: a Reshape to a shape fed at
+    run time gets a new output shape on every run, the input shapes staying the same."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    from torch_ort_backend.session import InferenceSession
+
+    relu = helper.make_node("Relu", ["x"], ["r"])
+    reshape = helper.make_node("Reshape", ["r", "shape"], ["y"])
+    graph = helper.make_graph(
+        [relu, reshape], "reshape_by_value",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8]),
+         helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, None])])
+    session = InferenceSession(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    x = _nonzero(4, 8, seed=3).numpy()
+    for shape in ([4, 8], [8, 4], [2, 16], [8, 4], [32, 1]):
+        (y,) = session.run(None, {"x": x, "shape": np.array(shape, dtype=np.int64)})
+        np.testing.assert_array_equal(y, np.maximum(x, 0).reshape(shape))
