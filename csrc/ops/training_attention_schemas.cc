@@ -4,7 +4,8 @@
 // Q [batch, heads, q_seq, head_size], K [batch, kv_heads, kv_seq, head_size], V [batch,
 // kv_heads, kv_seq, v_head_size] with heads a multiple of kv_heads (grouped-query attention);
 // attn_mask (optional) broadcasts to [batch, heads, q_seq, kv_seq]. FlashAttention gives Y
-// [batch, heads, q_seq, v_head_size] and logsumexp [batch, heads, q_seq]; FlashAttentionGrad
+// [batch, heads, q_seq, v_head_size] and logsumexp [batch, heads, q_seq] (float32 for 16-bit Q,
+// Q's dtype otherwise); FlashAttentionGrad
 // (dY, Q, K, V, Y, logsumexp, attn_mask?) gives dQ, dK, dV of the shapes of Q, K, V.
 #include "ops/training_schema_utils.h"
 
@@ -13,6 +14,9 @@ namespace tob {
 using namespace training_schema;
 
 namespace {
+
+// 16-bit attention keeps its row logsumexp in float32 (as torch does); other types in their own.
+DType LogsumexpType(DType q) { return q == DType::kFloat16 || q == DType::kBFloat16 ? DType::kFloat32 : q; }
 
 Dim DimOf(const ValueType& t, int64_t i) { return t.has_rank() && i < t.rank() ? (*t.shape)[i] : Dim::Unknown(); }
 
@@ -61,7 +65,7 @@ Status InferFlashAttention(InferenceContext& ctx) {
     lse = Dims{DimOf(q, 0), DimOf(q, 1), DimOf(q, 2)};
   }
   ctx.set_output(0, ValueType(q.dtype, std::move(y)));
-  if (ctx.num_outputs() > 1) ctx.set_output(1, ValueType(q.dtype, std::move(lse)));
+  if (ctx.num_outputs() > 1) ctx.set_output(1, ValueType(LogsumexpType(q.dtype), std::move(lse)));
   return Status::OK();
 }
 
@@ -70,10 +74,13 @@ Status InferFlashAttentionGrad(InferenceContext& ctx) {
   TOB_RETURN_IF_ERROR(CheckQkv(ctx, 1));
   TOB_RETURN_IF_ERROR(CheckCausalAttribute(ctx));
   const DType dtype = ctx.input_type(1)->dtype;
-  for (int i : {0, 4, 5})
+  for (int i : {0, 4})
     if (ctx.input_type(i)->dtype != dtype)
-      return ctx.Fail(i == 0 ? "dY" : i == 4 ? "Y" : "logsumexp", " has dtype ", DTypeName(ctx.input_type(i)->dtype),
-                      ", Q has ", DTypeName(dtype));
+      return ctx.Fail(i == 0 ? "dY" : "Y", " has dtype ", DTypeName(ctx.input_type(i)->dtype), ", Q has ",
+                      DTypeName(dtype));
+  if (ctx.input_type(5)->dtype != LogsumexpType(dtype))
+    return ctx.Fail("logsumexp has dtype ", DTypeName(ctx.input_type(5)->dtype), ", expected ",
+                    DTypeName(LogsumexpType(dtype)), " for Q of ", DTypeName(dtype));
   for (int i = 0; i < ctx.num_outputs(); ++i) ctx.set_output(i, *ctx.input_type(1 + i));
   return Status::OK();
 }

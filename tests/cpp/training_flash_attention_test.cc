@@ -3,7 +3,8 @@
 // and its analytic gradient), on random non-zero data; the analytic reference is itself checked
 // against central differences. Shapes cross the kernel's query (64) and key (128) blocks with odd
 // lengths, q_seq != kv_seq both ways, causal (top-left, as torch aligns it), bool and float masks
-// of each broadcast, GQA, an explicit scale, rows that see no key, and the errors for bad inputs.
+// of each broadcast, GQA, an explicit scale, rows that see no key, float16 / bfloat16 (float32
+// inside), and the errors for bad inputs.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +12,7 @@
 #include <optional>
 #include <vector>
 
+#include "kernels/training/flash_attention_math.h"
 #include "training_test_util.h"
 
 namespace tob {
@@ -169,12 +171,13 @@ void RunFlash(const FlashCase& c, double tol) {
       .Output("logsumexp", {c.batch, c.heads, c.q_seq}, r.lse, tol, tol)
       .Threads(3)
       .Run();
-  // The backward reads Y and logsumexp as the forward saved them (in T).
+  // The backward reads Y as the forward saved it (in T) and logsumexp in the compute type.
   OpTester grad("FlashAttentionGrad", 1, kMicrosoftDomain);
   if (c.causal) grad.Attr("is_causal", Int(1));
   if (c.scale) grad.Attr("scale", Attribute::Float(*c.scale));
   grad.Input("dY", t.dy).Input("Q", t.q).Input("K", t.k).Input("V", t.v);
-  grad.Input("Y", FromDoubles<T>(r.y, c.y())).Input("logsumexp", FromDoubles<T>(r.lse, {c.batch, c.heads, c.q_seq}));
+  grad.Input("Y", FromDoubles<T>(r.y, c.y()))
+      .Input("logsumexp", FromDoubles<ComputeType<T>>(r.lse, {c.batch, c.heads, c.q_seq}));
   if (t.mask.defined()) grad.Input("attn_mask", t.mask);
   grad.Output("dQ", c.q(), r.dq, tol, tol)
       .Output("dK", c.k(), r.dk, tol, tol)
@@ -282,6 +285,20 @@ TEST(TrainingFlashAttention, MasksOfEachBroadcast) {
   }
 }
 
+// float16 / bfloat16: float32 inside, each result rounded once (so within a few units of the
+// type's roundoff of the float64 result on the same rounded inputs); logsumexp float32.
+TEST(TrainingFlashAttention, SixteenBitTypesComputeInFloat32) {
+  FlashCase c;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.q_seq = 70;
+  c.kv_seq = 133;
+  c.causal = true;
+  c.mask_shape = {2, 1, 70, 133};
+  RunFlash<Float16>(c, 4e-3);
+  RunFlash<BFloat16>(c, 2e-2);
+}
+
 TEST(TrainingFlashAttention, RowThatSeesNoKeyIsZeroWithInfiniteLogsumexp) {
   FlashCase c;
   c.q_seq = 6;
@@ -291,6 +308,48 @@ TEST(TrainingFlashAttention, RowThatSeesNoKeyIsZeroWithInfiniteLogsumexp) {
   RunFlash<double>(c, 1e-12);
   c.mask_bool = true;
   RunFlash<float>(c, 1e-5);
+}
+
+// The CUDA forward's per-score arithmetic (kernels/training/flash_attention_math.h, one key at a
+// time), run here on the host: one attention row against the float64 reference, causal rows
+// (keys past i hidden), rows with masked keys and a row that sees no key.
+TEST(TrainingFlashAttention, CudaRowArithmeticMatchesTheReference) {
+  FlashCase c;
+  c.batch = 1;
+  c.heads = 1;
+  c.kv_heads = 1;
+  c.q_seq = 9;
+  c.kv_seq = 23;
+  c.head = 5;
+  c.v_head = 3;
+  c.mask_shape = {9, 23};
+  c.hide_row = true;
+  for (bool causal : {false, true}) {
+    c.causal = causal;
+    const FlashTensors<float> t = MakeTensors<float>(c);
+    const FlashData d = ToData(t);
+    const FlashRef r = Reference(c, d, false);
+    const double scale = 1 / std::sqrt(static_cast<double>(c.head));
+    for (int64_t i = 0; i < c.q_seq; ++i) {
+      flash::OnlineSoftmax softmax;
+      std::vector<float> acc(c.v_head, 0.f);
+      for (int64_t j = 0; j < c.kv_seq; ++j) {
+        float dot = 0;
+        for (int64_t x = 0; x < c.head; ++x) dot += static_cast<float>(d.q[i * c.head + x] * d.k[j * c.head + x]);
+        const float s = dot * static_cast<float>(scale) +
+                        flash::ScoreBias(causal, i, j, static_cast<float>(d.mask[i * c.kv_seq + j]));
+        float p = 0, rescale = 0;
+        softmax.Add(s, &p, &rescale);
+        for (int64_t x = 0; x < c.v_head; ++x) acc[x] = acc[x] * rescale + p * static_cast<float>(d.v[j * c.v_head + x]);
+      }
+      for (int64_t x = 0; x < c.v_head; ++x)
+        EXPECT_NEAR(acc[x] * softmax.Normalizer(), r.y[i * c.v_head + x], 1e-5) << "row " << i << " causal " << causal;
+      if (std::isinf(r.lse[i]))
+        EXPECT_EQ(softmax.Logsumexp(), std::numeric_limits<float>::infinity()) << "row " << i;
+      else
+        EXPECT_NEAR(softmax.Logsumexp(), r.lse[i], 1e-5) << "row " << i << " causal " << causal;
+    }
+  }
 }
 
 TEST(TrainingFlashAttention, BadInputsNameTheOperand) {

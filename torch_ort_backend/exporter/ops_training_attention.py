@@ -8,8 +8,9 @@ K/V with fewer heads than Q (enable_gqa), output and row logsumexp.
 
 Anything the engine op cannot reproduce exactly declines and stays an ATen node running torch's
 kernel: dropout (our kernel cannot replay torch's generator stream, so the numbers would differ
-from the ones the user asked for), dtypes without a native kernel (16-bit), unknown ranks, and a
-non-constant dropout probability or scale."""
+from the ones the user asked for), dtypes without a native kernel, unknown ranks, and a
+non-constant dropout probability or scale. float16 / bfloat16 attention computes in float32 and
+keeps its logsumexp in float32, as torch's kernel does."""
 
 from __future__ import annotations
 
@@ -38,20 +39,24 @@ def _flash_attributes(a, query: Val, key: Val, value: Val, mask: Val | None) -> 
     return {"is_causal": int(a.is_causal), "scale": None if a.scale is None else float(a.scale)}
 
 
+def _lse_dtype(query: Val) -> torch.dtype:
+    return torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
+
+
 @converter(aten._scaled_dot_product_flash_attention_for_cpu.default)
 def flash_attention_for_cpu(ctx, node, a):
     attrs = _flash_attributes(a, a.query, a.key, a.value, a.attn_mask)
     if attrs is None:
         return None
     y, lse = ctx.op("FlashAttention", a.query, a.key, a.value, a.attn_mask, outputs=2, domain=MS_DOMAIN,
-                    dtypes=[a.query.dtype, a.query.dtype], **attrs)
+                    dtypes=[a.query.dtype, _lse_dtype(a.query)], **attrs)
     return y, lse
 
 
 @converter(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
 def flash_attention_for_cpu_backward(ctx, node, a):
     attrs = _flash_attributes(a, a.query, a.key, a.value, a.attn_mask)
-    if attrs is None or a.logsumexp.dtype != a.query.dtype or a.grad_out.dtype != a.query.dtype:
+    if attrs is None or a.logsumexp.dtype != _lse_dtype(a.query) or a.grad_out.dtype != a.query.dtype:
         return None
     dq, dk, dv = ctx.op("FlashAttentionGrad", a.grad_out, a.query, a.key, a.value, a.out, a.logsumexp, a.attn_mask,
                         outputs=3, domain=MS_DOMAIN, dtypes=[a.query.dtype, a.key.dtype, a.value.dtype], **attrs)

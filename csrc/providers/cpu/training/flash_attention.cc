@@ -17,6 +17,8 @@
 // on a block (the AVX-512 small-M kernel where the CPU has one); the row passes use the AVX2 exp.
 // With grouped K/V heads, each query head's dK/dV go to scratch and are summed per group after,
 // so no two threads ever write one value and the result does not depend on the thread count.
+// float16 / bfloat16 operands are widened to float32 once and the results rounded once (scores,
+// softmax and every sum are float32); logsumexp is then float32, as torch keeps it.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -24,6 +26,7 @@
 #include <vector>
 
 #include "framework/kernel_registry.h"
+#include "providers/cpu/float_compute.h"
 #include "providers/cpu/nn/gemm.h"
 #include "providers/cpu/nn/vec_math.h"
 
@@ -153,14 +156,16 @@ int64_t Slices(const KernelContext& ctx, int64_t items) {
   return std::max<int64_t>(1, std::min(items, threads));
 }
 
+// Operands and results in the compute type C (float32 for the 16-bit types); lse may be null.
 template <typename C>
-Status ForwardTyped(KernelContext& ctx, const FlashAttributes& a, const FlashShape& s) {
-  const C* q = ctx.input(0)->data<C>();
-  const C* k = ctx.input(1)->data<C>();
-  const C* v = ctx.input(2)->data<C>();
-  TOB_ASSIGN_OR_RETURN(std::optional<MaskBias<C>> mask, ReadMask<C>(ctx, ctx.input(3), s));
-  C* y = ctx.output(0)->data<C>();
-  C* lse = ctx.output(1) != nullptr ? ctx.output(1)->data<C>() : nullptr;
+Status ForwardTyped(const KernelContext& ctx, const FlashAttributes& a, const FlashShape& s, const Tensor& q_t,
+                    const Tensor& k_t, const Tensor& v_t, const Tensor* mask_t, Tensor& y_t, Tensor* lse_t) {
+  const C* q = q_t.data<C>();
+  const C* k = k_t.data<C>();
+  const C* v = v_t.data<C>();
+  TOB_ASSIGN_OR_RETURN(std::optional<MaskBias<C>> mask, ReadMask<C>(ctx, mask_t, s));
+  C* y = y_t.data<C>();
+  C* lse = lse_t != nullptr ? lse_t->data<C>() : nullptr;
   const C scale = ScaleOf<C>(a, s);
   const C neg_inf = -std::numeric_limits<C>::infinity();
 
@@ -290,37 +295,23 @@ Status BackwardHead(const FlashAttributes& a, const FlashShape& s, const std::op
   return Status::OK();
 }
 
+// Operands and gradients in the compute type C; every gradient is computed (the products share
+// their blocks), so all three are given.
 template <typename C>
-Status BackwardTyped(KernelContext& ctx, const FlashAttributes& a, const FlashShape& s) {
-  const Tensor& dy_t = *ctx.input(0);
-  const Tensor& y_t = *ctx.input(4);
-  const Tensor& lse_t = *ctx.input(5);
-  const Shape y_shape{s.batch, s.heads, s.q_seq, s.v_head};
-  if (dy_t.shape() != y_shape || y_t.shape() != y_shape || dy_t.dtype() != DTypeOf<C>() || y_t.dtype() != DTypeOf<C>())
-    return ctx.Fail("dY ", ShapeToString(dy_t.shape()), " and Y ", ShapeToString(y_t.shape()), " must be ",
-                    ShapeToString(y_shape), " of Q's dtype");
-  if (lse_t.shape() != Shape{s.batch, s.heads, s.q_seq} || lse_t.dtype() != DTypeOf<C>())
-    return ctx.Fail("logsumexp ", ShapeToString(lse_t.shape()), " must be [", s.batch, ", ", s.heads, ", ", s.q_seq,
-                    "] of Q's dtype (FlashAttention's second output)");
-  TOB_ASSIGN_OR_RETURN(std::optional<MaskBias<C>> mask, ReadMask<C>(ctx, ctx.input(6), s));
+Status BackwardTyped(const KernelContext& ctx, const FlashAttributes& a, const FlashShape& s, const Tensor& dy_t,
+                     const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const Tensor& y_t, const Tensor& lse_t,
+                     const Tensor* mask_t, Tensor& dq_t, Tensor& dk_t, Tensor& dv_t) {
+  TOB_ASSIGN_OR_RETURN(std::optional<MaskBias<C>> mask, ReadMask<C>(ctx, mask_t, s));
   const C* dy = dy_t.data<C>();
-  const C* q = ctx.input(1)->data<C>();
-  const C* k = ctx.input(2)->data<C>();
-  const C* v = ctx.input(3)->data<C>();
+  const C* q = q_t.data<C>();
+  const C* k = k_t.data<C>();
+  const C* v = v_t.data<C>();
   const C* y = y_t.data<C>();
   const C* lse = lse_t.data<C>();
-
-  // Every output is computed (the products share their blocks); omitted ones go to scratch.
-  Tensor dq_keep, dk_keep, dv_keep;
-  auto output_or_scratch = [&](int i, const Tensor& like, Tensor* keep) -> StatusOr<C*> {
-    if (ctx.output(i) != nullptr) return ctx.output(i)->data<C>();
-    TOB_ASSIGN_OR_RETURN(*keep, ctx.AllocateScratch(DTypeOf<C>(), like.shape()));
-    return keep->data<C>();
-  };
-  TOB_ASSIGN_OR_RETURN(C * dq, output_or_scratch(0, *ctx.input(1), &dq_keep));
-  TOB_ASSIGN_OR_RETURN(C * dk, output_or_scratch(1, *ctx.input(2), &dk_keep));
-  TOB_ASSIGN_OR_RETURN(C * dv, output_or_scratch(2, *ctx.input(3), &dv_keep));
-  std::fill_n(dq, ctx.input(1)->numel(), C(0));
+  C* dq = dq_t.data<C>();
+  C* dk = dk_t.data<C>();
+  C* dv = dv_t.data<C>();
+  std::fill_n(dq, q_t.numel(), C(0));
   // Grouped heads: per query head dK / dV in scratch, summed over each group below.
   const bool grouped = s.group() > 1;
   Tensor dk_heads, dv_heads;
@@ -382,14 +373,41 @@ Status BackwardTyped(KernelContext& ctx, const FlashAttributes& a, const FlashSh
   return Status::OK();
 }
 
-// float32 and float64 only: the exporter widens nothing and emits these ops for float32 graphs;
-// float64 serves the reference tests.
-template <typename Fn>
-Status DispatchFlash(const KernelContext& ctx, DType dtype, Fn&& fn) {
-  if (dtype == DType::kFloat32) return fn.template operator()<float>();
-  if (dtype == DType::kFloat64) return fn.template operator()<double>();
-  return ctx.Fail("Q must be float32 or float64, got ", DTypeName(dtype));
+bool Is16Bit(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; }
+
+// The compute type's copy of an operand: float32/float64 tensors as they are, 16-bit ones as a
+// float32 copy in scratch (kept alive by `keep`).
+StatusOr<const Tensor*> InCompute(const KernelContext& ctx, const Tensor* t, Tensor* keep) {
+  if (t == nullptr || !Is16Bit(t->dtype())) return t;
+  TOB_ASSIGN_OR_RETURN(*keep, ToFloatScratch(ctx, *t));
+  return static_cast<const Tensor*>(keep);
 }
+
+// Where a result of the compute type goes: the output itself (float32/float64), or float32
+// scratch rounded into it afterwards (16-bit, or an omitted output when `always`).
+StatusOr<Tensor*> OutCompute(const KernelContext& ctx, Tensor* out, const Shape& shape, DType compute, Tensor* keep,
+                             bool always) {
+  if (out != nullptr && !Is16Bit(out->dtype())) return out;
+  if (out == nullptr && !always) return static_cast<Tensor*>(nullptr);
+  TOB_ASSIGN_OR_RETURN(*keep, ctx.AllocateScratch(compute, shape));
+  return keep;
+}
+
+Status RoundInto(const KernelContext& ctx, const Tensor* computed, Tensor* out) {
+  if (out == nullptr || computed == out) return Status::OK();
+  return FromFloatScratch(ctx, *computed, out);
+}
+
+// float32 and float64 compute in their own type; float16 and bfloat16 in float32 (operands
+// widened once, results rounded once; logsumexp stays float32, as torch keeps it).
+template <typename Fn>
+Status DispatchCompute(const KernelContext& ctx, DType dtype, Fn&& fn) {
+  if (dtype == DType::kFloat64) return fn.template operator()<double>();
+  if (dtype == DType::kFloat32 || Is16Bit(dtype)) return fn.template operator()<float>();
+  return ctx.Fail("Q must be float32, float64, float16 or bfloat16, got ", DTypeName(dtype));
+}
+
+DType LogsumexpType(DType q) { return Is16Bit(q) ? DType::kFloat32 : q; }
 
 class FlashAttentionKernel final : public OpKernel {
  public:
@@ -403,8 +421,20 @@ class FlashAttentionKernel final : public OpKernel {
   Status Compute(KernelContext& ctx) const override {
     TOB_ASSIGN_OR_RETURN(FlashShape s, CheckQkv(ctx, 0));
     if (ctx.output(0)->numel() == 0) return Status::OK();
-    return DispatchFlash(ctx, ctx.input(0)->dtype(),
-                         [&]<typename C>() -> Status { return ForwardTyped<C>(ctx, attrs_, s); });
+    const DType dtype = ctx.input(0)->dtype();
+    const DType compute = Is16Bit(dtype) ? DType::kFloat32 : dtype;
+    if (ctx.output(1) != nullptr && ctx.output(1)->dtype() != LogsumexpType(dtype))
+      return ctx.Fail("logsumexp must be ", DTypeName(LogsumexpType(dtype)), " for Q of ", DTypeName(dtype));
+    Tensor keep[5];
+    TOB_ASSIGN_OR_RETURN(const Tensor* q, InCompute(ctx, ctx.input(0), &keep[0]));
+    TOB_ASSIGN_OR_RETURN(const Tensor* k, InCompute(ctx, ctx.input(1), &keep[1]));
+    TOB_ASSIGN_OR_RETURN(const Tensor* v, InCompute(ctx, ctx.input(2), &keep[2]));
+    TOB_ASSIGN_OR_RETURN(const Tensor* mask, InCompute(ctx, ctx.input(3), &keep[3]));
+    TOB_ASSIGN_OR_RETURN(Tensor * y, OutCompute(ctx, ctx.output(0), ctx.output(0)->shape(), compute, &keep[4], true));
+    TOB_RETURN_IF_ERROR(DispatchCompute(ctx, dtype, [&]<typename C>() -> Status {
+      return ForwardTyped<C>(ctx, attrs_, s, *q, *k, *v, mask, *y, ctx.output(1));
+    }));
+    return RoundInto(ctx, y, ctx.output(0));
   }
 
  private:
@@ -422,8 +452,35 @@ class FlashAttentionGradKernel final : public OpKernel {
 
   Status Compute(KernelContext& ctx) const override {
     TOB_ASSIGN_OR_RETURN(FlashShape s, CheckQkv(ctx, 1));
-    return DispatchFlash(ctx, ctx.input(1)->dtype(),
-                         [&]<typename C>() -> Status { return BackwardTyped<C>(ctx, attrs_, s); });
+    const DType dtype = ctx.input(1)->dtype();
+    const DType compute = Is16Bit(dtype) ? DType::kFloat32 : dtype;
+    const Tensor& dy = *ctx.input(0);
+    const Tensor& y = *ctx.input(4);
+    const Tensor& lse = *ctx.input(5);
+    const Shape y_shape{s.batch, s.heads, s.q_seq, s.v_head};
+    if (dy.shape() != y_shape || y.shape() != y_shape || dy.dtype() != dtype || y.dtype() != dtype)
+      return ctx.Fail("dY ", ShapeToString(dy.shape()), " and Y ", ShapeToString(y.shape()), " must be ",
+                      ShapeToString(y_shape), " of Q's dtype");
+    if (lse.shape() != Shape{s.batch, s.heads, s.q_seq} || lse.dtype() != LogsumexpType(dtype))
+      return ctx.Fail("logsumexp ", ShapeToString(lse.shape()), " must be [", s.batch, ", ", s.heads, ", ", s.q_seq,
+                      "] of ", DTypeName(LogsumexpType(dtype)), " (FlashAttention's second output)");
+    Tensor keep[9];
+    TOB_ASSIGN_OR_RETURN(const Tensor* dy_c, InCompute(ctx, &dy, &keep[0]));
+    TOB_ASSIGN_OR_RETURN(const Tensor* q, InCompute(ctx, ctx.input(1), &keep[1]));
+    TOB_ASSIGN_OR_RETURN(const Tensor* k, InCompute(ctx, ctx.input(2), &keep[2]));
+    TOB_ASSIGN_OR_RETURN(const Tensor* v, InCompute(ctx, ctx.input(3), &keep[3]));
+    TOB_ASSIGN_OR_RETURN(const Tensor* y_c, InCompute(ctx, &y, &keep[4]));
+    TOB_ASSIGN_OR_RETURN(const Tensor* mask, InCompute(ctx, ctx.input(6), &keep[5]));
+    Tensor* grads[3];
+    for (int i = 0; i < 3; ++i) {
+      TOB_ASSIGN_OR_RETURN(grads[i],
+                           OutCompute(ctx, ctx.output(i), ctx.input(1 + i)->shape(), compute, &keep[6 + i], true));
+    }
+    TOB_RETURN_IF_ERROR(DispatchCompute(ctx, dtype, [&]<typename C>() -> Status {
+      return BackwardTyped<C>(ctx, attrs_, s, *dy_c, *q, *k, *v, *y_c, lse, mask, *grads[0], *grads[1], *grads[2]);
+    }));
+    for (int i = 0; i < 3; ++i) TOB_RETURN_IF_ERROR(RoundInto(ctx, grads[i], ctx.output(i)));
+    return Status::OK();
   }
 
  private:
@@ -433,7 +490,7 @@ class FlashAttentionGradKernel final : public OpKernel {
 }  // namespace
 
 void RegisterCpuFlashAttentionKernels(KernelRegistry& registry) {
-  const std::vector<DType> types = {DType::kFloat32, DType::kFloat64};
+  const std::vector<DType>& types = FloatTypes();
   std::vector<DType> mask_types = types;
   mask_types.push_back(DType::kBool);
   registry.Register(Def("FlashAttention")
@@ -445,7 +502,8 @@ void RegisterCpuFlashAttentionKernels(KernelRegistry& registry) {
   registry.Register(Def("FlashAttentionGrad")
                         .Domain(kMicrosoftDomain)
                         .Versions(1)
-                        .Constraint("T", {0, 1, 2, 3, 4, 5}, types)
+                        .Constraint("T", {0, 1, 2, 3, 4}, types)
+                        .Constraint("L", {5}, {DType::kFloat32, DType::kFloat64})
                         .Constraint("M", {6}, mask_types)
                         .Kernel<FlashAttentionGradKernel>());
 }
