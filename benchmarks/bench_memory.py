@@ -7,6 +7,11 @@ memory_opt_level 0, 1 and 2, in one run.
                                       [--configs eager,checkpoint,inductor_budget,ort0,ort1,ort2]
                                       [--json PATH]
 
+Two variants of an "ort" level N take a change of docs/memory_optimizer.md back, to measure what it
+is worth: ``ortN_keep_arena`` (the backward keeps its engine arena between steps, as level 0 does)
+and ``ortN_no_donation`` (torch._functorch.config.donated_buffer off: the backward holds its whole
+stash to its end).
+
 The models are torch_ort_backend/testing/models.py's GPT-2 and LLaMA (eager attention, dropout 0.1) at
 the given sizes; the default (6 layers, batch 16 x 256 tokens, hidden 256) is one where activations
 dominate: they are tens of times the parameters. Every configuration runs in a fresh subprocess with
@@ -79,7 +84,16 @@ def worker(model_name: str, config: str, sizes: dict, steps: int) -> dict:
         torch._functorch.config.activation_memory_budget = 0.5
         fn = torch.compile(model)
     elif config.startswith("ort"):
-        fn = torch.compile(model, backend="ort", options={"memory_opt_level": int(config[3:])})
+        level, _, variant = config[3:].partition("_")
+        if variant == "keep_arena":
+            from torch_ort_backend.compiled_graph import CompiledGraph
+
+            CompiledGraph._releases_arena = lambda self: False
+        elif variant == "no_donation":
+            torch._functorch.config.donated_buffer = False
+        elif variant:
+            raise ValueError(f"unknown configuration {config!r}: the variants are _keep_arena and _no_donation")
+        fn = torch.compile(model, backend="ort", options={"memory_opt_level": int(level)})
     elif config != "eager":
         raise ValueError(f"unknown configuration {config!r}; known: {', '.join(CONFIGS)}")
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)

@@ -150,6 +150,7 @@ class CompiledGraph:
         # needs no session.
         self.session = self._session_for(model) if exported.output_names else None
         self._input_names = exported.input_names
+        self.memory.keep_returned_inputs(exported.output_kinds)  # donation (memory_optimizer/step_memory.py)
         self.inspector = inspector_for(self.gm, self.name, self.stage, self.opts)  # runtime_inspector.py
         self._output_plan = self._fast_output_plan()
         self._plain_outputs = self._output_plan is not None and all(k == _ENGINE for k, _ in self._output_plan)
@@ -197,13 +198,19 @@ class CompiledGraph:
         """The engine session of this export: shared with earlier identical exports (same model and
         session options) through the compile state, except when the optimized model is to be saved."""
         key = (hashlib.sha1(model.SerializeToString(deterministic=True)).hexdigest(), self.opts.optimization_level,
-               self.opts.intra_op_threads, self.opts.enable_profiling)
+               self.opts.intra_op_threads, self.opts.enable_profiling, self._releases_arena())
         return self.state.shared_session(key, lambda: self._create_session(model), reuse=not self.opts.save_onnx)
+
+    def _releases_arena(self) -> bool:
+        """A backward graph at memory_opt_level >= 1 frees the engine's arena after each run, so
+        that nothing of the step's peak stays resident between steps (docs/memory_optimizer.md)."""
+        return self.stage == "backward" and self.opts.memory_opt_level >= 1
 
     def _create_session(self, model):
         from .session import InferenceSession
 
         so = _session_options(self.opts)
+        so.release_arena_after_run = self._releases_arena()
         if self.opts.save_onnx:
             so.optimized_model_filepath = os.path.join(
                 self.opts.save_path or os.getcwd(), f"{self.opts.onnx_prefix}_{self.name}_optimized.onnx")
@@ -237,10 +244,13 @@ class CompiledGraph:
         if self._fast:
             try:
                 return self._run_fast(args)
-            except Exception:
+            except Exception as e:
                 # A bad input (another device, dtype or shape) or a failed run: the checked path
                 # below raises the named error. Or an input the fast path cannot take (a
                 # non-contiguous tensor): the checked path runs it, and this graph keeps to it.
+                # Only donated inputs already handed to the engine (taken out of args) rule out a rerun.
+                if any(a is None for a in args):
+                    raise UnsupportedOnnxModelError(f"running {self.name} failed: {e}") from e
                 fast_failed = True
         try:
             outs = self._run_engine(args)
@@ -260,7 +270,9 @@ class CompiledGraph:
     def _run_fast(self, args: list) -> list:
         """The common case, as little Python as possible: DLPack capsules in graph-input order to
         the engine, its outputs back as torch tensors over engine memory (no copies)."""
-        results = self.session._session.run_positional([_to_dlpack(a) for a in args])
+        feeds = [_to_dlpack(a) for a in args]
+        # Donated stashed activations leave args here: the engine frees each after its last reader.
+        results = self.session._session.run_positional(feeds, self.memory.take_donated(args))
         self.state.stats.runs += 1
         self.memory.record(self.session, args)
         if logger.isEnabledFor(logging.DEBUG):
@@ -291,10 +303,13 @@ class CompiledGraph:
                 feeds[name] = np.asarray(int(a), dtype=np.int64)
             else:
                 feeds[name] = np.asarray(float(a), dtype=np.float64)
+        a = None  # the loop's last input: no reference may stay here to a donated one
         if self.inspector is not None:
             self.inspector.before_run(args)
+        donated = self.memory.take_donated(args) if self.session else []
+        donate = [name for name, flag in zip(self._input_names, donated) if flag]
         try:
-            results = self.session.run(None, feeds, as_torch=True) if self.session else []
+            results = self.session.run(None, feeds, as_torch=True, donate=donate) if self.session else []
         except Exception as e:
             raise UnsupportedOnnxModelError(f"running {self.name} failed: {e}") from e
         self.state.stats.runs += 1

@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Collection, Iterable, Sequence
 
 import numpy as np
 
@@ -41,6 +41,9 @@ class SessionOptions:
         self.profile_file_prefix = "tob_profile"
         self.optimized_model_filepath = ""
         self.enable_mem_pattern = True
+        # Free the run's memory arena after each run instead of keeping it for the next (memory
+        # between runs goes back to the system; the next run pays its page faults).
+        self.release_arena_after_run = False
         self.verify_each_pass = False
         # ATen nodes may call any torch operator (file readers, custom operators of any library),
         # not only the allow-list of pure tensor operators: only for a model trusted as code
@@ -72,6 +75,7 @@ class SessionOptions:
         o.enable_profiling = self.enable_profiling
         o.profile_file_prefix = self.profile_file_prefix
         o.enable_memory_pattern = self.enable_mem_pattern
+        o.release_arena_after_run = self.release_arena_after_run
         o.verify_each_pass = self.verify_each_pass
         o.allow_unsafe_aten_ops = self.allow_unsafe_aten_ops
         low = _ONNX_LOW_PRECISION[self.propagate_cast_ops_dtype]
@@ -158,6 +162,7 @@ _VALIDATORS = {
     "profile_file_prefix": _str,
     "optimized_model_filepath": _str,
     "enable_mem_pattern": _bool,
+    "release_arena_after_run": _bool,
     "verify_each_pass": _bool,
     "allow_unsafe_aten_ops": _bool,
     "propagate_cast_ops_strategy": _cast_strategy,
@@ -289,12 +294,17 @@ class InferenceSession:
         run_options: Any = None,
         *,
         as_torch: bool | None = None,
+        donate: Collection[str] = (),
     ) -> list:
         """The outputs named (all of them for None) for ``input_feed`` ({input name: value}).
 
         Outputs share engine memory: torch tensors when ``as_torch`` is True, numpy arrays when it
         is False, and by default torch tensors when any feed or bound state is one. This is the one
         run path: the compiled graphs of the "ort" backend (compiled_graph.py) call it too.
+
+        ``donate`` names feeds the caller hands over: they are taken out of ``input_feed``, and the
+        engine drops its reference after the feed's last reader in the graph, so the memory goes
+        then if nothing else holds the tensor (docs/memory_optimizer.md, "Donated inputs").
         """
         if not isinstance(input_feed, dict):
             raise TypeError(f"input_feed must be a dict of name -> tensor, got {type(input_feed).__name__}")
@@ -304,10 +314,19 @@ class InferenceSession:
             any_torch = any_torch or is_torch
             names.append(name)
             values.append(engine_value)
+        value = engine_value = None  # the loop's last feed: a donated one must have no reference left here
+        donated = []
+        if donate:
+            unknown = set(donate) - set(names)
+            if unknown:
+                raise InvalidArgumentError(f"donate names {sorted(unknown)}, which are not in input_feed")
+            donated = [name in donate for name in names]
+            for name in donate:
+                del input_feed[name]
         if as_torch is None:
             as_torch = any_torch
         fetch = [] if output_names is None else list(output_names)
-        results = self._session.run(names, values, fetch)
+        results = self._session.run(names, values, fetch, donated)
         return [_from_engine(r, as_torch) for r in results]
 
 

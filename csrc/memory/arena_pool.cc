@@ -10,6 +10,7 @@ ArenaPool& ArenaPool::Global() {
 }
 
 std::shared_ptr<Buffer> ArenaPool::Take(const std::shared_ptr<Allocator>& allocator, size_t bytes) {
+  std::vector<std::shared_ptr<Buffer>> too_small;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto best = free_.end();
@@ -22,7 +23,19 @@ std::shared_ptr<Buffer> ArenaPool::Take(const std::shared_ptr<Allocator>& alloca
       free_.erase(best);
       return arena;
     }
+    // None is large enough: the device's free arenas are smaller than the one allocated now, which
+    // Give keeps instead of them; freed before the new one is allocated, not after the run (a
+    // forward's arena idle through the larger backward's run would add to the step's peak).
+    for (auto it = free_.begin(); it != free_.end();) {
+      if ((*it)->device() == allocator->device()) {
+        too_small.push_back(std::move(*it));
+        it = free_.erase(it);
+      } else {
+        ++it;
+      }
+    }
   }
+  too_small.clear();
   return AllocateBuffer(allocator, bytes);
 }
 
@@ -46,6 +59,12 @@ void ArenaPool::Give(std::shared_ptr<Buffer> arena) {
     }
   }
   free_.push_back(std::move(arena));
+}
+
+void ArenaPool::ReleaseFree() {
+  std::vector<std::shared_ptr<Buffer>> released;  // freed outside the lock
+  std::lock_guard<std::mutex> lock(mu_);
+  released.swap(free_);
 }
 
 void ArenaPool::AddUser() {

@@ -3,7 +3,10 @@
 // (a training step's forward and backward graphs, the graphs around a graph break, one session's
 // input-shape signatures) hold one arena between them instead of one each: the idle forward arena
 // no longer sits beside the backward's at the step's peak. Free arenas are kept while a session
-// lives (the largest one only), so steady steps allocate nothing and touch no new pages.
+// lives (the largest one only), so steady steps allocate nothing and touch no new pages; a run that
+// needs a larger one frees the smaller ones first. A session that releases its arena after each
+// run (SessionOptions::release_arena_after_run) empties the pool instead: no arena stays resident
+// between training steps, and each step pays the page faults of a fresh one.
 #pragma once
 
 #include <cstddef>
@@ -25,6 +28,9 @@ class ArenaPool {
   // Gives an arena back; of the free arenas of a device only the largest is kept.
   void Give(std::shared_ptr<Buffer> arena);
 
+  // Frees every free arena (the memory goes back to the system; the next Take allocates anew).
+  void ReleaseFree();
+
   // Sessions alive: free arenas are kept while there is one, released when the last one goes.
   void AddUser();
   void RemoveUser();
@@ -38,12 +44,18 @@ class ArenaPool {
 };
 
 // Takes an arena from the pool for one scope (a run) and gives it back when the scope ends, on
-// every path out of it.
+// every path out of it; with `release`, frees it and the pool's free arenas instead, so that no
+// arena stays resident after the scope (SessionOptions::release_arena_after_run).
 class ScopedArena {
  public:
-  ScopedArena() = default;
+  explicit ScopedArena(bool release = false) : release_(release) {}
   ~ScopedArena() {
-    if (arena_) ArenaPool::Global().Give(std::move(arena_));
+    if (release_) {
+      arena_.reset();
+      ArenaPool::Global().ReleaseFree();
+    } else if (arena_) {
+      ArenaPool::Global().Give(std::move(arena_));
+    }
   }
   ScopedArena(const ScopedArena&) = delete;
   ScopedArena& operator=(const ScopedArena&) = delete;
@@ -55,6 +67,7 @@ class ScopedArena {
   void* data() const { return arena_ ? arena_->data() : nullptr; }
 
  private:
+  bool release_ = false;
   std::shared_ptr<Buffer> arena_;
 };
 

@@ -14,6 +14,7 @@
 #include "providers/cpu/nn/sgemm_packed.h"
 #include "python/status_exceptions.h"
 #include "python/tensor_bridge.h"
+#include "memory/arena_pool.h"
 #include "runtime/session.h"
 #ifdef TOB_WITH_TORCH
 #include "providers/torch/aten_op_policy.h"
@@ -145,7 +146,7 @@ class PySession {
   }
 
   std::vector<PyTensor> Run(const std::vector<std::string>& feed_names, const py::list& feeds,
-                            const std::vector<std::string>& fetch_names) {
+                            const std::vector<std::string>& fetch_names, const std::vector<bool>& donated) {
     if (feed_names.size() != feeds.size())
       throw py::value_error(StrCat("got ", feed_names.size(), " feed names and ", feeds.size(), " values"));
     std::vector<Tensor> tensors;
@@ -156,7 +157,7 @@ class PySession {
     Status st;
     {
       py::gil_scoped_release release;
-      st = session_->Run(feed_names, std::move(tensors), fetch_names, &fetches, &last_stats_);
+      st = session_->Run(feed_names, std::move(tensors), fetch_names, &fetches, &last_stats_, donated);
     }
     Check(st);
     std::vector<PyTensor> out;
@@ -167,7 +168,7 @@ class PySession {
 
   // The compiled-graph fast path (compiled_graph.py): feeds (DLPack capsules or numpy arrays) in
   // graph-input order, every output back as a DLPack capsule; no names, no per-call strings.
-  py::list RunPositional(const py::list& feeds) {
+  py::list RunPositional(const py::list& feeds, const std::vector<bool>& donated) {
     const size_t n = feeds.size();
     if (n != input_labels_.size())
       throw py::value_error(StrCat("got ", n, " inputs; the model takes ", input_labels_.size()));
@@ -178,7 +179,7 @@ class PySession {
     Status st;
     {
       py::gil_scoped_release release;
-      st = session_->RunPositional(std::move(tensors), &fetches, &last_stats_);
+      st = session_->RunPositional(std::move(tensors), &fetches, &last_stats_, donated);
     }
     Check(st);
     py::list out(fetches.size());
@@ -378,6 +379,7 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("enable_profiling", &SessionOptions::enable_profiling)
       .def_readwrite("profile_file_prefix", &SessionOptions::profile_file_prefix)
       .def_readwrite("enable_memory_pattern", &SessionOptions::enable_memory_pattern)
+      .def_readwrite("release_arena_after_run", &SessionOptions::release_arena_after_run)
       .def_readwrite("verify_each_pass", &SessionOptions::verify_each_pass)
       .def_readwrite("allow_unsafe_aten_ops", &SessionOptions::allow_unsafe_aten_ops)
       .def_readwrite("providers", &SessionOptions::providers)
@@ -411,9 +413,12 @@ PYBIND11_MODULE(_C, m) {
 
   py::class_<PySession>(m, "Session")
       .def(py::init<GraphBuilder&, const SessionOptions&>())
-      .def("run", &PySession::Run)
-      .def("run_positional", &PySession::RunPositional, py::arg("feeds"),
-           "Feeds in graph-input order (DLPack capsules or numpy arrays); all outputs as DLPack capsules.")
+      .def("run", &PySession::Run, py::arg("feed_names"), py::arg("feeds"), py::arg("fetch_names"),
+           py::arg("donated") = std::vector<bool>{},
+           "donated: empty or one flag per feed; the run releases a donated feed after its last reader.")
+      .def("run_positional", &PySession::RunPositional, py::arg("feeds"), py::arg("donated") = std::vector<bool>{},
+           "Feeds in graph-input order (DLPack capsules or numpy arrays); all outputs as DLPack capsules. "
+           "donated: as run's.")
       .def("inputs", [](const PySession& s) { return s.IO(true); })
       .def("outputs", [](const PySession& s) { return s.IO(false); })
       .def("optimized_graph", &PySession::OptimizedGraph)
@@ -434,6 +439,8 @@ PYBIND11_MODULE(_C, m) {
       .def("state", &PySession::State, py::arg("name"))
       .def("bound_states", [](PySession& s) { return s.session().BoundStates(); });
 
+  m.def("arena_pool_free_bytes", [] { return ArenaPool::Global().free_bytes(); },
+        "Bytes of the free arenas the process's pool keeps for the next runs (memory/arena_pool.h).");
   m.def("registered_kernels", [] {
     py::list l;
     for (const KernelDef& d : KernelRegistry::Global().defs()) {

@@ -182,6 +182,13 @@ Status Session::BuildPlan() {
   for (const Value* v : g.initializers()) persistent[slot_of_[v]] = true;
   for (int s = 0; s < n; ++s)
     if (!persistent[s] && last_use[s] >= 0) steps_[last_use[s]].free_after.push_back(s);
+  // A donated graph input (Run's `donated`) is released after its last reader too, unless the graph
+  // returns it or a planned state update writes it.
+  std::vector<bool> keep_input(n, false);
+  for (int s : output_slots_) keep_input[s] = true;
+  for (const PlannedUpdate& u : planned_updates_) keep_input[u.state_slot] = true;
+  for (int s : input_slots_)
+    if (!keep_input[s] && last_use[s] >= 0) steps_[last_use[s]].donated_free_after.push_back(s);
   log_.push_back(
       StrCat("execution plan: ", steps_.size(), " steps, ", n, " values, ", pool_->num_threads(), " intra-op threads"));
   if (prepacked_constants_ > 0)
@@ -419,6 +426,11 @@ Status Session::RunStep(Step& step, std::vector<Tensor>& slots, const std::share
     memory.outside.Release(slots[s]);
     slots[s] = Tensor();
   }
+  for (int s : step.donated_free_after) {
+    if (memory.donated.empty() || !memory.donated[s]) continue;
+    memory.outside.Release(slots[s]);
+    slots[s] = Tensor();  // the last reference, unless the caller kept one
+  }
   return Status::OK();
 }
 
@@ -478,7 +490,8 @@ Status Session::AdoptKernelOutputs(const Step& step, const std::vector<ValueType
 }
 
 Status Session::Run(const std::vector<std::string>& feed_names, std::vector<Tensor> feeds,
-                    const std::vector<std::string>& fetch_names, std::vector<Tensor>* fetches, RunStats* stats) {
+                    const std::vector<std::string>& fetch_names, std::vector<Tensor>* fetches, RunStats* stats,
+                    const std::vector<bool>& donated) {
   // Resolve fetches first so a typo fails before any work.
   std::vector<int> fetch_slots;
   const auto& out_names = graph_->output_names();
@@ -501,10 +514,21 @@ Status Session::Run(const std::vector<std::string>& feed_names, std::vector<Tens
   std::vector<Tensor> slots = constants_;
   std::string signature;
   TOB_RETURN_IF_ERROR(BindFeeds(feed_names, feeds, slots, &signature));
-  return RunBound(slots, signature, fetch_slots, fetches, stats, t0);
+  std::vector<bool> donated_inputs;  // by graph input; BindFeeds checked the names
+  if (!donated.empty()) {
+    if (donated.size() != feed_names.size())
+      return InvalidArgument("got ", donated.size(), " donation flags for ", feed_names.size(), " feeds");
+    donated_inputs.assign(input_slots_.size(), false);
+    for (size_t f = 0; f < feed_names.size(); ++f)
+      if (donated[f]) donated_inputs[FindInput(feed_names[f])] = true;
+  }
+  return RunBound(slots, signature, fetch_slots, fetches, stats, t0, donated_inputs);
 }
 
-Status Session::RunPositional(std::vector<Tensor> feeds, std::vector<Tensor>* fetches, RunStats* stats) {
+Status Session::RunPositional(std::vector<Tensor> feeds, std::vector<Tensor>* fetches, RunStats* stats,
+                              const std::vector<bool>& donated) {
+  if (!donated.empty() && donated.size() != feeds.size())
+    return InvalidArgument("got ", donated.size(), " donation flags for ", feeds.size(), " inputs");
   for (size_t i = 0; i < bound_states_.size(); ++i)
     if (bound_states_[i].defined())
       return InvalidArgument("input '", input_info_[i].name,
@@ -521,11 +545,12 @@ Status Session::RunPositional(std::vector<Tensor> feeds, std::vector<Tensor>* fe
     AppendSignature(feeds[i], &signature);
     slots[input_slots_[i]] = std::move(feeds[i]);
   }
-  return RunBound(slots, signature, output_slots_, fetches, stats, t0);
+  return RunBound(slots, signature, output_slots_, fetches, stats, t0, donated);
 }
 
 Status Session::RunBound(std::vector<Tensor>& slots, const std::string& signature, const std::vector<int>& fetch_slots,
-                         std::vector<Tensor>* fetches, RunStats* stats, int64_t t0) {
+                         std::vector<Tensor>* fetches, RunStats* stats, int64_t t0,
+                         const std::vector<bool>& donated_inputs) {
   const std::shared_ptr<Allocator> host = CpuAllocator::Default();
   std::shared_ptr<RunAllocator> run_alloc;
   MemoryPattern* pattern = nullptr;
@@ -535,7 +560,7 @@ Status Session::RunBound(std::vector<Tensor>& slots, const std::string& signatur
   }
   // The arena is the process's for this run only (memory/arena_pool.h): given back on every path
   // out of Run, so that sessions that never run at once share one.
-  ScopedArena arena;
+  ScopedArena arena(options_.release_arena_after_run);
   if (pattern != nullptr) {
     if (!arena.Take(host, pattern->plan.arena_bytes))
       return Status(StatusCode::kOutOfMemory,
@@ -547,8 +572,19 @@ Status Session::RunBound(std::vector<Tensor>& slots, const std::string& signatur
 
   RunMemory memory;
   memory.allocator = run_alloc.get();
-  for (const Tensor& t : slots)  // inputs, bound states and constants so far
-    if (t.defined()) memory.outside.Exclude(t);
+  if (!donated_inputs.empty()) {
+    memory.donated.assign(slots.size(), false);
+    for (size_t i = 0; i < donated_inputs.size(); ++i) memory.donated[input_slots_[i]] = donated_inputs[i];
+  }
+  // Inputs, bound states and constants are the caller's and not counted, except donated inputs:
+  // the run holds those until their last reader.
+  for (size_t s = 0; s < slots.size(); ++s) {
+    if (!slots[s].defined()) continue;
+    if (!memory.donated.empty() && memory.donated[s])
+      memory.outside.Hold(slots[s], {}, *run_alloc);
+    else
+      memory.outside.Exclude(slots[s]);
+  }
   for (size_t i = 0; i < steps_.size(); ++i) {
     run_alloc->StartWindow();
     Status st = RunStep(steps_[i], slots, run_alloc, memory);

@@ -30,6 +30,11 @@ struct SessionOptions {
   bool enable_profiling = false;
   std::string profile_file_prefix = "tob_profile";
   bool enable_memory_pattern = true;  // plan and reuse one arena per input-shape signature
+  // After each run, free the run's arena and every free arena of the process's pool instead of
+  // keeping the largest for the next run (memory/arena_pool.h): memory between runs goes back to
+  // the system, at the cost of the next run's page faults (the backward of a training step when
+  // memory matters more than step time, docs/memory_optimizer.md).
+  bool release_arena_after_run = false;
   bool verify_each_pass = false;
   // Cast propagation (optimizer/propagate_cast_ops.cc); off unless level >= 0.
   CastPropagationOptions propagate_cast_ops;
@@ -71,12 +76,18 @@ class Session {
   const std::vector<IOInfo>& outputs() const { return output_info_; }
 
   // fetch_names empty: all graph outputs in order. Errors name the offending feed or fetch.
+  // donated (empty, or one flag per feed): feeds the caller hands over. The run drops its reference
+  // to a donated feed right after the feed's last reader, so its memory goes as soon as nothing
+  // else holds it (a training step's stashed activations, docs/memory_optimizer.md), and counts it
+  // in RunStats::peak_live_bytes until then. Never changes what the run computes.
   Status Run(const std::vector<std::string>& feed_names, std::vector<Tensor> feeds,
-             const std::vector<std::string>& fetch_names, std::vector<Tensor>* fetches, RunStats* stats = nullptr);
+             const std::vector<std::string>& fetch_names, std::vector<Tensor>* fetches, RunStats* stats = nullptr,
+             const std::vector<bool>& donated = {});
   // The compiled-graph fast path: one feed per graph input, in graph-input order (no names to look
   // up), every output fetched in order. Each feed is checked like Run's; a session with bound state
   // takes names (Run).
-  Status RunPositional(std::vector<Tensor> feeds, std::vector<Tensor>* fetches, RunStats* stats = nullptr);
+  Status RunPositional(std::vector<Tensor> feeds, std::vector<Tensor>* fetches, RunStats* stats = nullptr,
+                       const std::vector<bool>& donated = {});
 
   // Session state (docs/architecture.md, "State values"). BindState binds graph input
   // `input_name` to `t` (checked like a feed) for every later run: feeds then omit it, and a run
@@ -106,6 +117,7 @@ class Session {
     std::vector<int> outputs;         // slot per output
     std::vector<bool> unused;         // per output: nobody reads it and it is not a graph output
     std::vector<int> free_after;      // slots whose last reader is this step
+    std::vector<int> donated_free_after;  // graph-input slots whose last reader is this step (if donated)
     std::vector<int> inplace_update;  // per output: the planned update it writes in place, or -1
     std::vector<int> inplace_input;   // per such output: the input whose memory it is written into
     // Shape inference at run time (InferStep). An op whose output types follow from its input
@@ -128,7 +140,7 @@ class Session {
                    std::string* signature) const;
   // Run's work once the input slots are bound: the steps, the fetches, the memory pattern.
   Status RunBound(std::vector<Tensor>& slots, const std::string& signature, const std::vector<int>& fetch_slots,
-                  std::vector<Tensor>* fetches, RunStats* stats, int64_t t0);
+                  std::vector<Tensor>* fetches, RunStats* stats, int64_t t0, const std::vector<bool>& donated_inputs);
   static void AppendSignature(const Tensor& t, std::string* signature);
   // Checks a feed or state `t` for graph input `index` against its declared type; `symbols`
   // (when given) binds symbolic dims across the inputs of one run.
@@ -143,6 +155,7 @@ class Session {
   struct RunMemory {
     RunAllocator* allocator = nullptr;
     LiveBytes outside;  // bytes held outside the run allocator
+    std::vector<bool> donated;  // by slot: a graph input the caller donated (empty: none)
     size_t peak_live_bytes = 0;
   };
   Status RunStep(Step& step, std::vector<Tensor>& slots, const std::shared_ptr<Allocator>& run_alloc,

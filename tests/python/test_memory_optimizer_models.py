@@ -68,20 +68,22 @@ def test_every_level_trains_like_level_0(name):
 
 def test_level_1_peak_is_clearly_below_level_0_when_activations_dominate():
     """GPT-2 at hidden 64, 4 layers, batch 4 x 128 tokens: activations are ~30x the parameters. The
-    engine's step peak (memory_stats) at level 1 must be well below level 0's, and level 2's below
-    level 1's; the forward's stash shrinks accordingly."""
+    engine's step peak (memory_stats) at levels 1 and 2 must be well below level 0's, and the
+    forward's peak (its stash) shrinks level by level. (Level 2's step peak is not below level 1's:
+    with the stash donated to the backward, level 1's last layer is freed as its backward reads it,
+    while level 2 recomputes more at once: 8.92 against 9.01 MB.)"""
     model = make_gpt2(hidden=64, layers=4, heads=4, positions=128, dropout=0.1)
     batch = functools.partial(causal_lm_batch, batch=4, seq=128)
     runs = {level: train(model, batch, {"memory_opt_level": level}, steps=2) for level in (0, 1, 2)}
     peaks = {level: run.memory["step_peak_bytes"] for level, run in runs.items()}
     params = sum(p.numel() * p.element_size() for p in model.parameters())
     assert graph_memory(runs[0], "backward")["saved_bytes"] > 10 * params, "activations must dominate"
-    assert peaks[1] < 0.75 * peaks[0], peaks
-    assert peaks[2] < peaks[1], peaks
+    assert peaks[1] < 0.75 * peaks[0] and peaks[2] < 0.75 * peaks[0], peaks
+    forward = {level: run.memory["forward_peak_bytes"] for level, run in runs.items()}
+    assert forward[2] < forward[1] < forward[0], forward
     for level in (1, 2):
-        assert runs[level].memory["forward_peak_bytes"] < runs[0].memory["forward_peak_bytes"]
         assert_identical(runs[0], runs[level], f"memory_opt_level {level}")
     for run in runs.values():
         bw, fw = graph_memory(run, "backward"), graph_memory(run, "forward")
-        assert bw["step_peak_bytes"] == bw["saved_bytes"] + bw["peak_live_bytes"]
+        assert bw["step_peak_bytes"] == bw["saved_bytes"] - bw["donated_bytes"] + bw["peak_live_bytes"]
         assert fw["peak_live_bytes"] >= fw["peak_bytes"] > 0

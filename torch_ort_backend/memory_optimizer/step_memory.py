@@ -3,9 +3,17 @@
 For every compiled graph, the engine's accounting of its last run (``last_run_stats()``):
 ``peak_bytes`` (intermediates and kernel scratch) and ``peak_live_bytes`` (those plus tensors kernels
 allocated themselves and the graph outputs made so far). A backward graph also reads the
-activations the forward stashed: they are its inputs, alive for the whole run, so its step peak
-is their bytes plus its own ``peak_live_bytes``. A forward graph's ``peak_live_bytes`` already holds
-the stash it makes (its outputs).
+activations the forward stashed: they are its inputs. Those AOTAutograd donates (below) the run
+holds until their last reader and counts in ``peak_live_bytes``; the others are alive for the whole
+run, so its step peak is their bytes plus its ``peak_live_bytes``. A forward graph's
+``peak_live_bytes`` already holds the stash it makes (its outputs).
+
+Donation. AOTAutograd hands the compiled backward its saved tensors in a list the backward owns
+(``call_func_at_runtime_with_args(..., steal_args=True)``, after clearing ``ctx``'s own references),
+and lists the ones nothing else can hold (``fw_metadata.bw_donated_idxs``: no forward input, user
+output or gradient shares their storage; empty when the graph is kept for a second backward). The
+backward takes those out of the list and has the engine drop them after their last reader, so each
+stashed activation is freed inside the run, as eager frees a saved tensor after its node.
 
     forward_peak_bytes   the most a forward run held (its intermediates and everything it returns)
     backward_peak_bytes  the most a backward run held, with the stash it reads
@@ -32,6 +40,14 @@ def _saved_activation_inputs(gm: torch.fx.GraphModule) -> tuple:
                  if not n.name.startswith(("primals", "tangents")) and isinstance(n.meta.get("val"), torch.Tensor))
 
 
+def _donated_inputs(saved_inputs: tuple) -> tuple:
+    """The saved activations AOTAutograd donates to the backward being compiled (the module
+    docstring): its ``bw_donated_idxs``, read as Inductor reads them, while the backward compiles."""
+    context = torch._guards.TracingContext.try_get()
+    donated = getattr(getattr(context, "fw_metadata", None), "bw_donated_idxs", None) or ()
+    return tuple(i for i in saved_inputs if i in set(donated))
+
+
 def _distinct_bytes(tensors) -> int:
     seen: dict[int, int] = {}
     for t in tensors:
@@ -47,37 +63,71 @@ class GraphMemory:
 
     stage: str
     saved_inputs: tuple = ()
+    donated_inputs: tuple = ()  # backward: the saved activations it may free (the module docstring)
     runs: int = 0
     peak_bytes: int = 0
     peak_live_bytes: int = 0
     saved_bytes: int = 0  # backward: the stashed activations it read
+    donated_bytes: int = 0  # backward: those of them donated to the run (counted in peak_live_bytes)
+    _taken: bool = False  # take_donated ran for the current run
 
     @classmethod
     def for_graph(cls, gm: torch.fx.GraphModule, stage: str) -> "GraphMemory":
-        return cls(stage, _saved_activation_inputs(gm) if stage == "backward" else ())
+        if stage != "backward":
+            return cls(stage)
+        saved = _saved_activation_inputs(gm)
+        return cls(stage, saved, _donated_inputs(saved))
+
+    def keep_returned_inputs(self, output_kinds: list) -> None:
+        """Never donate an input the graph hands back (an output that is an input or a view of one)."""
+        returned = {kind[1] for kind in output_kinds if isinstance(kind, tuple) and kind[0] == "input"}
+        returned |= {kind[1][1] for kind in output_kinds
+                     if isinstance(kind, tuple) and kind[0] == "view" and kind[1][0] == "input"}
+        self.donated_inputs = tuple(i for i in self.donated_inputs if i not in returned)
+
+    def take_donated(self, args: list) -> list[bool]:
+        """Flags by input position for the engine's run (``donated``), and the donated tensors taken
+        out of ``args`` (AOTAutograd's list): after this, the engine's reference is the last one.
+        Not on the graph's first run, so that a run that fails there can still be rerun (the eager
+        fallback) with every input."""
+        if not self.donated_inputs or not self.runs:
+            return []
+        self.saved_bytes = _distinct_bytes(args[i] for i in self.saved_inputs if i < len(args))
+        self.donated_bytes = _distinct_bytes(args[i] for i in self.donated_inputs if i < len(args))
+        self._taken = True
+        flags = [False] * len(args)
+        for i in self.donated_inputs:
+            if i < len(args) and isinstance(args[i], torch.Tensor):
+                flags[i] = True
+                args[i] = None
+        return flags
 
     def record(self, session: Any, args: list) -> None:
         stats = session.last_run_stats()
         self.peak_bytes = int(stats["peak_bytes"])
         self.peak_live_bytes = int(stats["peak_live_bytes"])
-        if self.saved_inputs:
+        if self._taken:
+            self._taken = False
+        elif self.saved_inputs:
             self.saved_bytes = _distinct_bytes(args[i] for i in self.saved_inputs if i < len(args))
+            self.donated_bytes = 0
         self.runs += 1
 
     @property
     def step_peak_bytes(self) -> int:
-        return self.saved_bytes + self.peak_live_bytes
+        # Donated activations are in peak_live_bytes while the run holds them; the rest, all along.
+        return self.saved_bytes - self.donated_bytes + self.peak_live_bytes
 
     def as_dict(self) -> dict:
         return {"stage": self.stage, "runs": self.runs, "peak_bytes": self.peak_bytes,
                 "peak_live_bytes": self.peak_live_bytes, "saved_bytes": self.saved_bytes,
-                "step_peak_bytes": self.step_peak_bytes}
+                "donated_bytes": self.donated_bytes, "step_peak_bytes": self.step_peak_bytes}
 
 
 def memory_stats() -> dict:
     """The engine's memory at the last run of each compiled graph still alive (see the module
     docstring): {"forward_peak_bytes", "backward_peak_bytes", "step_peak_bytes", "graphs": {name:
-    {"stage", "runs", "peak_bytes", "peak_live_bytes", "saved_bytes", "step_peak_bytes"}}}."""
+    {"stage", "runs", "peak_bytes", "peak_live_bytes", "saved_bytes", "donated_bytes", "step_peak_bytes"}}}."""
     from ..compiled_graph import live_graphs
 
     graphs = {g.name: g.memory for g in live_graphs() if getattr(g, "memory", None) is not None and g.memory.runs}
