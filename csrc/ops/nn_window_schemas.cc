@@ -164,6 +164,9 @@ Status InferCol2Im(InferenceContext& ctx) {
 
 void RegisterNnWindowSchemas(OpSchemaRegistry& registry) {
   registry.Register(OpSchema{"", "Conv", 2, 3, 1, 1, [](InferenceContext& c) { return InferConvLike(c, false); }});
+  // onnxruntime's contrib FusedConv: Conv's inputs plus Z (added to the output), then `activation`.
+  registry.Register(
+      OpSchema{kMicrosoftDomain, "FusedConv", 2, 4, 1, 1, [](InferenceContext& c) { return InferConvLike(c, false); }});
   registry.Register(
       OpSchema{"", "ConvTranspose", 2, 3, 1, 1, [](InferenceContext& c) { return InferConvLike(c, true); }});
   registry.Register(OpSchema{"", "MaxPool", 1, 1, 1, 2, InferPool});

@@ -21,6 +21,9 @@ std::unique_ptr<GraphPass> CreateCommonSubexpressionEliminationPass();
 // Folds an inference-mode BatchNormalization with constant parameters into the Conv that feeds
 // it (float32 weights).
 std::unique_ptr<GraphPass> CreateConvBatchNormFoldingPass();
+// A Conv read only by an activation (optionally through a residual Add/Sum of a same-shaped
+// value) becomes one com.microsoft FusedConv that applies both in its store.
+std::unique_ptr<GraphPass> CreateConvActivationFusionPass();
 // 2-D Transposes around MatMul/Gemm become Gemm's transA/transB (extended level).
 std::unique_ptr<GraphPass> CreateMatMulTransposeFusionPass();
 // Moves Casts between float32 and options.low_precision across ops that compute as well in the

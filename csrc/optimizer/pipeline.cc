@@ -59,6 +59,7 @@ PassManager BuildPipeline(OptLevel level, const CastPropagationOptions& casts) {
   // kExtended and kAll: fusions, after the clean-ups that expose their patterns (the manager
   // repeats the whole list, so DCE also sweeps what a fusion leaves behind).
   pm.Add(CreateConvBatchNormFoldingPass());
+  pm.Add(CreateConvActivationFusionPass());
   pm.Add(CreateMatMulTransposeFusionPass());
   if (level == OptLevel::kExtended) return pm;
   // kAll: fusions into ops of our own domain (ai.tob), last, on the cleaned-up graph.

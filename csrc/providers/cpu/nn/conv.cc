@@ -1,13 +1,20 @@
-// Conv: im2col + GEMM in general, GEMM straight on the input for 1x1 stride-1 convs, and a
-// direct loop for depthwise convs (one input channel per group), where GEMM would be a
-// matrix-vector product per channel.
+// Conv and com.microsoft FusedConv (Conv + optional Z + activation, conv_epilogue.h). 2-D convs
+// run by tiles of output columns: im2col of one cache-sized block, a GEMM, and bias/Z/activation
+// on the fresh block (GEMM straight on X for 1x1 stride-1 convs); depthwise convs (one input
+// channel per group) a direct loop, where GEMM would be a matrix-vector product per channel;
+// other ranks im2col of whole images + batched GEMM.
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "framework/kernel_registry.h"
 #include "providers/cpu/float_compute.h"
 #include "providers/cpu/nn/conv_columns.h"
+#include "providers/cpu/nn/conv_epilogue.h"
 #include "providers/cpu/nn/gemm.h"
 #include "providers/cpu/nn/window_geometry.h"
 
@@ -15,8 +22,13 @@ namespace tob {
 
 namespace {
 
-// The im2col buffers of the images processed together stay below this.
+// The im2col buffers of the images processed together stay below this (rank > 2).
 constexpr int64_t kMaxColumnBytes = int64_t{32} << 20;
+// The tiled 2-D path's column block per thread: about half of a 1 MiB L2, so the block, a panel
+// of the weights and the output block stay in cache through the GEMM and the epilogue.
+constexpr int64_t kColumnBlockBytes = int64_t{384} << 10;
+// Narrower blocks make the GEMM's B panels too short to amortise packing the weights.
+constexpr int64_t kMinColumnBlock = 64;
 
 // Depthwise (C/group == 1): each output channel m reads input channel m / (M/group).
 template <typename T>
@@ -70,84 +82,198 @@ void FillBias(T* y, const T* bias, int64_t n0, int64_t n1, int64_t M, int64_t ou
               });
 }
 
+// Per-plane epilogue for the paths that do not tile (depthwise, rank > 2): the bias is already in
+// y, act(y + Z) is applied over each (image, channel) plane.
 template <typename T>
-Status ConvTyped(const KernelContext& ctx, const Tensor& X, const Tensor& Wt, const Tensor* B, Tensor& Y,
-                 const WindowGeometry& geometry, int64_t group) {
-  const int64_t N = X.dim(0), C = X.dim(1), M = Wt.dim(0);
-  const int64_t Cg = C / group, Mg = M / group;
-  const int64_t in_size = geometry.in_size(), out_size = geometry.out_size();
-  const int64_t kernel_dim = Cg * geometry.kernel_size();
-  const T* x = X.data<T>();
-  const T* w = Wt.data<T>();
-  const T* bias = B != nullptr ? B->data<T>() : nullptr;
-  T* y = Y.data<T>();
+void PlaneEpilogue(const conv_epilogue::ActivationSpec& act, const T* z, T* y, int64_t planes, int64_t plane_size,
+                   ThreadPool* pool) {
+  if (act.kind == conv_epilogue::Activation::kNone && z == nullptr) return;
+  ParallelFor(pool, planes, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, plane_size)),
+              [&](int64_t begin, int64_t end) {
+                conv_epilogue::Apply<T>(act, nullptr, z, y, plane_size, begin, end, 0, plane_size);
+              });
+}
+
+struct ConvShape {
+  int64_t N, C, M, group, Cg, Mg, in_size, out_size, kernel_dim;
+};
+
+// 2-D convs by tiles of output columns: each task fills the im2col rows of one block of output
+// positions of one (image, group) into its own L2-sized buffer (1x1 stride-1 convs read X in
+// place), multiplies by the weights with a single-threaded GEMM, and applies bias, Z and the
+// activation to the fresh block. Columns never go to memory and nothing re-reads Y. When the
+// column blocks are too few for the threads (small late-stage images), output channels are split
+// too, at the cost of filling the same columns once per part.
+template <typename T>
+Status TiledConv2D(const KernelContext& ctx, const T* x, const T* w, const T* bias, const T* z, T* y,
+                   const ConvShape& s, const WindowGeometry& g, const conv_epilogue::ActivationSpec& act) {
   ThreadPool* pool = ctx.thread_pool();
-  if (Y.numel() == 0) return Status::OK();
-
-  if (Cg == 1 && group > 1 && geometry.rank() <= 2) {
-    DepthwiseConv2D(x, w, bias, y, N, C, M, geometry.As2D(), pool);
-    return Status::OK();
+  const bool pointwise = g.IsPointwise();
+  const int64_t threads = pool != nullptr ? std::max(1, pool->num_threads()) : 1;
+  // Columns per block: the block's kernel_dim x width buffer fits about half of a 1 MiB L2.
+  const int64_t budget = kColumnBlockBytes / static_cast<int64_t>(sizeof(T));
+  int64_t width = std::max<int64_t>(kMinColumnBlock, budget / std::max<int64_t>(1, s.kernel_dim));
+  if (width < s.out_size) width = std::max<int64_t>(kMinColumnBlock, width / 16 * 16);
+  width = std::min(width, s.out_size);
+  const int64_t col_blocks = (s.out_size + width - 1) / width;
+  const int64_t units = s.N * s.group * col_blocks;
+  int64_t m_parts = 1;
+  if (units < 2 * threads) m_parts = std::clamp<int64_t>((2 * threads + units - 1) / units, 1, (s.Mg + 15) / 16);
+  const int64_t tasks = units * m_parts;
+  const int64_t slots = std::min(threads, tasks);
+  Tensor scratch;
+  if (!pointwise) {
+    TOB_ASSIGN_OR_RETURN(scratch, ctx.AllocateScratch(DTypeOf<T>(), {slots * s.kernel_dim * width}));
   }
+  std::atomic<int64_t> next{0};
+  std::atomic<bool> failed{false};
+  Status first_error;
+  std::mutex error_mu;
+  ParallelFor(pool, slots, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t slot = begin; slot < end; ++slot) {
+      T* cols = pointwise ? nullptr : scratch.data<T>() + slot * s.kernel_dim * width;
+      for (int64_t t = next++; t < tasks && !failed; t = next++) {
+        // Parts of one column block are neighbours, so a slot that takes both reuses nothing,
+        // but the two slots work on the same X rows at the same time.
+        const int64_t part = t % m_parts, u = t / m_parts;
+        const int64_t cb = u % col_blocks, gi = (u / col_blocks) % s.group, n = u / (col_blocks * s.group);
+        const int64_t p0 = cb * width, p1 = std::min(s.out_size, p0 + width), cols_n = p1 - p0;
+        const T* xg = x + (n * s.C + gi * s.Cg) * s.in_size;
+        const T* b_mat;
+        int64_t ldb;
+        if (pointwise) {
+          b_mat = xg + p0;
+          ldb = s.in_size;
+        } else {
+          for (int64_t c = 0; c < s.Cg; ++c) conv_columns::Im2Col2DRange(xg + c * s.in_size, g, c, cols, cols_n, p0, p1);
+          b_mat = cols;
+          ldb = cols_n;
+        }
+        const int64_t m_lo = std::min(s.Mg, (s.Mg * part / m_parts + 15) / 16 * 16);
+        const int64_t m_hi = part + 1 == m_parts ? s.Mg : std::min(s.Mg, (s.Mg * (part + 1) / m_parts + 15) / 16 * 16);
+        if (m_hi <= m_lo) continue;
+        T* yg = y + (n * s.M + gi * s.Mg) * s.out_size;
+        Status st = Gemm(false, false, m_hi - m_lo, cols_n, s.kernel_dim, T(1), w + (gi * s.Mg + m_lo) * s.kernel_dim,
+                         s.kernel_dim, b_mat, ldb, T(0), yg + m_lo * s.out_size + p0, s.out_size, nullptr);
+        if (!st.ok()) {
+          std::lock_guard<std::mutex> lock(error_mu);
+          if (!failed.exchange(true)) first_error = st;
+          continue;
+        }
+        conv_epilogue::Apply<T>(act, bias != nullptr ? bias + gi * s.Mg : nullptr,
+                                z != nullptr ? z + (n * s.M + gi * s.Mg) * s.out_size : nullptr, yg, s.out_size, m_lo,
+                                m_hi, p0, p1);
+      }
+    }
+  });
+  return failed ? first_error : Status::OK();
+}
 
+// Any spatial rank: im2col of whole images + batched GEMM onto a bias-filled Y.
+template <typename T>
+Status ColumnConvND(const KernelContext& ctx, const T* x, const T* w, const T* bias, T* y, const ConvShape& s,
+                    const WindowGeometry& geometry) {
+  ThreadPool* pool = ctx.thread_pool();
   const bool pointwise = geometry.IsPointwise();
-  const int64_t col_per_image = pointwise ? 0 : group * kernel_dim * out_size;
+  const int64_t col_per_image = pointwise ? 0 : s.group * s.kernel_dim * s.out_size;
   const int64_t images_per_chunk =
-      pointwise ? N : std::clamp<int64_t>(kMaxColumnBytes / std::max<int64_t>(1, col_per_image * sizeof(T)), 1, N);
+      pointwise ? s.N
+                : std::clamp<int64_t>(kMaxColumnBytes / std::max<int64_t>(1, col_per_image * sizeof(T)), 1, s.N);
   Tensor col;
   if (!pointwise) {
     TOB_ASSIGN_OR_RETURN(col, ctx.AllocateScratch(DTypeOf<T>(), {images_per_chunk * col_per_image}));
   }
-  const WindowGeometry g2 = geometry.As2D();
   std::vector<const T*> a_ptrs, b_ptrs;
   std::vector<T*> c_ptrs;
-  for (int64_t n0 = 0; n0 < N; n0 += images_per_chunk) {
-    const int64_t n1 = std::min(N, n0 + images_per_chunk);
+  for (int64_t n0 = 0; n0 < s.N; n0 += images_per_chunk) {
+    const int64_t n1 = std::min(s.N, n0 + images_per_chunk);
     if (!pointwise) {
       T* cols = col.data<T>();
       // One unit per (image, group, input channel) row block of the column buffer.
-      ParallelFor(pool, (n1 - n0) * group * Cg, 1, [&](int64_t begin, int64_t end) {
+      ParallelFor(pool, (n1 - n0) * s.group * s.Cg, 1, [&](int64_t begin, int64_t end) {
         for (int64_t u = begin; u < end; ++u) {
-          const int64_t ig = u / Cg, c = u % Cg;
-          const int64_t n = n0 + ig / group, gi = ig % group;
-          const T* xg = x + (n * C + gi * Cg) * in_size;
-          T* dst = cols + ig * kernel_dim * out_size;
-          if (g2.rank() == 2) conv_columns::Im2Col2D(xg + c * in_size, g2, c, dst, out_size);
-          else conv_columns::Im2ColND(xg + c * in_size, geometry, c, dst, out_size);
+          const int64_t ig = u / s.Cg, c = u % s.Cg;
+          const int64_t n = n0 + ig / s.group, gi = ig % s.group;
+          const T* xg = x + (n * s.C + gi * s.Cg) * s.in_size;
+          T* dst = cols + ig * s.kernel_dim * s.out_size;
+          if (geometry.rank() == 2) conv_columns::Im2Col2D(xg + c * s.in_size, geometry, c, dst, s.out_size);
+          else conv_columns::Im2ColND(xg + c * s.in_size, geometry, c, dst, s.out_size);
         }
       });
     }
-    if (bias != nullptr) FillBias(y, bias, n0, n1, M, out_size, pool);
+    if (bias != nullptr) FillBias(y, bias, n0, n1, s.M, s.out_size, pool);
     a_ptrs.clear();
     b_ptrs.clear();
     c_ptrs.clear();
     for (int64_t n = n0; n < n1; ++n) {
-      for (int64_t gi = 0; gi < group; ++gi) {
-        a_ptrs.push_back(w + gi * Mg * kernel_dim);
-        b_ptrs.push_back(pointwise ? x + (n * C + gi * Cg) * in_size
-                                   : col.data<T>() + ((n - n0) * group + gi) * kernel_dim * out_size);
-        c_ptrs.push_back(y + (n * M + gi * Mg) * out_size);
+      for (int64_t gi = 0; gi < s.group; ++gi) {
+        a_ptrs.push_back(w + gi * s.Mg * s.kernel_dim);
+        b_ptrs.push_back(pointwise ? x + (n * s.C + gi * s.Cg) * s.in_size
+                                   : col.data<T>() + ((n - n0) * s.group + gi) * s.kernel_dim * s.out_size);
+        c_ptrs.push_back(y + (n * s.M + gi * s.Mg) * s.out_size);
       }
     }
-    TOB_RETURN_IF_ERROR(BatchedGemm(false, false, Mg, out_size, kernel_dim, T(1), a_ptrs.data(), kernel_dim,
-                                    b_ptrs.data(), out_size, bias != nullptr ? T(1) : T(0), c_ptrs.data(), out_size,
-                                    static_cast<int64_t>(a_ptrs.size()), pool));
+    TOB_RETURN_IF_ERROR(BatchedGemm(false, false, s.Mg, s.out_size, s.kernel_dim, T(1), a_ptrs.data(), s.kernel_dim,
+                                    b_ptrs.data(), s.out_size, bias != nullptr ? T(1) : T(0), c_ptrs.data(),
+                                    s.out_size, static_cast<int64_t>(a_ptrs.size()), pool));
   }
+  return Status::OK();
+}
+
+template <typename T>
+Status ConvTyped(const KernelContext& ctx, const Tensor& X, const Tensor& Wt, const Tensor* B, const Tensor* Z,
+                 Tensor& Y, const WindowGeometry& geometry, int64_t group, const conv_epilogue::ActivationSpec& act) {
+  ConvShape s;
+  s.N = X.dim(0);
+  s.C = X.dim(1);
+  s.M = Wt.dim(0);
+  s.group = group;
+  s.Cg = s.C / group;
+  s.Mg = s.M / group;
+  s.in_size = geometry.in_size();
+  s.out_size = geometry.out_size();
+  s.kernel_dim = s.Cg * geometry.kernel_size();
+  const T* x = X.data<T>();
+  const T* w = Wt.data<T>();
+  const T* bias = B != nullptr ? B->data<T>() : nullptr;
+  const T* z = Z != nullptr ? Z->data<T>() : nullptr;
+  T* y = Y.data<T>();
+  ThreadPool* pool = ctx.thread_pool();
+  if (Y.numel() == 0) return Status::OK();
+
+  if (s.Cg == 1 && group > 1 && geometry.rank() <= 2) {
+    DepthwiseConv2D(x, w, bias, y, s.N, s.C, s.M, geometry.As2D(), pool);
+    PlaneEpilogue(act, z, y, s.N * s.M, s.out_size, pool);
+    return Status::OK();
+  }
+  // TOB_CONV_TILED=0 takes the whole-image column path for 2-D convs too: the A/B switch behind
+  // the figures in docs/performance.md.
+  static const bool tiled = [] {
+    const char* env = std::getenv("TOB_CONV_TILED");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  if (geometry.rank() <= 2 && tiled) return TiledConv2D(ctx, x, w, bias, z, y, s, geometry.As2D(), act);
+  TOB_RETURN_IF_ERROR(ColumnConvND(ctx, x, w, bias, y, s, geometry.rank() <= 2 ? geometry.As2D() : geometry));
+  PlaneEpilogue(act, z, y, s.N * s.M, s.out_size, pool);
   return Status::OK();
 }
 
 class ConvKernel final : public OpKernel {
  public:
-  ConvKernel(const Node& node, WindowAttributes attrs) : OpKernel(node), attrs_(std::move(attrs)) {}
+  ConvKernel(const Node& node, WindowAttributes attrs, conv_epilogue::ActivationSpec act)
+      : OpKernel(node), attrs_(std::move(attrs)), act_(act) {}
 
   static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node) {
     TOB_ASSIGN_OR_RETURN(WindowAttributes attrs, WindowAttributes::Read(node));
-    return MakeKernel<ConvKernel>(node, std::move(attrs));
+    TOB_ASSIGN_OR_RETURN(conv_epilogue::ActivationSpec act, conv_epilogue::ReadActivation(node));
+    return MakeKernel<ConvKernel>(node, std::move(attrs), act);
   }
 
   Status Compute(KernelContext& ctx) const override {
     const Tensor& x = *ctx.input(0);
     const Tensor& w = *ctx.input(1);
     const Tensor* b = ctx.input(2);
+    const Tensor* z = ctx.input(3);  // FusedConv's Z, added before the activation
     Tensor& y = *ctx.output(0);
     const int64_t group = attrs_.group;
     if (x.rank() < 3 || w.rank() != x.rank())
@@ -165,6 +291,9 @@ class ConvKernel final : public OpKernel {
     expected.insert(expected.end(), geometry.value().out.begin(), geometry.value().out.end());
     if (y.shape() != expected)
       return ctx.Fail("output shape ", ShapeToString(y.shape()), " differs from ", ShapeToString(expected));
+    if (z != nullptr && (z->shape() != expected || z->dtype() != x.dtype()))
+      return ctx.Fail("Z must be ", DTypeName(x.dtype()), " of the output shape ", ShapeToString(expected), ", got ",
+                      DTypeName(z->dtype()), " ", ShapeToString(z->shape()));
     return DispatchFloat(ctx, x.dtype(), [&]<typename T>() -> Status {
       if constexpr (kIs16BitFloat<T>) {
         TOB_ASSIGN_OR_RETURN(Tensor xf, ToFloatScratch(ctx, x));
@@ -173,23 +302,34 @@ class ConvKernel final : public OpKernel {
         if (b != nullptr) {
           TOB_ASSIGN_OR_RETURN(bf, ToFloatScratch(ctx, *b));
         }
+        Tensor zf;
+        if (z != nullptr) {
+          TOB_ASSIGN_OR_RETURN(zf, ToFloatScratch(ctx, *z));
+        }
         TOB_ASSIGN_OR_RETURN(Tensor yf, ctx.AllocateScratch(DType::kFloat32, y.shape()));
-        TOB_RETURN_IF_ERROR(ConvTyped<float>(ctx, xf, wf, b ? &bf : nullptr, yf, geometry.value(), group));
+        TOB_RETURN_IF_ERROR(ConvTyped<float>(ctx, xf, wf, b ? &bf : nullptr, z ? &zf : nullptr, yf, geometry.value(),
+                                             group, act_));
         return FromFloatScratch(ctx, yf, &y);
       } else {
-        return ConvTyped<T>(ctx, x, w, b, y, geometry.value(), group);
+        return ConvTyped<T>(ctx, x, w, b, z, y, geometry.value(), group, act_);
       }
     });
   }
 
  private:
   WindowAttributes attrs_;
+  conv_epilogue::ActivationSpec act_;
 };
 
 }  // namespace
 
 void RegisterCpuConvKernels(KernelRegistry& registry) {
   registry.Register(Def("Conv").Versions(1).Constraint("T", {0, 1, 2}, FloatTypes()).Kernel<ConvKernel>());
+  registry.Register(Def("FusedConv")
+                        .Domain(kMicrosoftDomain)
+                        .Versions(1)
+                        .Constraint("T", {0, 1, 2, 3}, FloatTypes())
+                        .Kernel<ConvKernel>());
 }
 
 }  // namespace tob

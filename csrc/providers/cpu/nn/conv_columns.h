@@ -47,6 +47,43 @@ void Im2Col2D(const T* x_plane, const WindowGeometry& g, int64_t c, T* col, int6
   }
 }
 
+// Im2Col2D restricted to the output positions [p0, p1) (row-major over the output plane): column
+// j of each row is position p0 + j. Conv's tiled path fills one L2-sized block of columns at a
+// time with it, so the GEMM reads the columns from cache right after they were written.
+template <typename T>
+void Im2Col2DRange(const T* x_plane, const WindowGeometry& g, int64_t c, T* col, int64_t ld, int64_t p0, int64_t p1) {
+  const int64_t H = g.in[0], W = g.in[1], OW = g.out[1];
+  const int64_t KH = g.kernel[0], KW = g.kernel[1];
+  const int64_t sh = g.strides[0], sw = g.strides[1], dh = g.dilations[0], dw = g.dilations[1];
+  for (int64_t kh = 0; kh < KH; ++kh) {
+    for (int64_t kw = 0; kw < KW; ++kw) {
+      T* dst = col + ((c * KH + kh) * KW + kw) * ld - p0;  // dst[p] is position p's column
+      const int64_t w_off = kw * dw - g.pad_begin[1];
+      int64_t ow_lo, ow_hi;
+      ValidOutputRange(w_off, sw, W, OW, &ow_lo, &ow_hi);
+      for (int64_t p = p0; p < p1;) {
+        const int64_t oh = p / OW, ow0 = p % OW, ow1 = std::min(OW, ow0 + (p1 - p));
+        T* row = dst + p - ow0;  // row[ow] is position (oh, ow)
+        const int64_t ih = oh * sh - g.pad_begin[0] + kh * dh;
+        if (ih < 0 || ih >= H) {
+          std::fill(row + ow0, row + ow1, T(0));
+        } else {
+          const T* src = x_plane + ih * W;
+          const int64_t lo = std::clamp(ow_lo, ow0, ow1), hi = std::clamp(ow_hi, lo, ow1);
+          std::fill(row + ow0, row + lo, T(0));
+          if (sw == 1) {
+            if (hi > lo) std::memcpy(row + lo, src + lo + w_off, sizeof(T) * (hi - lo));
+          } else {
+            for (int64_t ow = lo; ow < hi; ++ow) row[ow] = src[ow * sw + w_off];
+          }
+          std::fill(row + hi, row + ow1, T(0));
+        }
+        p += ow1 - ow0;
+      }
+    }
+  }
+}
+
 // Adds rows (c * K + k) of the columns back into input plane `dx_plane` (the adjoint of Im2Col2D).
 template <typename T>
 void Col2Im2D(const T* col, const WindowGeometry& g, int64_t c, int64_t ld, T* dx_plane) {
