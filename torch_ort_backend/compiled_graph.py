@@ -311,6 +311,9 @@ class CompiledGraph:
         try:
             results = self.session.run(None, feeds, as_torch=True, donate=donate) if self.session else []
         except Exception as e:
+            if donate:  # not a FallbackError: the donated inputs are gone, no eager rerun could read them
+                raise RuntimeError(f"running {self.name} failed after its stashed activations {donate} were donated "
+                                   f"to the engine: {e}") from e
             raise UnsupportedOnnxModelError(f"running {self.name} failed: {e}") from e
         self.state.stats.runs += 1
         if self.session is not None:

@@ -167,3 +167,31 @@ def test_the_backward_releases_the_arena_at_level_1(level, kept):
     run = _train(GPT2(), level, donate=True, steps=2)
     assert graph_memory(run, "backward")["runs"] == 2
     assert (C.arena_pool_free_bytes() > 0) == kept, C.arena_pool_free_bytes()
+
+
+def test_a_run_that_fails_after_donating_raises_instead_of_rerunning_without_its_inputs():
+    """The donated activations are gone once handed over: a failure then is an error naming the
+    graph, never an eager rerun (or the checked path) reading inputs that are no longer there."""
+    from torch_ort_backend import compile_stats
+    from torch_ort_backend.errors import UnsupportedOnnxModelError
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Tanh(), torch.nn.Linear(64, 4))
+    compiled = torch.compile(model, backend="ort")
+    x = torch.randn(8, 16)
+    compiled(x).square().sum().backward()  # the first run donates nothing
+    [backward] = [g for g in live_graphs() if g.stage == "backward" and g.memory.runs]
+    assert backward.memory.donated_inputs, "tanh's output is a donated buffer"
+
+    class _Failing:
+        def run_positional(self, feeds, donated):
+            assert any(donated)
+            raise RuntimeError("injected failure")
+
+        def run(self, *args):
+            raise RuntimeError("injected failure")
+
+    backward.session._session = _Failing()
+    with pytest.raises((UnsupportedOnnxModelError, RuntimeError), match=f"{backward.name}.*injected failure"):
+        compiled(x).square().sum().backward()
+    assert compile_stats().fallbacks == 0
