@@ -52,14 +52,19 @@ TEST(SgemmPackedTest, EveryCaseMatchesFloat64) {
           }
 }
 
-// Several row blocks and panel groups (units over 2 threads), a long K (several K blocks), and
-// the engine's Gemm entry point, which routes M > kSmallGemmMaxM here.
+// Several row blocks and panel groups (units over 2 threads), a long K (several K blocks), through
+// Sgemm and through the engine's Gemm entry point (here or OpenBLAS, as gemm.cc routes M > 128).
 TEST(SgemmPackedTest, LargeProblemsOnPool) {
   SKIP_WITHOUT_SGEMM();
   ThreadPool pool(2);
   for (bool ta : {false, true})
     for (bool tb : {false, true}) {
       const Case t(ta, tb, 421, 290, 1100, 40 + 2 * ta + tb);
+      const float* a = t.a.data();
+      const float* b = t.b.data();
+      t.Check(0.5f, 1.f, Label(t, 0.5f, 1.f, "Sgemm"), [&](float* c) {
+        Sgemm(ta, tb, t.M, t.N, t.K, 0.5f, &a, t.lda, &b, t.ldb, 1.f, &c, t.ldc, 1, &pool);
+      });
       t.Check(0.5f, 1.f, Label(t, 0.5f, 1.f, "tob::Gemm"), [&](float* c) {
         ASSERT_TRUE(
             Gemm(ta, tb, t.M, t.N, t.K, 0.5f, t.a.data(), t.lda, t.b.data(), t.ldb, 1.f, c, t.ldc, &pool).ok());

@@ -3,8 +3,11 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cctype>
 #include <climits>
+#include <cstdlib>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "providers/cpu/float_compute.h"
@@ -22,6 +25,25 @@ constexpr double kMinParallelFlops = 2.0 * 64 * 64 * 128;
 // tiles of N multiples of 64 columns (whole cache lines of B and C).
 constexpr int64_t kRowBlock = 16;
 constexpr int64_t kColBlock = 64;
+
+// Whether float32 problems with M > kSmallGemmMaxM go to sgemm_packed.h rather than OpenBLAS.
+// Measured (docs/performance.md, "GEMM"): ours runs ~1.5x OpenBLAS's AVX2 (Haswell) kernels,
+// which this environment selects with OPENBLAS_CORETYPE=Haswell, but 10-20% behind its AVX-512
+// ones (SkylakeX and later) on large shapes, so the choice follows the kernels OpenBLAS loaded.
+// TOB_SGEMM=1 forces ours, TOB_SGEMM=0 keeps OpenBLAS (and turns pre-packing off).
+bool SgemmBeatsBlas() {
+  static const bool beats = [] {
+    if (!SgemmAvailable()) return false;
+    const char* env = std::getenv("TOB_SGEMM");
+    if (env != nullptr && std::string(env) == "1") return true;
+    std::string core = scipy_openblas_get_corename();
+    std::transform(core.begin(), core.end(), core.begin(), [](unsigned char ch) { return std::tolower(ch); });
+    for (const char* avx512 : {"skylakex", "cooperlake", "sapphirerapids"})
+      if (core.find(avx512) != std::string::npos) return false;
+    return true;
+  }();
+  return beats;
+}
 
 void PinBlasToOneThread() {
   static std::once_flag once;
@@ -81,7 +103,7 @@ Status BatchedGemmImpl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alph
       SmallGemm(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc, batch, pool);
       return Status::OK();
     }
-    if (SgemmAvailable()) {
+    if (SgemmBeatsBlas()) {
       Sgemm(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc, batch, pool);
       return Status::OK();
     }

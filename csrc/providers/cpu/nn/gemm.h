@@ -5,9 +5,10 @@
 // cut into cache- and vector-aligned tiles, each tile is one single-threaded BLAS call, and
 // batches are spread over the pool first.
 //
-// On AVX-512 CPUs float32 problems never reach OpenBLAS (whose build here runs AVX2 kernels):
-// M <= kSmallGemmMaxM go to small_gemm.h (per-thread packing of B), larger M to sgemm_packed.h
-// (B packed once per call, shared by the threads); docs/performance.md ("GEMM") has the figures.
+// On AVX-512 CPUs float32 problems with M <= kSmallGemmMaxM go to small_gemm.h (per-thread
+// packing of B), larger M to sgemm_packed.h (B packed once per call, shared by the threads) while
+// OpenBLAS runs AVX2 kernels (as this environment makes it) and to OpenBLAS when it runs its
+// AVX-512 ones; docs/performance.md ("GEMM") has the figures.
 #pragma once
 
 #include <cstdint>

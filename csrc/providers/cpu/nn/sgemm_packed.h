@@ -3,8 +3,8 @@
 // K rows deep, zero past N. A runs unpacked through the 12-row register tiles of
 // small_gemm_isa.h, in blocks of rows that stay in L2 while a K block of each panel stays in L1.
 //
-// Two ways in: Sgemm packs op(B) into a per-call buffer (gemm.cc routes M > kSmallGemmMaxM here,
-// where packing is under 1% of the work), and PackedSgemmB holds op(B) of a constant weight
+// Two ways in: Sgemm packs op(B) into a per-call buffer (gemm.cc routes M > kSmallGemmMaxM here
+// unless OpenBLAS runs AVX-512 kernels; packing is under 1% of the work there), and PackedSgemmB holds op(B) of a constant weight
 // packed once per session (MatMul / Gemm kernels' PrePack), which SgemmPackedB then reads on every
 // run, at any M.
 #pragma once
@@ -19,7 +19,8 @@
 namespace tob {
 
 // Whether this CPU runs the kernel (AVX-512F/DQ) and TOB_SGEMM is not "0" (TOB_SGEMM=0 sends
-// M > kSmallGemmMaxM back to OpenBLAS and turns pre-packing off: A/B measurements).
+// M > kSmallGemmMaxM back to OpenBLAS and turns pre-packing off: A/B measurements). gemm.cc
+// decides per process whether unpacked problems come here (SgemmBeatsBlas).
 bool SgemmAvailable();
 
 // op(B) (K x N; B is N x K when trans_b) packed for SgemmPackedB. Immutable once made, so any
