@@ -141,6 +141,11 @@ TEST(FusedConv, DepthwiseAndThreeDimensionalTakeThePlaneEpilogue) {
   // Depthwise 7x7 (ConvNeXt's), odd size, batch 2.
   RunCase(Conv2DCase{{2, 6, 13, 11}, {6, 1, 7, 7}, {1, 1}, {1, 1}, {3, 3, 3, 3}, 6}, true, "Relu", {}, true);
   RunCase(Conv2DCase{{2, 3, 10, 9}, {6, 1, 3, 3}, {2, 1}, {1, 2}, {1, 1, 1, 1}, 3}, true, "Silu");
+  // Wide rows with padded edges: 7x7 with pad 3, and 3x3 with dilation 2, asymmetric pads and a
+  // channel multiplier of 2, in float64 too.
+  RunCase(Conv2DCase{{2, 4, 9, 45}, {4, 1, 7, 7}, {1, 1}, {1, 1}, {3, 3, 3, 3}, 4}, true);
+  RunCase(Conv2DCase{{1, 3, 6, 40}, {6, 1, 3, 3}, {1, 1}, {2, 2}, {1, 2, 0, 1}, 3}, false, "Relu");
+  RunCase<double>(Conv2DCase{{1, 2, 5, 37}, {2, 1, 7, 7}, {1, 1}, {1, 1}, {3, 3, 3, 3}, 2}, true);
   // 3-D: Z and Clip after the column path; the reference is the 1x1x1 conv written as sums.
   Tensor x = RandomTensor<float>({2, 3, 2, 3, 4}, -1, 1, 31), w = RandomTensor<float>({4, 3, 1, 1, 1}, -1, 1, 32);
   Tensor z = RandomTensor<float>({2, 4, 2, 3, 4}, -1, 1, 33);
