@@ -1,5 +1,5 @@
 // Shape functions of the indexing ops: Gather, GatherElements, GatherND, Scatter(Elements),
-// ScatterND.
+// ScatterND, and the data-dependent selections NonZero and Compress.
 #include "ops/tensor_schema_utils.h"
 
 namespace tob {
@@ -151,7 +151,43 @@ Status InferScatterND(InferenceContext& ctx) {
 
 }  // namespace
 
+// NonZero: [rank, count] int64 indices; the count depends on the values.
+Status InferNonZero(InferenceContext& ctx) {
+  const ValueType& x = *ctx.input_type(0);
+  Dims dims{x.has_rank() ? Dim(x.rank()) : Dim::Unknown(), Dim::Unknown()};
+  ctx.set_output(0, ValueType(DType::kInt64, std::move(dims)));
+  return Status::OK();
+}
+
+// Compress: the input's shape with the selected axis (or, without one, the flattened input) of a
+// size the condition's values decide.
+Status InferCompress(InferenceContext& ctx) {
+  const ValueType& x = *ctx.input_type(0);
+  const ValueType& condition = *ctx.input_type(1);
+  if (condition.dtype != DType::kBool) return ctx.Fail("condition must be bool, got ", DTypeName(condition.dtype));
+  if (condition.has_rank() && condition.rank() != 1)
+    return ctx.Fail("condition must be 1-D, got ", condition.ToString());
+  const Attribute* axis_attr = ctx.node().FindAttribute("axis");
+  if (axis_attr == nullptr) {
+    ctx.set_output(0, ValueType(x.dtype, Dims{Dim::Unknown()}));
+    return Status::OK();
+  }
+  if (!x.has_rank()) {
+    ctx.set_output(0, ValueType(x.dtype, std::nullopt));
+    return Status::OK();
+  }
+  int64_t axis = 0;
+  TOB_RETURN_IF_ERROR(ctx.node().GetAttr("axis", &axis));
+  TOB_RETURN_IF_ERROR(NormalizeAxis(ctx, axis, x.rank(), &axis));
+  Dims dims = *x.shape;
+  dims[axis] = Dim::Unknown();
+  ctx.set_output(0, ValueType(x.dtype, std::move(dims)));
+  return Status::OK();
+}
+
 void RegisterTensorIndexSchemas(OpSchemaRegistry& registry) {
+  registry.Register(OpSchema{"", "NonZero", 1, 1, 1, 1, InferNonZero});
+  registry.Register(OpSchema{"", "Compress", 2, 2, 1, 1, InferCompress});
   registry.Register(OpSchema{"", "Gather", 2, 2, 1, 1, InferGather});
   registry.Register(OpSchema{"", "GatherElements", 2, 2, 1, 1, InferGatherElements});
   registry.Register(OpSchema{"", "GatherND", 2, 2, 1, 1, InferGatherND});

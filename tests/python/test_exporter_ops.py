@@ -185,3 +185,26 @@ def test_layer_norm_backward_in_bfloat16():
         assert error <= max(2 * eager_error, 8e-3), f"grad of {name}: relative error {error:.2e}, eager's {eager_error:.2e}"
     stats = compile_stats()
     assert stats.runs >= 2 and stats.fallbacks == 0, stats
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool])
+def test_nonzero_runs_on_the_engine(dtype):
+    """torch.nonzero (a data-dependent row count) becomes the engine's NonZero and a Transpose, not an
+    ATen node; the indices equal eager's, and one compiled graph serves another count."""
+    def fn(x):
+        idx = torch.nonzero(x)
+        return idx, idx.sum(0)
+
+    gen = torch.Generator().manual_seed(3)
+    compiled = torch.compile(fn, backend=ort_backend, dynamic=False)
+    for density in (0.3, 0.7):
+        x = torch.rand(6, 9, generator=gen) < density
+        x = x.to(dtype) * (torch.rand(6, 9, generator=gen) + 0.5).to(dtype) if dtype != torch.bool else x
+        with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+            got = compiled(x)
+        for a, b in zip(got, fn(x)):
+            assert torch.equal(a, b)
+    stats = compile_stats()
+    assert stats.runs == 2 and stats.fallbacks == 0 and not stats.aten_fallback_ops, stats
+    ops = {n.op_type for g in compiled_graph.live_graphs() if g.exported is not None for n in g.exported.model.graph.node}
+    assert "NonZero" in ops

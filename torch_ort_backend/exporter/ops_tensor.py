@@ -165,6 +165,18 @@ def index_select(ctx, node, a):
     return ctx.op("Gather", a.self, a.index, axis=_norm_dim(a.dim, a.self.rank))
 
 
+@converter(aten.nonzero.default)
+def nonzero(ctx, node, a):
+    """torch's [count, rank] indices are ONNX NonZero's [rank, count], transposed; the count is the
+    data-dependent size the trace named (u0)."""
+    from .engine_ops import engine_has
+
+    if not engine_has("", "NonZero", a.self.dtype):
+        return None
+    indices = ctx.op("NonZero", a.self, dtype=torch.int64)
+    return ctx.op("Transpose", indices, perm=[1, 0], dtype=torch.int64)
+
+
 _ZEROS = {aten.zeros.default, aten.new_zeros.default, aten.zeros_like.default}
 
 
