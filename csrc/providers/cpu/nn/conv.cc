@@ -9,11 +9,13 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "framework/kernel_registry.h"
 #include "providers/cpu/float_compute.h"
 #include "providers/cpu/nn/conv_columns.h"
+#include "providers/cpu/nn/conv_depthwise_isa.h"
 #include "providers/cpu/nn/conv_epilogue.h"
 #include "providers/cpu/nn/gemm.h"
 #include "providers/cpu/nn/window_geometry.h"
@@ -29,6 +31,8 @@ constexpr int64_t kMaxColumnBytes = int64_t{32} << 20;
 constexpr int64_t kColumnBlockBytes = int64_t{384} << 10;
 // Narrower blocks make the GEMM's B panels too short to amortise packing the weights.
 constexpr int64_t kMinColumnBlock = 64;
+// Kernel heights the AVX-512 depthwise rows take (their tap rows are gathered on the stack).
+constexpr int64_t kMaxVectorKernelRows = 32;
 
 // Depthwise (C/group == 1): each output channel m reads input channel m / (M/group).
 template <typename T>
@@ -48,6 +52,23 @@ void DepthwiseConv2D(const T* x, const T* w, const T* bias, T* y, int64_t N, int
       const T* filt = w + m * KH * KW;
       T* out = y + nm * OH * OW;
       const T b = bias != nullptr ? bias[m] : T(0);
+      if constexpr (std::is_same_v<T, float>) {
+        if (sw == 1 && conv_depthwise::avx512::Available()) {
+          const float* in_rows[conv_depthwise::avx512::kMaxRows * kMaxVectorKernelRows];
+          if (KH <= kMaxVectorKernelRows) {
+            for (int64_t oh0 = 0; oh0 < OH; oh0 += conv_depthwise::avx512::kMaxRows) {
+              const int rows = static_cast<int>(std::min<int64_t>(conv_depthwise::avx512::kMaxRows, OH - oh0));
+              for (int r = 0; r < rows; ++r)
+                for (int64_t kh = 0; kh < KH; ++kh) {
+                  const int64_t ih = (oh0 + r) * sh - g.pad_begin[0] + kh * dh;
+                  in_rows[r * KH + kh] = ih >= 0 && ih < H ? plane + ih * W : nullptr;
+                }
+              conv_depthwise::avx512::Rows(rows, in_rows, filt, KH, KW, dw, g.pad_begin[1], W, b, out + oh0 * OW, OW);
+            }
+            continue;
+          }
+        }
+      }
       for (int64_t oh = 0; oh < OH; ++oh) {
         T* row = out + oh * OW;
         std::fill(row, row + OW, b);
