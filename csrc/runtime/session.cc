@@ -326,6 +326,9 @@ Status Session::InferStep(Step& step, const std::vector<const Tensor*>& inputs) 
     step.inference_by_types = same ? 1 : 0;
   }
   step.output_types = ictx.output_types();
+  step.output_shapes.clear();
+  for (const ValueType& t : step.output_types)
+    step.output_shapes.push_back(t.shape ? ConcreteShape(*t.shape) : std::nullopt);
   if (step.inference_by_types == 1) {
     step.inferred_dtypes.assign(n_in, DType::kUndefined);
     step.inferred_shapes.assign(n_in, Shape());
@@ -365,7 +368,7 @@ Status Session::RunStep(Step& step, std::vector<Tensor>& slots, const std::share
   for (size_t j = 0; !kernel_allocates && j < step.outputs.size(); ++j) {
     if (step.unused[j]) continue;  // the kernel skips it (out_ptrs[j] stays nullptr)
     const ValueType& t = output_types[j];
-    auto shape = t.shape ? ConcreteShape(*t.shape) : std::nullopt;
+    const std::optional<Shape>& shape = step.output_shapes[j];
     if (!shape || t.dtype == DType::kUndefined)
       return RuntimeError(node.Describe(), ": could not determine output ", j, " (", t.ToString(), ") from the inputs");
     const int s = step.outputs[j];
@@ -615,7 +618,7 @@ Status Session::RunBound(std::vector<Tensor>& slots, const std::string& signatur
     p.plan = PlanBuffers(p.lifetimes, kTensorAlignment);
     patterns_[signature] = std::move(p);
   }
-  profiler_->Record(ProfileEvent{"run", "Session", "", "", "", t0, profiler_->NowUs() - t0});
+  if (profiler_->enabled()) profiler_->Record(ProfileEvent{"run", "Session", "", "", "", t0, profiler_->NowUs() - t0});
   return Status::OK();
 }
 

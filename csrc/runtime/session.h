@@ -127,6 +127,8 @@ class Session {
     std::vector<DType> inferred_dtypes;  // the inputs the cached answer was inferred from
     std::vector<Shape> inferred_shapes;
     std::vector<ValueType> output_types;  // this run's inferred output types
+    // Their concrete shapes (nullopt where a dim is not known).
+    std::vector<std::optional<Shape>> output_shapes;
   };
   struct MemoryPattern {  // the arena itself is taken from the ArenaPool for each run
     std::vector<BufferLifetime> lifetimes;
