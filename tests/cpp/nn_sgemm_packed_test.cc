@@ -44,9 +44,8 @@ TEST(SgemmPackedTest, EveryCaseMatchesFloat64) {
                 t.Check(alpha, beta, Label(t, alpha, beta, "Sgemm"), [&](float* c) {
                   Sgemm(ta, tb, M, N, K, alpha, &a, t.lda, &b, t.ldb, beta, &c, t.ldc, 1, &pool);
                 });
-                t.Check(alpha, beta, Label(t, alpha, beta, "SgemmPackedB"), [&](float* c) {
-                  SgemmPackedB(ta, M, alpha, a, t.lda, packed, beta, c, t.ldc, &pool);
-                });
+                t.Check(alpha, beta, Label(t, alpha, beta, "SgemmPackedB"),
+                        [&](float* c) { SgemmPackedB(ta, M, alpha, a, t.lda, packed, beta, c, t.ldc, &pool); });
               }
             if (::testing::Test::HasFailure()) return;
           }
@@ -62,12 +61,10 @@ TEST(SgemmPackedTest, LargeProblemsOnPool) {
       const Case t(ta, tb, 421, 290, 1100, 40 + 2 * ta + tb);
       const float* a = t.a.data();
       const float* b = t.b.data();
-      t.Check(0.5f, 1.f, Label(t, 0.5f, 1.f, "Sgemm"), [&](float* c) {
-        Sgemm(ta, tb, t.M, t.N, t.K, 0.5f, &a, t.lda, &b, t.ldb, 1.f, &c, t.ldc, 1, &pool);
-      });
+      t.Check(0.5f, 1.f, Label(t, 0.5f, 1.f, "Sgemm"),
+              [&](float* c) { Sgemm(ta, tb, t.M, t.N, t.K, 0.5f, &a, t.lda, &b, t.ldb, 1.f, &c, t.ldc, 1, &pool); });
       t.Check(0.5f, 1.f, Label(t, 0.5f, 1.f, "tob::Gemm"), [&](float* c) {
-        ASSERT_TRUE(
-            Gemm(ta, tb, t.M, t.N, t.K, 0.5f, t.a.data(), t.lda, t.b.data(), t.ldb, 1.f, c, t.ldc, &pool).ok());
+        ASSERT_TRUE(Gemm(ta, tb, t.M, t.N, t.K, 0.5f, t.a.data(), t.lda, t.b.data(), t.ldb, 1.f, c, t.ldc, &pool).ok());
       });
     }
 }

@@ -84,9 +84,7 @@ void RunPanels(const Problems& p, ThreadPool* pool) {
   const bool parallel = threads > 1 && flops >= kMinParallelFlops;
 
   int64_t block_rows = kBlockRows, group = kPanelsPerUnit;
-  auto units_of = [&](int64_t rows, int64_t g) {
-    return p.batch * ((p.M + rows - 1) / rows) * ((panels + g - 1) / g);
-  };
+  auto units_of = [&](int64_t rows, int64_t g) { return p.batch * ((p.M + rows - 1) / rows) * ((panels + g - 1) / g); };
   while (parallel && units_of(block_rows, group) < 4 * threads) {
     if (group > 1) group /= 2;
     else if (block_rows > ks.max_rows) block_rows = std::max<int64_t>(ks.max_rows, block_rows / 2);
@@ -186,7 +184,8 @@ void Sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
     }
   };
   const int threads = pool != nullptr ? pool->num_threads() : 1;
-  if (threads > 1 && pack_units > 1 && 2.0 * M * N * K * batch >= kMinParallelFlops) ParallelFor(pool, pack_units, 1, pack);
+  if (threads > 1 && pack_units > 1 && 2.0 * M * N * K * batch >= kMinParallelFlops)
+    ParallelFor(pool, pack_units, 1, pack);
   else pack(0, pack_units);
   std::vector<const float*> packed(batch);
   for (int64_t i = 0; i < batch; ++i) packed[i] = buffer.get() + slot[i] * per_problem;

@@ -4,9 +4,9 @@
 // small_gemm_isa.h, in blocks of rows that stay in L2 while a K block of each panel stays in L1.
 //
 // Two ways in: Sgemm packs op(B) into a per-call buffer (gemm.cc routes M > kSmallGemmMaxM here
-// unless OpenBLAS runs AVX-512 kernels; packing is under 1% of the work there), and PackedSgemmB holds op(B) of a constant weight
-// packed once per session (MatMul / Gemm kernels' PrePack), which SgemmPackedB then reads on every
-// run, at any M.
+// unless OpenBLAS runs AVX-512 kernels; packing is under 1% of the work there), and PackedSgemmB holds op(B) of a
+// constant weight packed once per session (MatMul / Gemm kernels' PrePack), which SgemmPackedB then reads on every run,
+// at any M.
 #pragma once
 
 #include <cstddef>
