@@ -123,21 +123,37 @@ def test_force_torch_backward_exports_only_the_forward():
 
 
 class _FlakyOnce:
-    """Makes the engine fail the first run of every graph (a run-time failure of the ONNX model)."""
+    """Makes the engine fail every run during the first call of each compiled graph (a run-time
+    failure of the ONNX model), on both run paths: the fast one, and the checked one that reruns a
+    failed fast call. `attempts` counts engine runs tried."""
 
     def __init__(self, monkeypatch):
         from torch_ort_backend import compiled_graph
 
-        self.calls = 0
-        original = compiled_graph.CompiledGraph._run_engine
+        self.attempts = 0
+        self.first_call_of = set()  # graphs whose first call has begun
+        cls = compiled_graph.CompiledGraph
+        original_call, original_fast, original_checked = cls.__call__, cls._run_fast, cls._run_engine
 
-        def flaky(graph, args):
-            self.calls += 1
-            if self.calls == 1:
-                raise tob.UnsupportedOnnxModelError("injected run failure")
-            return original(graph, args)
+        def call(graph, *args):
+            graph._flaky_failing = id(graph) not in self.first_call_of
+            self.first_call_of.add(id(graph))
+            try:
+                return original_call(graph, *args)
+            finally:
+                graph._flaky_failing = False
 
-        monkeypatch.setattr(compiled_graph.CompiledGraph, "_run_engine", flaky)
+        def failing(original):
+            def run(graph, args):
+                self.attempts += 1
+                if graph._flaky_failing:
+                    raise tob.UnsupportedOnnxModelError("injected run failure")
+                return original(graph, args)
+            return run
+
+        monkeypatch.setattr(cls, "__call__", call)
+        monkeypatch.setattr(cls, "_run_fast", failing(original_fast))
+        monkeypatch.setattr(cls, "_run_engine", failing(original_checked))
 
 
 def test_without_retry_a_failed_graph_stays_eager(monkeypatch):
@@ -148,8 +164,9 @@ def test_without_retry_a_failed_graph_stays_eager(monkeypatch):
         for _ in range(3):
             x = torch.randn(4)
             torch.testing.assert_close(f(x), x.cos() + 1)
-    assert flaky.calls == 1
-    assert compile_stats().runs == 0  # the injected failure came before the run was counted; then eager
+    # The first call's fast run failed and its checked rerun failed too: eager from then on.
+    assert flaky.attempts == 2
+    assert compile_stats().runs == 0 and compile_stats().fallbacks == 1
 
 
 def test_retry_goes_back_to_the_engine(monkeypatch):
@@ -160,7 +177,8 @@ def test_retry_goes_back_to_the_engine(monkeypatch):
         for _ in range(3):
             x = torch.randn(4)
             torch.testing.assert_close(f(x), x.cos() + 1)
-    assert flaky.calls == 3 and compile_stats().runs == 2
+    # Call 1: two failed attempts, then eager; calls 2 and 3 run on the engine again.
+    assert flaky.attempts == 4 and compile_stats().runs == 2
 
 
 def test_bad_initialization_follows_its_flag(monkeypatch):
