@@ -20,14 +20,14 @@ struct OpEntry {
 };
 
 constexpr OpEntry kOps[] = {
-    {"Add", FusedOpCode::kAdd, 2, false},         {"Sub", FusedOpCode::kSub, 2, false},
-    {"Mul", FusedOpCode::kMul, 2, false},         {"Div", FusedOpCode::kDiv, 2, false},
-    {"Pow", FusedOpCode::kPow, 2, true},          {"Neg", FusedOpCode::kNeg, 1, false},
-    {"Abs", FusedOpCode::kAbs, 1, false},         {"Reciprocal", FusedOpCode::kReciprocal, 1, false},
-    {"Sqrt", FusedOpCode::kSqrt, 1, false},       {"Exp", FusedOpCode::kExp, 1, true},
-    {"Log", FusedOpCode::kLog, 1, true},          {"Tanh", FusedOpCode::kTanh, 1, true},
-    {"Sigmoid", FusedOpCode::kSigmoid, 1, true},  {"Erf", FusedOpCode::kErf, 1, true},
-    {"Relu", FusedOpCode::kRelu, 1, false},       {"Gelu", FusedOpCode::kGelu, 1, true},
+    {"Add", FusedOpCode::kAdd, 2, false},          {"Sub", FusedOpCode::kSub, 2, false},
+    {"Mul", FusedOpCode::kMul, 2, false},          {"Div", FusedOpCode::kDiv, 2, false},
+    {"Pow", FusedOpCode::kPow, 2, true},           {"Neg", FusedOpCode::kNeg, 1, false},
+    {"Abs", FusedOpCode::kAbs, 1, false},          {"Reciprocal", FusedOpCode::kReciprocal, 1, false},
+    {"Sqrt", FusedOpCode::kSqrt, 1, false},        {"Exp", FusedOpCode::kExp, 1, true},
+    {"Log", FusedOpCode::kLog, 1, true},           {"Tanh", FusedOpCode::kTanh, 1, true},
+    {"Sigmoid", FusedOpCode::kSigmoid, 1, true},   {"Erf", FusedOpCode::kErf, 1, true},
+    {"Relu", FusedOpCode::kRelu, 1, false},        {"Gelu", FusedOpCode::kGelu, 1, true},
     {"GeluTanh", FusedOpCode::kGeluTanh, 1, true}, {"Where", FusedOpCode::kWhere, 3, false},
 };
 
@@ -116,7 +116,8 @@ StatusOr<FusedProgram> ReadFusedProgram(const Node& node) {
     for (int j = 0; j < 3; ++j) {
       const int64_t r = operands[3 * k + j];
       if (j >= e->arity) {
-        if (r != -1) return fail("instruction ", k, " (", ops[k], ") reads ", e->arity, " registers, operand ", j, " is ", r);
+        if (r != -1)
+          return fail("instruction ", k, " (", ops[k], ") reads ", e->arity, " registers, operand ", j, " is ", r);
         continue;
       }
       if (r < 0 || r >= defined)

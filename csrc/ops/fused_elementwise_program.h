@@ -28,9 +28,24 @@ inline constexpr int kFusedMaxInputs = 8;
 inline constexpr int kFusedMaxInstructions = 16;
 
 enum class FusedOpCode : int {
-  kAdd, kSub, kMul, kDiv, kPow,  // binary, numpy broadcasting
-  kNeg, kAbs, kReciprocal, kSqrt, kExp, kLog, kTanh, kSigmoid, kErf, kRelu, kGelu, kGeluTanh,  // unary
-  kWhere,  // Where(bool condition, x, y)
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kPow,  // binary, numpy broadcasting
+  kNeg,
+  kAbs,
+  kReciprocal,
+  kSqrt,
+  kExp,
+  kLog,
+  kTanh,
+  kSigmoid,
+  kErf,
+  kRelu,
+  kGelu,
+  kGeluTanh,  // unary
+  kWhere,     // Where(bool condition, x, y)
 };
 
 struct FusedInstruction {

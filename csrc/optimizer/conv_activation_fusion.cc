@@ -44,7 +44,7 @@ bool ConstantScalar(const Node& node, size_t i, float dflt, float* out) {
 struct Activation {
   std::string name;  // FusedConv's `activation`
   std::vector<float> params;
-  Node* last = nullptr;  // the node whose output the fused node takes over
+  Node* last = nullptr;   // the node whose output the fused node takes over
   Node* extra = nullptr;  // SiLU's Sigmoid, removed with the Mul
 };
 
@@ -175,10 +175,9 @@ class ConvActivationFusion final : public GraphPass {
     attrs["activation"] = Attribute::String(act.name);
     if (!act.params.empty()) attrs["activation_params"] = Attribute::Floats(act.params);
     Value* out = act.last->output(0);
-    TOB_ASSIGN_OR_RETURN(Node * fused,
-                         graph.AddNode("FusedConv", kMicrosoftDomain, inputs,
-                                       {graph.UniqueName(out->name() + "_fused_conv")}, std::move(attrs),
-                                       graph.UniqueName(conv->name() + "_" + act.name)));
+    TOB_ASSIGN_OR_RETURN(Node * fused, graph.AddNode("FusedConv", kMicrosoftDomain, inputs,
+                                                     {graph.UniqueName(out->name() + "_fused_conv")}, std::move(attrs),
+                                                     graph.UniqueName(conv->name() + "_" + act.name)));
     fused->output(0)->set_type(out->type());
     graph.PlaceLike(fused, conv);
     TOB_RETURN_IF_ERROR(graph.ReplaceAllUses(out, fused->output(0)));

@@ -8,13 +8,13 @@
 
 #include "framework/kernel_registry.h"
 #include "ir/graph.h"
+#include "memory/arena_pool.h"
 #include "ops/op_schema.h"
 #include "partition/provider_registry.h"
 #include "providers/cpu/nn/bf16_gemm.h"
 #include "providers/cpu/nn/sgemm_packed.h"
 #include "python/status_exceptions.h"
 #include "python/tensor_bridge.h"
-#include "memory/arena_pool.h"
 #include "runtime/session.h"
 #ifdef TOB_WITH_TORCH
 #include "providers/torch/aten_op_policy.h"
@@ -444,8 +444,9 @@ PYBIND11_MODULE(_C, m) {
       .def("state", &PySession::State, py::arg("name"))
       .def("bound_states", [](PySession& s) { return s.session().BoundStates(); });
 
-  m.def("arena_pool_free_bytes", [] { return ArenaPool::Global().free_bytes(); },
-        "Bytes of the free arenas the process's pool keeps for the next runs (memory/arena_pool.h).");
+  m.def(
+      "arena_pool_free_bytes", [] { return ArenaPool::Global().free_bytes(); },
+      "Bytes of the free arenas the process's pool keeps for the next runs (memory/arena_pool.h).");
   m.def("registered_kernels", [] {
     py::list l;
     for (const KernelDef& d : KernelRegistry::Global().defs()) {

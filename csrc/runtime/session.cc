@@ -583,10 +583,8 @@ Status Session::RunBound(std::vector<Tensor>& slots, const std::string& signatur
   // the run holds those until their last reader.
   for (size_t s = 0; s < slots.size(); ++s) {
     if (!slots[s].defined()) continue;
-    if (!memory.donated.empty() && memory.donated[s])
-      memory.outside.Hold(slots[s], {}, *run_alloc);
-    else
-      memory.outside.Exclude(slots[s]);
+    if (!memory.donated.empty() && memory.donated[s]) memory.outside.Hold(slots[s], {}, *run_alloc);
+    else memory.outside.Exclude(slots[s]);
   }
   for (size_t i = 0; i < steps_.size(); ++i) {
     run_alloc->StartWindow();

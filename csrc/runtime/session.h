@@ -113,13 +113,13 @@ class Session {
     std::unique_ptr<OpKernel> kernel;
     const ExecutionProvider* provider = nullptr;
     int opset = 0;
-    std::vector<int> inputs;          // slot per input, -1 when omitted
-    std::vector<int> outputs;         // slot per output
-    std::vector<bool> unused;         // per output: nobody reads it and it is not a graph output
-    std::vector<int> free_after;      // slots whose last reader is this step
+    std::vector<int> inputs;              // slot per input, -1 when omitted
+    std::vector<int> outputs;             // slot per output
+    std::vector<bool> unused;             // per output: nobody reads it and it is not a graph output
+    std::vector<int> free_after;          // slots whose last reader is this step
     std::vector<int> donated_free_after;  // graph-input slots whose last reader is this step (if donated)
-    std::vector<int> inplace_update;  // per output: the planned update it writes in place, or -1
-    std::vector<int> inplace_input;   // per such output: the input whose memory it is written into
+    std::vector<int> inplace_update;      // per output: the planned update it writes in place, or -1
+    std::vector<int> inplace_input;       // per such output: the input whose memory it is written into
     // Shape inference at run time (InferStep). An op whose output types follow from its input
     // types alone (not from the values of computed inputs) keeps its last answer, reused while its
     // inputs' dtypes and shapes stay the same. -1: not decided yet; 0: inferred every run; 1: cached.
@@ -156,7 +156,7 @@ class Session {
   // What one run's memory accounting carries from step to step (RunStats::peak_live_bytes).
   struct RunMemory {
     RunAllocator* allocator = nullptr;
-    LiveBytes outside;  // bytes held outside the run allocator
+    LiveBytes outside;          // bytes held outside the run allocator
     std::vector<bool> donated;  // by slot: a graph input the caller donated (empty: none)
     size_t peak_live_bytes = 0;
   };

@@ -22,8 +22,8 @@ __global__ void FlashForwardKernel(FlashForwardArgs a) {
     const float* q = a.q + row * a.head;
     const float* k = a.k + (b * a.kv_heads + g) * a.kv_seq * a.head;
     const float* v = a.v + (b * a.kv_heads + g) * a.kv_seq * a.v_head;
-    const float* mask = a.mask != nullptr ? a.mask + b * a.mask_stride[0] + h * a.mask_stride[1] + i * a.mask_stride[2]
-                                          : nullptr;
+    const float* mask =
+        a.mask != nullptr ? a.mask + b * a.mask_stride[0] + h * a.mask_stride[1] + i * a.mask_stride[2] : nullptr;
     float acc[kFlashMaxHeadSize];
     for (int64_t x = 0; x < a.v_head; ++x) acc[x] = 0.f;
     flash::OnlineSoftmax softmax;
@@ -50,9 +50,8 @@ cudaError_t launch_flash_attention_forward(const FlashForwardArgs& args, cudaStr
   if (rows == 0) return cudaSuccess;
   // Few threads per block: each carries a whole output row in registers / local memory.
   constexpr int kRowThreads = 64;
-  const unsigned blocks = static_cast<unsigned>((rows + kRowThreads - 1) / kRowThreads < kMaxBlocks
-                                                    ? (rows + kRowThreads - 1) / kRowThreads
-                                                    : kMaxBlocks);
+  const unsigned blocks = static_cast<unsigned>(
+      (rows + kRowThreads - 1) / kRowThreads < kMaxBlocks ? (rows + kRowThreads - 1) / kRowThreads : kMaxBlocks);
   FlashForwardKernel<<<blocks, kRowThreads, 0, stream>>>(args);
   return cudaGetLastError();
 }

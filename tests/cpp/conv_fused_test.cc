@@ -69,8 +69,8 @@ double RefActivation(const std::string& act, const std::vector<float>& p, double
 template <typename T = float>
 void RunCase(const Conv2DCase& c, bool bias, const std::string& act = "", std::vector<float> params = {},
              bool with_z = false, int threads = 2) {
-  SCOPED_TRACE(::testing::Message() << "X " << ShapeToString(c.x) << " W " << ShapeToString(c.w) << " group "
-                                    << c.group << " act '" << act << "' Z " << with_z << " threads " << threads);
+  SCOPED_TRACE(::testing::Message() << "X " << ShapeToString(c.x) << " W " << ShapeToString(c.w) << " group " << c.group
+                                    << " act '" << act << "' Z " << with_z << " threads " << threads);
   Tensor x = RandomTensor<T>(c.x, -1, 1, 21), w = RandomTensor<T>(c.w, -1, 1, 22);
   Tensor b = RandomTensor<T>({c.w[0]}, -1, 1, 23);
   Shape out_shape;
@@ -128,9 +128,15 @@ TEST(ConvTiled, PointwiseGroupsAndDoubles) {
 
 TEST(FusedConv, EveryActivationWithAndWithoutZ) {
   const Conv2DCase c{{2, 4, 11, 9}, {6, 4, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}};
-  const std::vector<std::pair<std::string, std::vector<float>>> acts = {
-      {"Relu", {}},          {"Tanh", {}},     {"Sigmoid", {}},           {"LeakyRelu", {0.1f}},
-      {"Clip", {-0.5f, 0.75f}}, {"HardSigmoid", {0.3f, 0.4f}}, {"Gelu", {}}, {"FastGelu", {}}, {"Silu", {}}};
+  const std::vector<std::pair<std::string, std::vector<float>>> acts = {{"Relu", {}},
+                                                                        {"Tanh", {}},
+                                                                        {"Sigmoid", {}},
+                                                                        {"LeakyRelu", {0.1f}},
+                                                                        {"Clip", {-0.5f, 0.75f}},
+                                                                        {"HardSigmoid", {0.3f, 0.4f}},
+                                                                        {"Gelu", {}},
+                                                                        {"FastGelu", {}},
+                                                                        {"Silu", {}}};
   for (const auto& [act, params] : acts) {
     RunCase(c, true, act, params, false);
     RunCase(c, false, act, params, true);
@@ -166,8 +172,8 @@ TEST(FusedConv, DepthwiseAndThreeDimensionalTakeThePlaneEpilogue) {
 }
 
 TEST(FusedConv, RejectsUnknownActivationAndWrongParams) {
-  for (const auto& [act, params] : std::vector<std::pair<std::string, std::vector<float>>>{
-           {"Swish", {}}, {"Clip", {0.f}}, {"Relu", {1.f}}}) {
+  for (const auto& [act, params] :
+       std::vector<std::pair<std::string, std::vector<float>>>{{"Swish", {}}, {"Clip", {0.f}}, {"Relu", {1.f}}}) {
     OpTester t("FusedConv", 1, "com.microsoft");
     t.Attr("kernel_shape", Attribute::Ints({1, 1})).Attr("activation", Attribute::String(act));
     if (!params.empty()) t.Attr("activation_params", Attribute::Floats(params));

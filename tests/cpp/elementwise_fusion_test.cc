@@ -100,8 +100,8 @@ TEST(OptimizerElementwiseFusion, GoldenShapesSplitGroups) {
   e.Const("eps", {1e-6f}, {});
   e.Op(kFusedElementwiseOp, {"var", "eps"}, {"rstd"},
        Program({"Add", "Sqrt", "Reciprocal"}, {0, 1, -1, 2, -1, -1, 3, -1, -1}, {4}), kTobDomain, "recip_fused__1");
-  e.Op(kFusedElementwiseOp, {"x", "rstd", "w"}, {"y"},
-       Program({"Mul", "Mul"}, {0, 1, -1, 3, 2, -1}, {4}), kTobDomain, "mul_w_fused__3");
+  e.Op(kFusedElementwiseOp, {"x", "rstd", "w"}, {"y"}, Program({"Mul", "Mul"}, {0, 1, -1, 3, 2, -1}, {4}), kTobDomain,
+       "mul_w_fused__3");
   e.Output("y");
   EXPECT_EQ(AfterPass(before), GraphToText(expected));
 }
@@ -274,7 +274,8 @@ void CheckBroadcastPatterns(const Shape& x_shape, int threads) {
         for (int64_t d = 0; d < D; ++d) {
           const int64_t i = ((a * B + bb) * C + cc) * D + d;
           const double xv = x.data<float>()[i];
-          const double t = 1.0 / (1.0 + std::exp(-xv)) * row.data<float>()[d] + col.data<float>()[(a * B + bb) * C + cc];
+          const double t =
+              1.0 / (1.0 + std::exp(-xv)) * row.data<float>()[d] + col.data<float>()[(a * B + bb) * C + cc];
           const double q = -double(mid.data<float>()[bb * D + d]) / 1.75;
           const double ref_y = (c.data<bool>()[cc] ? t : q) + 0.5 * xv * (1.0 + std::erf(xv / std::sqrt(2.0)));
           const double ref_z = std::exp(-xv * xv);
@@ -302,7 +303,8 @@ TEST(FusedElementwiseKernel, RejectsAProgramReadingAnUndefinedRegister) {
   SessionOptions opts;
   auto s = Session::Create(std::move(g), opts);
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.status().message().find("instruction 1 (Mul) reads register 3"), std::string::npos) << s.status().ToString();
+  EXPECT_NE(s.status().message().find("instruction 1 (Mul) reads register 3"), std::string::npos)
+      << s.status().ToString();
 }
 
 }  // namespace

@@ -270,8 +270,8 @@ TEST(TrainingFlashAttention, MasksOfEachBroadcast) {
   FlashCase c;
   c.q_seq = 67;
   c.kv_seq = 131;
-  for (Shape shape : {Shape{2, 1, 67, 131}, Shape{2, 4, 67, 131}, Shape{67, 131}, Shape{2, 1, 1, 131},
-                      Shape{131}, Shape{1, 4, 67, 1}}) {
+  for (Shape shape : {Shape{2, 1, 67, 131}, Shape{2, 4, 67, 131}, Shape{67, 131}, Shape{2, 1, 1, 131}, Shape{131},
+                      Shape{1, 4, 67, 1}}) {
     c.mask_shape = shape;
     c.mask_bool = false;
     RunFlash<double>(c, 1e-11);
@@ -340,14 +340,13 @@ TEST(TrainingFlashAttention, CudaRowArithmeticMatchesTheReference) {
                         flash::ScoreBias(causal, i, j, static_cast<float>(d.mask[i * c.kv_seq + j]));
         float p = 0, rescale = 0;
         softmax.Add(s, &p, &rescale);
-        for (int64_t x = 0; x < c.v_head; ++x) acc[x] = acc[x] * rescale + p * static_cast<float>(d.v[j * c.v_head + x]);
+        for (int64_t x = 0; x < c.v_head; ++x)
+          acc[x] = acc[x] * rescale + p * static_cast<float>(d.v[j * c.v_head + x]);
       }
       for (int64_t x = 0; x < c.v_head; ++x)
         EXPECT_NEAR(acc[x] * softmax.Normalizer(), r.y[i * c.v_head + x], 1e-5) << "row " << i << " causal " << causal;
-      if (std::isinf(r.lse[i]))
-        EXPECT_EQ(softmax.Logsumexp(), std::numeric_limits<float>::infinity()) << "row " << i;
-      else
-        EXPECT_NEAR(softmax.Logsumexp(), r.lse[i], 1e-5) << "row " << i << " causal " << causal;
+      if (std::isinf(r.lse[i])) EXPECT_EQ(softmax.Logsumexp(), std::numeric_limits<float>::infinity()) << "row " << i;
+      else EXPECT_NEAR(softmax.Logsumexp(), r.lse[i], 1e-5) << "row " << i << " causal " << causal;
     }
   }
 }

@@ -166,7 +166,8 @@ Status TiledConv2D(const KernelContext& ctx, const T* x, const T* w, const T* bi
           b_mat = xg + p0;
           ldb = s.in_size;
         } else {
-          for (int64_t c = 0; c < s.Cg; ++c) conv_columns::Im2Col2DRange(xg + c * s.in_size, g, c, cols, cols_n, p0, p1);
+          for (int64_t c = 0; c < s.Cg; ++c)
+            conv_columns::Im2Col2DRange(xg + c * s.in_size, g, c, cols, cols_n, p0, p1);
           b_mat = cols;
           ldb = cols_n;
         }
@@ -198,8 +199,7 @@ Status ColumnConvND(const KernelContext& ctx, const T* x, const T* w, const T* b
   const bool pointwise = geometry.IsPointwise();
   const int64_t col_per_image = pointwise ? 0 : s.group * s.kernel_dim * s.out_size;
   const int64_t images_per_chunk =
-      pointwise ? s.N
-                : std::clamp<int64_t>(kMaxColumnBytes / std::max<int64_t>(1, col_per_image * sizeof(T)), 1, s.N);
+      pointwise ? s.N : std::clamp<int64_t>(kMaxColumnBytes / std::max<int64_t>(1, col_per_image * sizeof(T)), 1, s.N);
   Tensor col;
   if (!pointwise) {
     TOB_ASSIGN_OR_RETURN(col, ctx.AllocateScratch(DTypeOf<T>(), {images_per_chunk * col_per_image}));
@@ -235,8 +235,8 @@ Status ColumnConvND(const KernelContext& ctx, const T* x, const T* w, const T* b
       }
     }
     TOB_RETURN_IF_ERROR(BatchedGemm(false, false, s.Mg, s.out_size, s.kernel_dim, T(1), a_ptrs.data(), s.kernel_dim,
-                                    b_ptrs.data(), s.out_size, bias != nullptr ? T(1) : T(0), c_ptrs.data(),
-                                    s.out_size, static_cast<int64_t>(a_ptrs.size()), pool));
+                                    b_ptrs.data(), s.out_size, bias != nullptr ? T(1) : T(0), c_ptrs.data(), s.out_size,
+                                    static_cast<int64_t>(a_ptrs.size()), pool));
   }
   return Status::OK();
 }
@@ -328,8 +328,8 @@ class ConvKernel final : public OpKernel {
           TOB_ASSIGN_OR_RETURN(zf, ToFloatScratch(ctx, *z));
         }
         TOB_ASSIGN_OR_RETURN(Tensor yf, ctx.AllocateScratch(DType::kFloat32, y.shape()));
-        TOB_RETURN_IF_ERROR(ConvTyped<float>(ctx, xf, wf, b ? &bf : nullptr, z ? &zf : nullptr, yf, geometry.value(),
-                                             group, act_));
+        TOB_RETURN_IF_ERROR(
+            ConvTyped<float>(ctx, xf, wf, b ? &bf : nullptr, z ? &zf : nullptr, yf, geometry.value(), group, act_));
         return FromFloatScratch(ctx, yf, &y);
       } else {
         return ConvTyped<T>(ctx, x, w, b, z, y, geometry.value(), group, act_);

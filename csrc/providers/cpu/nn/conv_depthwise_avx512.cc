@@ -70,7 +70,8 @@ void Rows(int rows, const float* const* in_rows, const float* filt, int64_t KH, 
 #else
 
 bool Available() { return false; }
-void Rows(int, const float* const*, const float*, int64_t, int64_t, int64_t, int64_t, int64_t, float, float*, int64_t) {}
+void Rows(int, const float* const*, const float*, int64_t, int64_t, int64_t, int64_t, int64_t, float, float*, int64_t) {
+}
 
 #endif
 

@@ -47,14 +47,16 @@ inline StatusOr<ActivationSpec> ReadActivation(const Node& node) {
   const int expected = ParamCount(name);
   if (expected < 0)
     return InvalidModel(node.op_type(), " node '", node.name(), "': unknown activation '", name,
-                           "'; expected Relu, Tanh, Sigmoid, LeakyRelu, Clip, HardSigmoid, Gelu, FastGelu or Silu");
+                        "'; expected Relu, Tanh, Sigmoid, LeakyRelu, Clip, HardSigmoid, Gelu, FastGelu or Silu");
   if (static_cast<int>(params.size()) != expected)
     return InvalidModel(node.op_type(), " node '", node.name(), "': activation ", name, " takes ", expected,
-                           " activation_params, got ", params.size());
+                        " activation_params, got ", params.size());
   static const std::pair<const char*, Activation> kinds[] = {
-      {"Relu", Activation::kRelu},           {"Tanh", Activation::kTanh},   {"Sigmoid", Activation::kSigmoid},
-      {"LeakyRelu", Activation::kLeakyRelu}, {"Clip", Activation::kClip},   {"HardSigmoid", Activation::kHardSigmoid},
-      {"Gelu", Activation::kGelu},           {"FastGelu", Activation::kFastGelu}, {"Silu", Activation::kSilu}};
+      {"Relu", Activation::kRelu},       {"Tanh", Activation::kTanh},
+      {"Sigmoid", Activation::kSigmoid}, {"LeakyRelu", Activation::kLeakyRelu},
+      {"Clip", Activation::kClip},       {"HardSigmoid", Activation::kHardSigmoid},
+      {"Gelu", Activation::kGelu},       {"FastGelu", Activation::kFastGelu},
+      {"Silu", Activation::kSilu}};
   for (const auto& [n, k] : kinds)
     if (name == n) spec.kind = k;
   if (expected >= 1) spec.alpha = params[0];
@@ -67,8 +69,7 @@ template <typename T>
 void Activate(const ActivationSpec& act, T* y, int64_t n) {
   const T a = static_cast<T>(act.alpha), b = static_cast<T>(act.beta);
   switch (act.kind) {
-    case Activation::kNone:
-      return;
+    case Activation::kNone: return;
     case Activation::kRelu:
       for (int64_t i = 0; i < n; ++i) y[i] = y[i] < T(0) ? T(0) : y[i];
       return;
@@ -81,8 +82,7 @@ void Activate(const ActivationSpec& act, T* y, int64_t n) {
     case Activation::kHardSigmoid:
       for (int64_t i = 0; i < n; ++i) y[i] = std::min(std::max(a * y[i] + b, T(0)), T(1));
       return;
-    default:
-      break;
+    default: break;
   }
   if constexpr (std::is_same_v<T, float>) {
     switch (act.kind) {

@@ -112,8 +112,8 @@ StatusOr<std::optional<MaskBias<C>>> ReadMask(const KernelContext& ctx, const Te
   int64_t stride = 1;
   for (int d = 3; d >= 0; --d) {
     if (dims[d] != 1 && dims[d] != target[d])
-      return ctx.Fail("attn_mask ", ShapeToString(mask->shape()), " does not broadcast to [batch ", s.batch,
-                      ", heads ", s.heads, ", q_seq ", s.q_seq, ", kv_seq ", s.kv_seq, "]");
+      return ctx.Fail("attn_mask ", ShapeToString(mask->shape()), " does not broadcast to [batch ", s.batch, ", heads ",
+                      s.heads, ", q_seq ", s.q_seq, ", kv_seq ", s.kv_seq, "]");
     m.stride[d] = dims[d] == 1 ? 0 : stride;
     stride *= dims[d];
   }
@@ -245,8 +245,8 @@ Status ForwardTyped(const KernelContext& ctx, const FlashAttributes& a, const Fl
 // positions), dQ into dq. scores and dscores hold one [rows, cols] block each; delta q_seq values.
 template <typename C>
 Status BackwardHead(const FlashAttributes& a, const FlashShape& s, const std::optional<MaskBias<C>>& mask, int64_t b,
-                    int64_t h, const C* dy, const C* q, const C* k, const C* v, const C* y, const C* lse, C* dq,
-                    C* dk, C* dv, C* scores, C* dscores, C* delta, int64_t block_cols) {
+                    int64_t h, const C* dy, const C* q, const C* k, const C* v, const C* y, const C* lse, C* dq, C* dk,
+                    C* dv, C* scores, C* dscores, C* delta, int64_t block_cols) {
   const int64_t g = h / s.group();
   const C scale = ScaleOf<C>(a, s);
   const C* q_h = q + s.QOffset(b, h, 0, s.head);
