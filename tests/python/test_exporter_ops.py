@@ -92,9 +92,6 @@ EXPECTED_FALLBACKS: dict[str, tuple[set[str], str]] = {
     "index_gather": ({"aten.scatter_add.default", "aten.index_put.default"},
                      "the gradients of gather and x[i] add into possibly repeated indices; no converter maps "
                      "aten.scatter_add or aten.index_put(accumulate=True) (index_select's index_add is GatherGrad)"),
-    "cross_entropy": ({"aten.nonzero.default"},
-                      "the compute optimizer selects the valid labels' rows with nonzero (compute_optimizer/), "
-                      "which the engine has no kernel for; torch's runs"),
     "strided_slice": ({"aten.slice_backward.default"},
                       "ops_tensor.slice_backward converts unit-step slices only; x[:, ::2]'s gradient has step 2"),
     "avg_pool_global": ({"aten.avg_pool2d_backward.default"},
