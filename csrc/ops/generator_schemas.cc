@@ -1,6 +1,7 @@
 // Schemas of the ops that make tensors: Constant, ConstantOfShape, Range, EyeLike, OneHot, Trilu,
-// Dropout and the Random* family. ConstantOfShape, Range and OneHot have value-dependent shapes:
-// exact when the values are known (always at run time), rank-only or unknown otherwise.
+// Dropout, the Random* family and the signal windows (HannWindow, HammingWindow, BlackmanWindow). ConstantOfShape,
+// Range and OneHot have value-dependent shapes: exact when the values are known (always at run time), rank-only or
+// unknown otherwise.
 #include <cmath>
 #include <vector>
 
@@ -246,9 +247,25 @@ Status InferRandomLike(InferenceContext& ctx) {
   return Status::OK();
 }
 
+// The windows: a 1-D tensor of `size` (an input's value) elements of type `output_datatype`.
+Status InferWindow(InferenceContext& ctx) {
+  const ValueType& size = *ctx.input_type(0);
+  if (size.dtype != DType::kInt32 && size.dtype != DType::kInt64)
+    return ctx.Fail("size must be int32 or int64, got ", DTypeName(size.dtype));
+  int64_t code = 1;
+  TOB_RETURN_IF_ERROR(ctx.node().GetAttr("output_datatype", &code, int64_t{1}));
+  const DType dtype = DTypeFromOnnx(static_cast<int32_t>(code));
+  if (dtype == DType::kUndefined || dtype == DType::kString || dtype == DType::kBool)
+    return ctx.Fail("output_datatype ", code, " is not a numeric tensor type");
+  ctx.set_output(0, ValueType(dtype, Dims{Dim::Unknown()}));
+  return Status::OK();
+}
+
 }  // namespace
 
 void RegisterGeneratorSchemas(OpSchemaRegistry& registry) {
+  for (const char* op : {"HannWindow", "HammingWindow", "BlackmanWindow"})
+    registry.Register(OpSchema{"", op, 1, 1, 1, 1, InferWindow});
   registry.Register(OpSchema{"", "Constant", 0, 0, 1, 1, InferConstant});
   registry.Register(OpSchema{"", "ConstantOfShape", 1, 1, 1, 1, InferConstantOfShape});
   registry.Register(OpSchema{"", "Range", 3, 3, 1, 1, InferRange});

@@ -1,5 +1,6 @@
 // Normalizations and softmax: BatchNormalization, InstanceNormalization, LayerNormalization,
-// com.microsoft::SkipLayerNormalization, RMSNormalization, Softmax, LogSoftmax.
+// com.microsoft::SkipLayerNormalization, RMSNormalization, Softmax, LogSoftmax, and the older
+// LpNormalization, MeanVarianceNormalization and LRN.
 #include <algorithm>
 
 #include "ops/op_schema.h"
@@ -140,9 +141,22 @@ Status InferSoftmax(InferenceContext& ctx) {
   return Status::OK();
 }
 
+// LpNormalization, MeanVarianceNormalization, LRN: a float tensor in, the same type and shape out
+// (LRN's input is [N, C, ...]).
+Status InferSameAsFloatInput(InferenceContext& ctx) {
+  const ValueType& x = *ctx.input_type(0);
+  if (!IsFloatingPoint(x.dtype)) return ctx.Fail("X must be a floating-point tensor, got ", DTypeName(x.dtype));
+  if (ctx.node().op_type() == "LRN" && x.has_rank() && x.rank() < 2)
+    return ctx.Fail("X must be [N, C, ...], got ", x.ToString());
+  ctx.set_output(0, x);
+  return Status::OK();
+}
+
 }  // namespace
 
 void RegisterNnNormalizationSchemas(OpSchemaRegistry& registry) {
+  for (const char* op : {"LpNormalization", "MeanVarianceNormalization", "LRN"})
+    registry.Register(OpSchema{"", op, 1, 1, 1, 1, InferSameAsFloatInput});
   registry.Register(OpSchema{"", "BatchNormalization", 5, 5, 1, 5, InferBatchNorm});
   registry.Register(OpSchema{"", "InstanceNormalization", 3, 3, 1, 1, InferInstanceNorm});
   registry.Register(OpSchema{"", "LayerNormalization", 2, 3, 1, 3, InferLayerNorm});
