@@ -54,6 +54,17 @@ def test_lp_normalization(dtype, p, axis):
     _check(y, x64 / norm, dtype)
 
 
+@pytest.mark.parametrize("p", [1, 2])
+def test_lp_normalization_of_an_all_zero_slice_is_zero(p):
+    x = _x((2, 4), torch.float32, seed=5)
+    x[1] = 0.0
+    y = _run(helper.make_node("LpNormalization", ["x"], ["y"], p=p, axis=1), {"x": x}, TensorProto.FLOAT, 22)
+    x64 = x.double().numpy()
+    norm = np.sum(np.abs(x64[0]) ** p) ** (1.0 / p)
+    _check(y[:1], x64[:1] / norm, torch.float32)
+    assert torch.equal(y[1], torch.zeros(4))
+
+
 @pytest.mark.parametrize("dtype", list(TYPES), ids=IDS)
 @pytest.mark.parametrize("axes", [None, [1], [0, 3]])
 def test_mean_variance_normalization(dtype, axes):

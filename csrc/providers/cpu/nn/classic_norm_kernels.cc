@@ -1,8 +1,8 @@
 // The older normalizations of the ONNX standard: LpNormalization (x over its L1 or L2 norm along
-// one axis), MeanVarianceNormalization ((x - mean) / (std + 1e-9) over a set of axes, the op's
-// function body) and LRN (x over (bias + alpha / size * the sum of squares of `size` neighbouring
-// channels) ^ beta). Each is computed in float64 from the input's values and rounded once to its
-// type, as the ONNX reference computes them with numpy.
+// one axis; an all-zero slice stays zero), MeanVarianceNormalization ((x - mean) / (std + 1e-9) over a set of axes, the
+// op's function body) and LRN (x over (bias + alpha / size * the sum of squares of `size` neighbouring channels) ^
+// beta). Each is computed in float64 from the input's values and rounded once to its type, as the ONNX reference
+// computes them with numpy.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -61,6 +61,7 @@ class LpNormalizationKernel final : public OpKernel {
             norm += p_ == 1 ? std::fabs(v) : v * v;
           }
           if (p_ == 2) norm = std::sqrt(norm);
+          if (norm == 0.0) norm = 1.0;  // an all-zero slice stays zero (the reference's rule), not NaN
           for (int64_t k = 0; k < n; ++k) out[base + k * inner] = FromDouble<T>(ToDouble(in[base + k * inner]) / norm);
         }
     });
