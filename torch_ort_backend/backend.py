@@ -12,6 +12,7 @@ from typing import Any, Callable, Mapping
 import torch
 from torch._dynamo.backends.common import aot_autograd
 
+from .attention_fusion import fuse_eager_attention
 from .autograd_function import install_capture
 from .autograd_function.graph_rewrite import prepare_graph
 from .compiled_graph import STATS, CompiledGraph, CompileStats
@@ -108,6 +109,11 @@ def ort_backend(gm: torch.fx.GraphModule, example_inputs: list, options: Mapping
             STATS.fallbacks += 1
             return gm.forward
         raise
+    if opts.use_efficient_attention and opts.aten_sdpa_fallback:
+        # eager attention chains become one scaled_dot_product_attention (attention_fusion.py), which
+        # the exporter maps to the engine's FlashAttention; with ORTMODULE_ATEN_SDPA_FALLBACK=0 the user
+        # asked for attention decomposed, so nothing is fused
+        fuse_eager_attention(gm)
     try:
         with attention_kernels(opts.aten_sdpa_fallback):
             # the compute optimizer rewrites dynamo's graph first (compute_optimizer/, on by default)

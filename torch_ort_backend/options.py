@@ -44,6 +44,9 @@ class BackendOptions:
     memory_opt_config: tuple = ()
     # scaled-dot-product attention as one ATen node run by torch's fused kernel (False: decomposed)
     aten_sdpa_fallback: bool = True
+    # eager attention (matmul / softmax / matmul) fused into scaled-dot-product attention on dynamo's
+    # graph (attention_fusion.py); off in onnxruntime-training, on here: the fused kernel is exact to rounding
+    use_efficient_attention: bool = True
     deepcopy_before_model_export: bool = True  # holds either way: dynamo never runs the module for export
     cache_dir: str = ""  # exported graphs cached on disk (model_cache.py); "" off
     print_input_density: bool = False  # runtime_inspector.py
@@ -56,7 +59,6 @@ class BackendOptions:
     # onnxruntime-training switches that are refused when they ask for what this engine cannot do
     # (REFUSED below says why); the fields hold the accepted value.
     enable_embedding_sparse_optimizer: bool = False
-    use_efficient_attention: bool = False
     enable_mem_efficient_grad_mgmt: bool = False
     enable_tuning: bool = False
     max_tuning_duration_ms: int = 0
@@ -173,11 +175,6 @@ REFUSED = {
         "the compute optimizer's embedding case (transformer layers over the non-padding tokens only) is not "
         "implemented yet (issue 19); every token is computed, as with the variable set to 0 (its default in "
         "onnxruntime-training too). The label case is built: ORTMODULE_ENABLE_LABEL_SPARSE_OPTIMIZER"),
-    "use_efficient_attention": (
-        "the engine has no attention-pattern fusion, and torch's efficient-attention kernel is CUDA-only; "
-        "a model that calls F.scaled_dot_product_attention already runs it fused, as the engine's "
-        "FlashAttention (torch's fused CPU kernel as an ATen node where that does not apply; "
-        "ORTMODULE_ATEN_SDPA_FALLBACK, on by default)"),
     "enable_mem_efficient_grad_mgmt": (
         "AOTAutograd's backward graph returns all parameter gradients to autograd together when it ends; "
         "there is no per-parameter hook inside the engine's run to hand one over earlier"),
