@@ -124,6 +124,13 @@ KNOWN_DIFFERENCES = {
         name: "expected values come from numpy's global random state at generation time"
         for name in ("test_bernoulli_expanded", "test_bernoulli_double_expanded", "test_bernoulli_seed_expanded")
     },
+    **{
+        name: (
+            "expected values come from numpy 2's float32 FFT: the Nyquist bin's imaginary part is 1.9e-7 where the"
+            " exact value (ours, computed in float64) is 0, beyond the runner's atol of 1e-7"
+        )
+        for name in ("test_dft_inverse", "test_dft_inverse_opset19")
+    },
 }
 
 
