@@ -7,7 +7,7 @@ import pkgutil
 import torch_ort_backend.exporter as exporter
 from torch_ort_backend._engine import C
 
-FAMILIES = {"elementwise", "tensor", "nn", "reduction", "runtime", "generator", "aten", "python", "training"}
+FAMILIES = {"elementwise", "tensor", "nn", "reduction", "signal", "runtime", "generator", "aten", "python", "training"}
 
 
 def test_every_kernel_names_a_known_family():
@@ -21,6 +21,7 @@ def test_every_kernel_names_a_known_family():
     assert by_op[(C.MICROSOFT_DOMAIN, "ATen")] == "aten"
     assert by_op[(C.MICROSOFT_DOMAIN, "PythonOp")] == "python"
     assert by_op[(C.MICROSOFT_DOMAIN, "SoftmaxGrad_13")] == "training"
+    assert by_op[("", "DFT")] == "signal"
 
 
 def test_converter_modules_are_named_by_family():
