@@ -20,8 +20,9 @@ in float32 and sums in another order). A chain is left alone whenever the fused 
 something else or lose information:
 - dropout with p > 0 in training (the engine's kernel cannot replay torch's generator stream, so
   the masks, and the numbers the user asked for, would differ);
-- a mask that is not a floating tensor of the query's dtype (a bool tensor *added* to the scores
-  is arithmetic, not a keep-mask) or that requires grad (T5's learned position bias: the fused
+- a mask that is not a floating tensor of the query's dtype, or float32 for float16/bfloat16
+  queries as under autocast (a bool tensor *added* to the scores is arithmetic, not a keep-mask)
+  or that requires grad (T5's learned position bias: the fused
   kernel gives the mask no gradient);
 - any intermediate (scores, probabilities) read elsewhere, e.g. returned with
   output_attentions=True;
@@ -204,8 +205,9 @@ def _check(chain: _Chain) -> str | None:
         return "query, key and value disagree in batch, heads, key length or head size"
     if chain.mask is not None:
         m = _value(chain.mask)
-        if m is None or m.dtype != q.dtype or m.dim() > 4:
-            return "the mask is not a floating tensor of the query's dtype"
+        widened = m is not None and m.dtype == torch.float32 and q.dtype in (torch.float16, torch.bfloat16)
+        if m is None or (m.dtype != q.dtype and not widened) or m.dim() > 4:
+            return "the mask is not a floating tensor of the query's dtype (or float32 for 16-bit queries)"
         if m.requires_grad:
             return "the mask requires grad (the fused kernel gives it none)"
     return None

@@ -122,6 +122,29 @@ def test_hf_eager_attention_trains_on_flash_attention(model):
     assert {"FlashAttention", "FlashAttentionGrad"} <= ops, sorted(ops)
 
 
+def test_autocast_attention_is_fused_with_its_float32_mask():
+    """Under torch.autocast HuggingFace's float32 additive mask meets bfloat16 scores; the fused op
+    takes it as it is (the engine adds it in float32). Against float64: within bfloat16's rounding of
+    Q, K, V and the output (eager autocast also rounds the scores and probabilities)."""
+    module = EagerAttention(cast=True)
+    q, k, v = (randn(2, 2, 13, 8, seed=i).requires_grad_() for i in range(3))
+    mask = _mask((2, 1, 13, 13), 7)
+    since = fresh()
+
+    def attend(q, k, v, mask):  # the projections autocast runs in bfloat16
+        return module(q.to(torch.bfloat16), k.to(torch.bfloat16), v.to(torch.bfloat16), mask)
+
+    with torch.autocast("cpu", torch.bfloat16):
+        out = torch.compile(attend, backend="ort", fullgraph=True)(q, k, v, mask)
+        eager = attend(q, k, v, mask)
+    assert out.dtype == torch.bfloat16
+    ref = module(*(t.detach().double() for t in (q, k, v)), mask.double())
+    ours, theirs = (out.double() - ref).abs().max().item(), (eager.double() - ref).abs().max().item()
+    assert ours <= 2 * theirs + 2 ** -8, (ours, theirs)
+    assert STATS.fused == 1, STATS
+    assert "FlashAttention" in engine_op_types(since)
+
+
 def test_inference_runs_the_forward_only():
     module = EagerAttention(scale_by="div").eval()
     q, k, v = (randn(2, 2, 11, 8, seed=i) for i in range(3))
@@ -182,7 +205,7 @@ def test_an_added_bool_tensor_is_not_a_keep_mask():
     module = EagerAttention()
     q, k, v = (randn(1, 2, 7, 8, seed=i).requires_grad_() for i in range(3))
     added = torch.rand(1, 1, 7, 7, generator=torch.Generator().manual_seed(3)) < 0.5
-    _declined_and_matches_eager(module, [q, k, v, added], "the mask is not a floating tensor of the query's dtype")
+    _declined_and_matches_eager(module, [q, k, v, added], "the mask is not a floating tensor of the query's dtype (or float32 for 16-bit queries)")
 
 
 @pytest.mark.parametrize("variable", ["ORTMODULE_USE_EFFICIENT_ATTENTION", "ORTMODULE_ATEN_SDPA_FALLBACK"])

@@ -33,8 +33,11 @@ def _flash_attributes(a, query: Val, key: Val, value: Val, mask: Val | None) -> 
         return None
     if any(v.dtype != query.dtype or v.shape is None or len(v.shape) != 4 for v in (key, value, query)):
         return None
+    # a float32 mask beside 16-bit Q/K/V is what autocast makes of an additive mask: torch's kernel
+    # accepts it, and the engine's adds it in float32, where it computes 16-bit attention anyway
+    widened = mask is not None and mask.dtype == torch.float32 and query.dtype in (torch.float16, torch.bfloat16)
     if mask is not None and (mask.shape is None or not 1 <= len(mask.shape) <= 4
-                             or mask.dtype not in (torch.bool, query.dtype)):
+                             or (mask.dtype not in (torch.bool, query.dtype) and not widened)):
         return None
     return {"is_causal": int(a.is_causal), "scale": None if a.scale is None else float(a.scale)}
 
