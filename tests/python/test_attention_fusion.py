@@ -7,6 +7,7 @@ or is not a float mask), each of which still matches eager."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 
@@ -122,6 +123,52 @@ def test_hf_eager_attention_trains_on_flash_attention(model):
     assert {"FlashAttention", "FlashAttentionGrad"} <= ops, sorted(ops)
 
 
+class CausalSelfAttention(nn.Module):
+    """nanoGPT's attention without flash: a registered lower-triangular buffer, masked_fill with -inf
+    (and, with `padding`, an additive mask before it)."""
+
+    def __init__(self, seq: int, fill: float = float("-inf")) -> None:
+        super().__init__()
+        self.register_buffer("bias", torch.tril(torch.ones(seq, seq)).view(1, 1, seq, seq))
+        self.fill = fill
+
+    def forward(self, q, k, v, padding=None):
+        t = q.size(-2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        if padding is not None:
+            att = att + padding
+        att = att.masked_fill(self.bias[:, :, :t, :t] == 0, self.fill)
+        att = F.softmax(att, dim=-1)
+        return att @ v
+
+
+@pytest.mark.parametrize("padding", [False, True])
+def test_masked_fill_attention_becomes_a_keep_mask(padding):
+    module = CausalSelfAttention(32)
+    q, k, v = (randn(2, 3, 19, 8, seed=i).requires_grad_() for i in range(3))
+    extra = (_mask((2, 1, 1, 19), 5),) if padding else ()
+    since = fresh()
+    out = torch.compile(module, backend="ort", fullgraph=True)(q, k, v, *extra)
+    dy = randn(*out.shape, seed=9)
+    grads = torch.autograd.grad(out, (q, k, v), dy)
+    ref_in = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    ref = module.double()(*ref_in, *(m.double() for m in extra))
+    module.float()
+    ref_grads = torch.autograd.grad(ref, ref_in, dy.double())
+    for got, want in zip((out, *grads), (ref, *ref_grads)):
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+    assert STATS.fused == 1, STATS
+    assert {"FlashAttention", "FlashAttentionGrad"} <= engine_op_types(since)
+
+
+def test_masked_fill_with_a_finite_value_keeps_the_chain():
+    """-1e4 (old BERT code) does not hide a key the way a keep mask does when every key of a row is
+    hidden, so the chain stays as written."""
+    module = CausalSelfAttention(16, fill=-1e4)
+    q, k, v = (randn(1, 2, 9, 8, seed=i).requires_grad_() for i in range(3))
+    _declined_and_matches_eager(module, [q, k, v], "the scores are filled with a finite value")
+
+
 def test_autocast_attention_is_fused_with_its_float32_mask():
     """Under torch.autocast HuggingFace's float32 additive mask meets bfloat16 scores; the fused op
     takes it as it is (the engine adds it in float32). Against float64: within bfloat16's rounding of
@@ -206,6 +253,38 @@ def test_an_added_bool_tensor_is_not_a_keep_mask():
     q, k, v = (randn(1, 2, 7, 8, seed=i).requires_grad_() for i in range(3))
     added = torch.rand(1, 1, 7, 7, generator=torch.Generator().manual_seed(3)) < 0.5
     _declined_and_matches_eager(module, [q, k, v, added], "the mask is not a floating tensor of the query's dtype (or float32 for 16-bit queries)")
+
+
+@pytest.mark.parametrize("model", ["gpt2", "bert"])
+def test_orttrainer_fuses_eager_attention(model):
+    """ORTTrainer captures with torch.export: the same pass runs on its ATen graph before the joint
+    graph is made. Three SGD steps give eager's losses; the training graph holds FlashAttentionGrad."""
+    from torch_ort_backend import ORTTrainer, optim
+
+    make, batch_of = {"gpt2": (cm.make_gpt2, cm.causal_lm_batch), "bert": (cm.make_bert_mlm, cm.bert_mlm_batch)}[model]
+    net = make("eager")
+    net.config.use_cache = False
+    reference = copy.deepcopy(net)
+    first = batch_of(0)
+    with torch.no_grad():
+        rank = net(**first)["logits"].dim()
+    desc = {"inputs": [(n, list(t.shape)) for n, t in first.items()],
+            "outputs": [("loss", [], True), ("logits", [f"d{i}" for i in range(rank)])]}
+    STATS.reset()
+    trainer = ORTTrainer(net, desc, optim.SGDConfig(lr=0.1))
+    sgd = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for step in range(3):
+        batch = batch_of(step)
+        loss = trainer.train_step(**batch)[0]
+        sgd.zero_grad()
+        want = reference(**batch)["loss"]
+        want.backward()
+        sgd.step()
+        torch.testing.assert_close(loss, want.detach(), rtol=1e-5, atol=1e-6, msg=f"step {step}")
+    assert STATS.fused == 2, STATS
+    ops = {n.op_type for n in trainer._onnx_model.graph.node}
+    assert {"FlashAttention", "FlashAttentionGrad", "SGDOptimizer"} <= ops, sorted(ops)
+    assert "Softmax" not in ops
 
 
 @pytest.mark.parametrize("variable", ["ORTMODULE_USE_EFFICIENT_ATTENTION", "ORTMODULE_ATEN_SDPA_FALLBACK"])

@@ -34,14 +34,26 @@ _PREFER_TORCH_KERNELS = frozenset(BackendOptions().prefer_torch_kernels)
 _LABEL_SWITCHES = ("enable_compute_optimizer", "enable_sparse_optimizer", "enable_label_sparse_optimizer")
 
 
-def _select_valid_labels() -> bool:
-    """The compute optimizer's label case, on by default as for ORTModule, and turned off by the same
-    variables (ORTMODULE_ENABLE_COMPUTE_OPTIMIZER, _SPARSE_OPTIMIZER, _LABEL_SPARSE_OPTIMIZER = 0);
-    other ORTMODULE_* variables are ORTModule's and not read here."""
+def _switches(options: tuple[str, ...]) -> BackendOptions:
+    """The backend options resolved from just these options' ORTMODULE_* variables; the other
+    variables are ORTModule's and not read here."""
     import os
 
-    names = {SPEC[k][0] for k in _LABEL_SWITCHES}
-    return label_sparsity_enabled(resolve({}, environ={k: v for k, v in os.environ.items() if k in names}))
+    names = {SPEC[k][0] for k in options}
+    return resolve({}, environ={k: v for k, v in os.environ.items() if k in names})
+
+
+def _select_valid_labels() -> bool:
+    """The compute optimizer's label case, on by default as for ORTModule, and turned off by the same
+    variables (ORTMODULE_ENABLE_COMPUTE_OPTIMIZER, _SPARSE_OPTIMIZER, _LABEL_SPARSE_OPTIMIZER = 0)."""
+    return label_sparsity_enabled(_switches(_LABEL_SWITCHES))
+
+
+def _fuse_attention() -> bool:
+    """Eager attention fused into scaled_dot_product_attention (attention_fusion.py), on by default as
+    for ORTModule; ORTMODULE_USE_EFFICIENT_ATTENTION=0 or ORTMODULE_ATEN_SDPA_FALLBACK=0 turn it off."""
+    opts = _switches(("use_efficient_attention", "aten_sdpa_fallback"))
+    return opts.use_efficient_attention and opts.aten_sdpa_fallback
 
 
 @dataclass
@@ -166,7 +178,7 @@ class StepGraphs:
         with self._export_mode(train):
             exported = export_model(self.wrapper, desc, example, joint=train, opset=opset,
                                     prefer_torch_kernels=_PREFER_TORCH_KERNELS, recompute=self.recompute,
-                                    select_valid_labels=_select_valid_labels())
+                                    select_valid_labels=_select_valid_labels(), fuse_attention=_fuse_attention())
             COMPILE_STATE.stats.label_sparse_rewrites += exported.label_rewrites
             if train and opts.debug.graph_save_paths.model_after_graph_transforms_path:
                 forward = export_model(self.wrapper, self.desc, inputs, joint=False, opset=opset)

@@ -26,6 +26,7 @@ from torch import nn
 
 from ..compute_optimizer.trainer_labels import SelectValidLabels
 from ..decompositions import decomposition_table
+from ..attention_fusion import fuse_eager_attention
 from ..exporter import export_fx_graph
 from ..exporter.errors import UnsupportedTorchModelError
 from ..memory_optimizer.joint_recompute import RecomputeFlags, recompute_joint_graph
@@ -100,11 +101,13 @@ class ExportedModel:
 
 def export_model(wrapper: ModelWithLoss, desc: ModelDesc, example: Sequence[torch.Tensor], *, joint: bool,
                  opset: int, prefer_torch_kernels: frozenset = frozenset(),
-                 recompute: RecomputeFlags | None = None, select_valid_labels: bool = False) -> ExportedModel:
+                 recompute: RecomputeFlags | None = None, select_valid_labels: bool = False,
+                 fuse_attention: bool = False) -> ExportedModel:
     """Exports `wrapper` (in its current train/eval mode) at the example inputs' ranks and dtypes;
     a joint graph gets the recompute plans of `recompute` (memory_optimizer/joint_recompute.py).
     `select_valid_labels`: cross-entropies over the valid labels' rows only
-    (compute_optimizer/trainer_labels.py)."""
+    (compute_optimizer/trainer_labels.py). `fuse_attention`: eager attention chains become
+    scaled_dot_product_attention before the joint graph is made (attention_fusion.py)."""
     from torch.export.exported_program import _decompose_exported_program
 
     labels = SelectValidLabels() if select_valid_labels else contextlib.nullcontext()
@@ -113,6 +116,8 @@ def export_model(wrapper: ModelWithLoss, desc: ModelDesc, example: Sequence[torc
         warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\)", category=FutureWarning)
         with labels:
             ep = _torch_export(wrapper, desc, example)
+        if fuse_attention:
+            fuse_eager_attention(ep.graph_module)
         if joint:
             _unused_parameters_need_no_gradient(ep)
         ep = _decompose_exported_program(ep, cia_to_decomp={}, python_decomp_table=decomposition_table(),
