@@ -30,7 +30,7 @@ std::unique_ptr<GraphPass> CreateMatMulTransposeFusionPass();
 // low type (strategy, level and allow list of onnxruntime-training's PropagateCastOps).
 std::unique_ptr<GraphPass> CreatePropagateCastOpsPass(CastPropagationOptions options);
 // Connected groups of float32 elementwise nodes of one output shape become one ai.tob
-// FusedElementwise node (level kAll when TOB_ELEMENTWISE_FUSION=1; PassContext::elementwise_fusion
+// FusedElementwise node (level kAll unless TOB_ELEMENTWISE_FUSION=0; PassContext::elementwise_fusion
 // turns it off for a session with a device provider).
 std::unique_ptr<GraphPass> CreateElementwiseFusionPass();
 // Removes nodes none of whose outputs is used, kept or a graph output.

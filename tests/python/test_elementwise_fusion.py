@@ -1,5 +1,6 @@
 """The engine's ElementwiseFusion pass (docs/architecture.md, "Elementwise fusion") through
-torch.compile(backend="ort"), turned on with TOB_ELEMENTWISE_FUSION=1: LLaMA (RMSNorm, rotary
+torch.compile(backend="ort") (on by default; the tests set TOB_ELEMENTWISE_FUSION=1 so that a
+developer's =0 does not silently skip them): LLaMA (RMSNorm, rotary
 embeddings, SwiGLU) and GPT-2 (tanh GELU, residual adds) train with outputs, every gradient and the
 updated parameters equal to eager's, and each test asserts that the engine ran the graphs with
 FusedElementwise nodes in both the forward and the backward session. A small module with every
@@ -26,8 +27,9 @@ _FUSED = re.compile(r"ElementwiseFusion: fused (\d+) elementwise nodes into (\d+
 
 @pytest.fixture(autouse=True)
 def fusion_on(monkeypatch):
-    """The pass is off by default (TOB_ELEMENTWISE_FUSION=1 turns it on, read when a session is
-    created): sessions an earlier test created for an identical export, unfused, are dropped."""
+    """The pass is on by default (TOB_ELEMENTWISE_FUSION=0 turns it off, read when a session is
+    created); the tests set it on and drop sessions an earlier test may have created for an
+    identical export with it off."""
     monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", "FALLBACK_DISABLE")
     monkeypatch.setenv("TOB_ELEMENTWISE_FUSION", "1")
     COMPILE_STATE.clear_sessions()

@@ -1,0 +1,86 @@
+"""The engine's ElementwiseFusion pass on (the default) against off (TOB_ELEMENTWISE_FUSION=0), on
+bench_compile's models at their benchmark size under "ort": training steps (forward, backward, SGD)
+and no_grad forwards, both configurations in one process, interleaved round by round.
+
+The variable is read when a session is created, so each configuration compiles with it set and the
+sessions shared between identical exports are dropped in between. Time is the process's CPU time of
+one thread (torch.set_num_threads(1)), median of --rounds rounds of 2 calls after warm-up: on a
+shared machine, wall time measures the other jobs.
+
+    python benchmarks/bench_elementwise_fusion.py                       # mlp, transformer_lm, gpt2, bert_mlm, llama
+    python benchmarks/bench_elementwise_fusion.py --models llama --rounds 15
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import torch
+
+from torch_ort_backend.compile_state import COMPILE_STATE
+from torch_ort_backend.testing import models as M
+
+
+def _step(name: str, fused: bool, train: bool):
+    os.environ["TOB_ELEMENTWISE_FUSION"] = "1" if fused else "0"
+    COMPILE_STATE.clear_sessions()
+    spec = M.MODELS[name]
+    make, make_batch = spec.builders(spec.bench_sizes)
+    torch.manual_seed(0)
+    model = make().train()
+    compiled = torch.compile(model, backend="ort")
+    sgd = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = make_batch(0)
+
+    def call():
+        return compiled(**data) if isinstance(data, dict) else compiled(*data)
+
+    def step() -> None:
+        if not train:
+            with torch.no_grad():
+                call()
+            return
+        out = call()
+        (out["loss"] if isinstance(out, dict) else out.loss).backward()
+        sgd.step()
+        sgd.zero_grad()
+
+    for _ in range(3):
+        step()
+    return step
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="+", default=["mlp", "transformer_lm", "gpt2", "bert_mlm", "llama"])
+    parser.add_argument("--rounds", type=int, default=9)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    saved = os.environ.get("TOB_ELEMENTWISE_FUSION")
+    print(f"{'model':15s} {'mode':6s} {'on ms':>8s} {'off ms':>8s} {'off/on':>7s}")
+    try:
+        for name in args.models:
+            for train in (True, False):
+                steps = {"on": _step(name, True, train), "off": _step(name, False, train)}
+                times = {key: [] for key in steps}
+                for _ in range(args.rounds):
+                    for key, step in steps.items():
+                        start = time.process_time()
+                        step()
+                        step()
+                        times[key].append((time.process_time() - start) / 2 * 1000)
+                med = {key: statistics.median(v) for key, v in times.items()}
+                print(f"{name:15s} {'train' if train else 'infer':6s} {med['on']:8.2f} {med['off']:8.2f} "
+                      f"{med['off'] / med['on']:7.3f}", flush=True)
+    finally:
+        if saved is None:
+            os.environ.pop("TOB_ELEMENTWISE_FUSION", None)
+        else:
+            os.environ["TOB_ELEMENTWISE_FUSION"] = saved
+
+
+if __name__ == "__main__":
+    main()
