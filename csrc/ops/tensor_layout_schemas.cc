@@ -1,5 +1,5 @@
 // Shape functions of the ops that rearrange or replicate elements: Transpose, Expand, Tile,
-// Concat, Split, DepthToSpace, SpaceToDepth.
+// Concat, Split, DepthToSpace, SpaceToDepth, ReverseSequence.
 #include <algorithm>
 
 #include "ops/tensor_params.h"
@@ -237,6 +237,29 @@ Status InferSpaceToDepth(InferenceContext& ctx) {
   return Status::OK();
 }
 
+// ReverseSequence: X's shape; batch_axis and time_axis are 0 and 1 (either way round), and
+// sequence_lens is int64 [batch].
+Status InferReverseSequence(InferenceContext& ctx) {
+  const ValueType& x = *ctx.input_type(0);
+  const ValueType& lens = *ctx.input_type(1);
+  int64_t batch_axis = 1, time_axis = 0;
+  TOB_RETURN_IF_ERROR(ctx.node().GetAttr("batch_axis", &batch_axis, int64_t{1}));
+  TOB_RETURN_IF_ERROR(ctx.node().GetAttr("time_axis", &time_axis, int64_t{0}));
+  if (!((batch_axis == 0 && time_axis == 1) || (batch_axis == 1 && time_axis == 0)))
+    return ctx.Fail("batch_axis and time_axis must be 0 and 1 (either way round), got ", batch_axis, " and ",
+                    time_axis);
+  if (lens.dtype != DType::kInt64) return ctx.Fail("sequence_lens must be int64, got ", DTypeName(lens.dtype));
+  if (x.has_rank() && x.rank() < 2) return ctx.Fail("input must have rank >= 2, got ", x.ToString());
+  if (lens.has_rank() && lens.rank() != 1) return ctx.Fail("sequence_lens must be 1-D, got ", lens.ToString());
+  if (x.has_rank() && lens.has_rank()) {
+    const Dim &b = (*x.shape)[batch_axis], &n = (*lens.shape)[0];
+    if (b.is_known() && n.is_known() && b.value != n.value)
+      return ctx.Fail("sequence_lens has ", n.value, " entries for a batch of ", b.value);
+  }
+  ctx.set_output(0, x);
+  return Status::OK();
+}
+
 }  // namespace
 
 void RegisterTensorLayoutSchemas(OpSchemaRegistry& registry) {
@@ -247,6 +270,7 @@ void RegisterTensorLayoutSchemas(OpSchemaRegistry& registry) {
   registry.Register(OpSchema{"", "Split", 1, 2, 1, INT_MAX, InferSplit});
   registry.Register(OpSchema{"", "DepthToSpace", 1, 1, 1, 1, InferDepthToSpace});
   registry.Register(OpSchema{"", "SpaceToDepth", 1, 1, 1, 1, InferSpaceToDepth});
+  registry.Register(OpSchema{"", "ReverseSequence", 2, 2, 1, 1, InferReverseSequence});
 }
 
 }  // namespace tob
