@@ -47,7 +47,6 @@ def _bound(dtype: torch.dtype) -> float:
 @dataclasses.dataclass
 class _Outputs:
     """Where each quantity sits in the probe's output tuple."""
-    mask: int | None = None
     attentions: list = dataclasses.field(default_factory=list)  # per attention: (hi, lo) or mask index
     positive: list = dataclasses.field(default_factory=list)  # per attention: [(index, strict)]
     losses: list = dataclasses.field(default_factory=list)
@@ -66,34 +65,59 @@ def _ancestors(nodes: list[torch.fx.Node]) -> set[torch.fx.Node]:
     return seen
 
 
+def _cut(gm: torch.fx.GraphModule, needed: list[torch.fx.Node]) -> tuple[torch.fx.Graph, dict]:
+    """A graph taking `gm`'s inputs and holding copies of `needed` and their ancestors (no output yet)."""
+    keep = _ancestors(needed)
+    g = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    for node in gm.graph.nodes:
+        if node.op == "placeholder" or (node in keep and node.op != "output"):
+            env[node] = g.node_copy(node, lambda a: env[a])
+    return g, env
+
+
+def _attention_key(att: Attention) -> tuple:
+    """Attentions whose check reads the same values in the same way (the layers of one model share
+    their mask) are checked once."""
+    def arg(a: Any) -> Any:
+        return ("node", a.name) if isinstance(a, torch.fx.Node) else ("value", repr(a))
+
+    chain = tuple((n.op, str(n.target), pos, tuple(arg(a) for i, a in enumerate(n.args) if i != pos))
+                  for n, pos in att.chain)
+    return (att.kind, att.rank, att.bdim, att.qdim, att.kdim, str(att.dtype), chain,
+            arg(att.mask) if att.mask is not None else None, att.is_causal, arg(att.scale),
+            tuple((n.name, strict) for n, strict in att.positive))
+
+
 class PaddingProbe:
-    """Computes, per call, whether the rewritten graph may run (module docstring)."""
+    """Computes, per call, whether the rewritten graph may run (module docstring). Two graphs cut from
+    dynamo's: the validity of the tokens (ids, attention mask: nearly free, and all a batch without
+    padding costs), then the masks, labels and indices the conditions read."""
 
     def __init__(self, gm: torch.fx.GraphModule, plan: Plan) -> None:
         self.plan = plan
         self.padding_idx = plan.padding_idx
-        needed = [plan.ids] + ([plan.mask] if plan.mask is not None else [])
+        tokens = [plan.ids] + ([plan.mask] if plan.mask is not None else [])
+        g, env = _cut(gm, tokens)
+        g.output(tuple(env[n] for n in tokens))
+        self.tokens = torch.fx.GraphModule(gm, g)
+        unique: dict[tuple, Attention] = {}
         for att in plan.attentions:
+            unique.setdefault(_attention_key(att), att)
+        self.attentions = list(unique.values())
+        needed: list[torch.fx.Node] = []
+        for att in self.attentions:
             if att.kind == "sdpa":
                 needed += [att.mask] if att.mask is not None else []
-                needed += [n for n, _ in att.positive]
             else:
                 for node, pos in att.chain:
                     needed += [a for i, a in enumerate(node.args) if i != pos and isinstance(a, torch.fx.Node)]
-                needed += [n for n, _ in att.positive]
+            needed += [n for n, _ in att.positive]
         needed += [labels for labels, _ in plan.losses] + list(plan.gathers)
-        keep = _ancestors(needed)
-        g = torch.fx.Graph()
-        env: dict[torch.fx.Node, torch.fx.Node] = {}
-        for node in gm.graph.nodes:
-            if node.op == "placeholder" or (node in keep and node.op != "output"):
-                env[node] = g.node_copy(node, lambda a: env[a])
-        outs: list[Any] = [env[plan.ids]]
+        g, env = _cut(gm, needed)
+        outs: list[Any] = []
         where = _Outputs()
-        if plan.mask is not None:
-            where.mask = len(outs)
-            outs.append(env[plan.mask])
-        for att in plan.attentions:
+        for att in self.attentions:
             if att.kind == "sdpa":
                 where.attentions.append((len(outs), len(outs) + 1))
                 outs.append(env[att.mask] if att.mask is not None else None)
@@ -121,24 +145,25 @@ class PaddingProbe:
             outs.append(env[index])
         g.output(tuple(outs))
         g.lint()
-        self.gm = torch.fx.GraphModule(gm, g)
+        self.conditions = torch.fx.GraphModule(gm, g)
         self.where = where
 
     def decide(self, args: Any) -> str:
         """"sparse" when the rewritten graph gives the dense numbers, "dense" when there is no padding,
         otherwise the reason the check failed."""
         with torch.no_grad():
-            outs = self.gm(*args)
-            ids = outs[0]
+            tokens = self.tokens(*args)
+            ids = tokens[0]
             valid = torch.ones(ids.shape, dtype=torch.bool, device=ids.device)
             if self.padding_idx is not None:
                 valid &= ids != self.padding_idx
-            if self.where.mask is not None:
-                valid &= outs[self.where.mask] != 0
+            if len(tokens) > 1:
+                valid &= tokens[1] != 0
             if bool(valid.all()):
                 return "dense"
+            outs = self.conditions(*args)
             flat = valid.reshape(-1)
-            for att, at, positive in zip(self.plan.attentions, self.where.attentions, self.where.positive):
+            for att, at, positive in zip(self.attentions, self.where.attentions, self.where.positive):
                 for index, strict in positive:
                     m = torch.as_tensor(outs[index])
                     if not bool((m > 0).all() if strict else (m >= 0).all()):
