@@ -91,10 +91,10 @@ MODELS = {"gpt2": make_gpt2, "bert": make_bert_mlm, "llama": make_llama}
 # --- on vs off ---------------------------------------------------------------------------------------
 
 def _sparse_forward_graphs() -> list:
-    """The compiled forward graphs of the embedding case (their export restores or selects the valid rows
-    of the embedded tokens: NonZero and Gather of the ids)."""
+    """The compiled forward graphs of the embedding case: engine sessions whose export restores the
+    valid rows into the padded shape before attention (GatherGrad, which no dense forward holds)."""
     return [g for g in live_graphs() if g.stage == "forward" and g.session is not None
-            and any(n.op_type == "NonZero" for n in g.exported.model.graph.node)]
+            and any(n.op_type == "GatherGrad" for n in g.exported.model.graph.node)]
 
 
 def train_on_and_off(make_model, make_batch, steps: int = 2, on: dict | None = None, wrap=None, compile_fn=None,
@@ -347,3 +347,35 @@ def test_bad_values_are_named():
         resolve({"enable_embedding_sparse_optimizer": "sometimes"}, environ={})
     with pytest.raises(ValueError, match="option 'enable_embedding_sparse_optimizer' must be a boolean"):
         ORTModule(TinyAttention(), options={"enable_embedding_sparse_optimizer": 2})
+
+
+def _calls(gm: torch.fx.GraphModule) -> list[str]:
+    return [n.target if isinstance(n.target, str) else n.target.__name__ for n in gm.graph.nodes
+            if n.op in ("call_function", "call_method")]
+
+
+def test_golden_rewrite_of_a_small_attention_model():
+    """Before: embedding -> qkv linear -> split -> heads (view, transpose) -> attention -> transpose back ->
+    reshape -> out linear -> residual -> head linear -> cross_entropy. After (label case off): the ids'
+    valid rows are embedded; the qkv projection runs on them; q, k and v are restored to the padded shape
+    (index_add into zeros) right before their transposes into heads; the attention output is gathered
+    back after its transpose, so the output projection, the residual, the head and the loss run on the
+    valid rows (the loss with its labels taken at those rows)."""
+    model = torch.compile(TinyAttention(), backend="ort", options={**ON, "enable_label_sparse_optimizer": False})
+    model(*tiny_batch(0)).backward()
+    (plan,) = STATS.embedding_plans
+    calls = _calls(plan.gm)
+    assert calls.count("index_add") == 3, calls  # q, k, v restored for the attention
+    embedding = next(n for n in plan.gm.graph.nodes if n.op == "call_function" and n.target is F.embedding)
+    ids = embedding.args[0]
+    assert ids.target is torch.index_select and ids.args[2].name.startswith("view"), ids  # ids[rows]
+    first_restore = calls.index("index_add")
+    assert calls.index("linear") < first_restore  # the qkv projection runs on the valid rows
+    after = calls[first_restore:]
+    gather_back = len(calls) - after[::-1].index("index_select") - 1  # the last gather: the labels' rows
+    assert calls[gather_back + 1:].count("cross_entropy") == 1
+    assert calls.count("linear") == 3  # qkv, out, head: each once, on the valid rows
+    assert plan.restored == [] and len(plan.attentions) == 1 and plan.attentions[0].kind == "eager"
+    assert dict(plan.moved_ops)["linear"] == 3 and plan.moved_ops["cross_entropy"] == 1
+    assert STATS.embedding_sparse_calls == 1
+    assert_engine_ran(2)

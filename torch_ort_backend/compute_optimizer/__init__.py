@@ -129,7 +129,13 @@ def trace_optimized(aot: Callable, gm: torch.fx.GraphModule, example_inputs: lis
         sparse = _trace(aot, plan.gm, example_inputs, plan.entries)
     if sparse is None:
         return dense
-    probe = PaddingProbe(gm, plan)
+    try:
+        probe = PaddingProbe(gm, plan)
+    except Exception as e:
+        STATS.embedding_declined.append(f"the run-time check could not be built: {type(e).__name__}: {e}")
+        logger.warning("compute optimizer: the embedding case's run-time check could not be built (%s: %s); "
+                       "compiling the graph without it", type(e).__name__, e)
+        return dense
     STATS.embedding_rewrites += 1
     STATS.embedding_plans.append(plan)
     STATS.embedding_moved_ops.update(plan.moved_ops)
@@ -146,7 +152,11 @@ def _plan(gm: torch.fx.GraphModule) -> Plan | None:
     except Declined as e:
         STATS.embedding_declined.append(str(e))
         logger.info("compute optimizer: the embedding case declines this graph: %s", e)
-        return None
+    except Exception as e:  # a fault of the pass: the optimizer may cost speed, never the compile
+        STATS.embedding_declined.append(f"{type(e).__name__}: {e}")
+        logger.warning("compute optimizer: the embedding case failed on this graph (%s: %s); compiling it "
+                       "without", type(e).__name__, e)
+    return None
 
 
 def _trace(aot: Callable, gm: torch.fx.GraphModule, example_inputs: list, what: list) -> Any:

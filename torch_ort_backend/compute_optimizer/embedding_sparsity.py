@@ -473,9 +473,12 @@ class _Builder(IslandRules):
             return False
         if key == "dropout" and (dims_arg(node, 3, "inplace") is True):
             return False
-        if key == "cast" and node.target == "type_as":
-            other = node.args[1]
-            return self._set_region(node, self._emit(node, (forms[node.args[0]][0], self._dense_form(other)), {}), out)
+        if key == "cast":  # x.to(...), x.type_as(t): other tensors give a dtype or device, read whole
+            if node.args[0] not in forms or len(forms) != 1:
+                return False
+            args = (forms[node.args[0]][0], *(self._dense_form(a) for a in node.args[1:]))
+            kwargs = {k: self._dense_form(v_) for k, v_ in node.kwargs.items()}
+            return self._set_region(node, self._emit(node, args, kwargs), out)
 
         def arg(a: Any) -> Any:
             if isinstance(a, torch.fx.Node):
