@@ -69,7 +69,7 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
-from .island_rules import IslandRules
+from .island_rules import IslandRules, scalar_node
 from .label_sparsity import bound_cross_entropy
 from .token_ops import as_dim_list, dims_arg, index_dims, norm_dim, op_key, same, static_sizes, tensor_value, value
 from .token_states import Attention, Declined, Island, Plan, Region, Several
@@ -222,7 +222,7 @@ class _Builder(IslandRules):
                 for node, pos in a.chain:
                     masks.extend(x for i, x in enumerate(node.args) if i != pos and isinstance(x, torch.fx.Node))
                     masks.extend(x for x in node.kwargs.values() if isinstance(x, torch.fx.Node))
-        masks = [m for m in masks if tensor_value(m) is not None and tensor_value(m).dim() >= 2]  # not scalars
+        masks = [m for m in masks if not scalar_node(m)]  # not the scale
         if not masks:
             return None
         root = _root_placeholder(self.ids)

@@ -191,7 +191,7 @@ class IslandRules:
             if number is not None:
                 if number < 0 or (key == "div" and number <= 0):
                     return None
-            elif _scalar_node(other):  # a number only known at run time: the probe checks its sign
+            elif scalar_node(other):  # a number only known at run time: the probe checks its sign
                 att.positive.append((other, key == "div"))
             else:
                 return None
@@ -232,12 +232,17 @@ class IslandRules:
             return None
         if not isinstance(causal, bool):
             return None
-        if scale is not None and not _scalar_node(scale) and (scalar_number(scale) is None or scale <= 0):
+        if scale is not None and not scalar_node(scale) and (scalar_number(scale) is None or scale <= 0):
             return None
         if mask is None and not causal:
             raise Declined(f"{node.name}: scaled_dot_product_attention without a mask lets every query read "
                            f"the padded keys")
         out = tensor_value(node)
+        if out is None:  # made by attention_fusion.py after dynamo traced: the query's sizes but the last
+            qv, vv = tensor_value(q), tensor_value(v)
+            if vv is None:
+                return None
+            out = _Like((*qv.shape[:-1], vv.shape[-1]), qv.dtype)
         att = Attention("sdpa", node.name, rank, sq.bdim, rank - 2, rank - 1, out.dtype,
                         mask=mask if isinstance(mask, torch.fx.Node) else None, is_causal=causal, scale=scale)
         if isinstance(scale, torch.fx.Node):
@@ -246,7 +251,17 @@ class IslandRules:
         return self._island_if_tokens(out, (sq.bdim, rank - 2))
 
 
-def _scalar_node(node: Any) -> bool:
+class _Like:
+    """The sizes and dtype of a value that has no fake value (a node made after dynamo traced)."""
+
+    def __init__(self, shape: tuple, dtype: torch.dtype) -> None:
+        self.shape, self.dtype = shape, dtype
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+
+def scalar_node(node: Any) -> bool:
     """A clean node holding one number: a 1-element tensor, or a float / int dynamo traced as symbolic."""
     if not isinstance(node, torch.fx.Node):
         return False
@@ -256,4 +271,4 @@ def _scalar_node(node: Any) -> bool:
     return isinstance(v, (int, float, torch.SymInt, torch.SymFloat)) and not isinstance(v, bool)
 
 
-__all__ = ["IslandRules"]
+__all__ = ["IslandRules", "scalar_node"]
