@@ -354,14 +354,17 @@ def _calls(gm: torch.fx.GraphModule) -> list[str]:
             if n.op in ("call_function", "call_method")]
 
 
-def test_golden_rewrite_of_a_small_attention_model():
-    """Before: embedding -> qkv linear -> split -> heads (view, transpose) -> attention -> transpose back ->
+@pytest.mark.parametrize("fused", [True, False], ids=["attention_fused", "attention_eager"])
+def test_golden_rewrite_of_a_small_attention_model(fused):
+    """With attention fusion on (the default) the eager attention chain is one scaled_dot_product_attention
+    by the time the pass reads the graph; with it off the pass reads the eager chain. Before: embedding -> qkv linear -> split -> heads (view, transpose) -> attention -> transpose back ->
     reshape -> out linear -> residual -> head linear -> cross_entropy. After (label case off): the ids'
     valid rows are embedded; the qkv projection runs on them; q, k and v are restored to the padded shape
     (index_add into zeros) right before their transposes into heads; the attention output is gathered
     back after its transpose, so the output projection, the residual, the head and the loss run on the
     valid rows (the loss with its labels taken at those rows)."""
-    model = torch.compile(TinyAttention(), backend="ort", options={**ON, "enable_label_sparse_optimizer": False})
+    options = {**ON, "enable_label_sparse_optimizer": False, "use_efficient_attention": fused}
+    model = torch.compile(TinyAttention(), backend="ort", options=options)
     model(*tiny_batch(0)).backward()
     (plan,) = STATS.embedding_plans
     calls = _calls(plan.gm)
@@ -375,7 +378,7 @@ def test_golden_rewrite_of_a_small_attention_model():
     gather_back = len(calls) - after[::-1].index("index_select") - 1  # the last gather: the labels' rows
     assert calls[gather_back + 1:].count("cross_entropy") == 1
     assert calls.count("linear") == 3  # qkv, out, head: each once, on the valid rows
-    assert plan.restored == [] and len(plan.attentions) == 1 and plan.attentions[0].kind == "eager"
+    assert plan.restored == [] and len(plan.attentions) == 1 and plan.attentions[0].kind == ("sdpa" if fused else "eager")
     assert dict(plan.moved_ops)["linear"] == 3 and plan.moved_ops["cross_entropy"] == 1
     assert STATS.embedding_sparse_calls == 1
     assert_engine_ran(2)
