@@ -67,12 +67,15 @@ Attribute ToAttribute(const std::string& node, const std::string& name, int type
     case AttrType::kInts: return Attribute::Ints(v.cast<std::vector<int64_t>>());
     case AttrType::kStrings: return Attribute::Strings(v.cast<std::vector<std::string>>());
     case AttrType::kTensor: {
-      // (array, onnx dtype): the dtype re-labels same-sized data (bfloat16 arrives as uint16).
+      // (array, onnx dtype[, dims]): the dtype re-labels same-sized data (bfloat16 arrives as
+      // uint16, float8 as uint8); a packed type arrives as its packed bytes with its dims.
       auto tup = v.cast<py::tuple>();
-      Tensor t = ToTensor(tup[0], StrCat("node '", node, "' attribute '", name, "'"));
-      DType want = DTypeFromOnnx(tup[1].cast<int>());
-      if (want != DType::kUndefined && DTypeSize(want) == DTypeSize(t.dtype()))
-        t = Tensor(want, t.shape(), t.buffer(), t.byte_offset());
+      const std::string what = StrCat("node '", node, "' attribute '", name, "'");
+      Tensor t = ToTensor(tup[0], what);
+      const DType want = DTypeFromOnnx(tup[1].cast<int>());
+      std::optional<Shape> shape;
+      if (tup.size() > 2 && !tup[2].is_none()) shape = tup[2].cast<Shape>();
+      if (want != DType::kUndefined && want != t.dtype()) t = RelabelTensor(t, want, shape, what);
       return Attribute::TensorValue(std::move(t));
     }
     default:
@@ -328,18 +331,21 @@ PYBIND11_MODULE(_C, m) {
            })
       .def(
           "add_initializer",
-          [](GraphBuilder& b, const std::string& name, const py::object& value, int dtype) {
-            Tensor t = ToTensor(value, StrCat("initializer '", name, "'"));
-            if (dtype != 0) {  // reinterpret (bfloat16 arrives as uint16 from numpy)
-              DType want = DTypeFromOnnx(dtype);
-              if (want == DType::kUndefined || DTypeSize(want) != DTypeSize(t.dtype()))
-                throw py::value_error(StrCat("initializer '", name, "': cannot view ", DTypeName(t.dtype()),
-                                             " data as ONNX dtype ", dtype));
-              t = Tensor(want, t.shape(), t.buffer(), t.byte_offset());
+          [](GraphBuilder& b, const std::string& name, const py::object& value, int dtype,
+             const std::optional<Shape>& dims) {
+            const std::string what = StrCat("initializer '", name, "'");
+            Tensor t = ToTensor(value, what);
+            // Reinterpret: bfloat16 arrives as uint16 from numpy, float8 as uint8, the packed
+            // types as their packed bytes (uint8) with `dims` giving the shape.
+            if (dtype != 0) {
+              const DType want = DTypeFromOnnx(dtype);
+              if (want == DType::kUndefined)
+                throw py::value_error(StrCat(what, ": ONNX dtype ", dtype, " is not supported"));
+              if (want != t.dtype()) t = RelabelTensor(t, want, dims, what);
             }
             Unwrap(b.graph().AddInitializer(name, std::move(t)));
           },
-          py::arg("name"), py::arg("value"), py::arg("dtype") = 0)
+          py::arg("name"), py::arg("value"), py::arg("dtype") = 0, py::arg("dims") = py::none())
       .def(
           "add_node",
           [](GraphBuilder& b, const std::string& op_type, const std::string& domain,
