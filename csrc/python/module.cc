@@ -12,6 +12,7 @@
 #include "ops/op_schema.h"
 #include "partition/provider_registry.h"
 #include "providers/cpu/nn/bf16_gemm.h"
+#include "providers/cpu/nn/qgemm.h"
 #include "providers/cpu/nn/sgemm_packed.h"
 #include "python/status_exceptions.h"
 #include "python/tensor_bridge.h"
@@ -310,12 +311,20 @@ PYBIND11_MODULE(_C, m) {
   m.def("sgemm_available", &SgemmAvailable,
         "Whether float32 MatMul/Gemm run on the engine's AVX-512 kernels at every M and constant weights are "
         "pre-packed (else OpenBLAS for M > 128 and no pre-packing; TOB_SGEMM=0 turns it off).");
+  m.def(
+      "qgemm_isa", [] { return std::string(qgemm::IsaName(qgemm::DefaultIsa())); },
+      "The integer GEMM kernel MatMulInteger / QLinearMatMul / ConvInteger / QLinearConv run on: 'avx512vnni' on "
+      "CPUs with VPDPBUSD, else 'portable' (TOB_QGEMM=portable forces it).");
   m.def("fallback_providers", [] { return ProviderRegistry::Global().FallbackNames(); });
 
   py::class_<PyTensor>(m, "EngineTensor")
       .def_property_readonly("shape", [](const PyTensor& t) { return t.tensor.shape(); })
       .def_property_readonly("dtype", [](const PyTensor& t) { return static_cast<int>(t.tensor.dtype()); })
       .def("data_ptr", [](const PyTensor& t) { return reinterpret_cast<uintptr_t>(t.tensor.raw_data()); })
+      .def(
+          "unpacked_codes", [](const PyTensor& t) { return PyTensor{UnpackedCodes(t.tensor)}; },
+          "One element per byte of a low-precision tensor (float8: its own bytes as uint8; the packed types: "
+          "their codes in a new uint8 tensor, int8 sign-extended for int4/int2), for numpy's ml_dtypes view.")
       .def("__dlpack__", [](const PyTensor& t, py::kwargs) { return TensorToDLPack(t.tensor); })
       .def("__dlpack_device__", [](const PyTensor& t) {
         Device d = t.tensor.device();
