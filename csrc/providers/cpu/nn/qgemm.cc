@@ -47,6 +47,41 @@ inline int32_t WrapMul(int32_t a, int32_t b) {
   return static_cast<int32_t>(static_cast<uint32_t>(a) * static_cast<uint32_t>(b));
 }
 
+#if defined(__AVX2__)
+// B's full 4-deep groups of one full 32-column panel (columns n0.. of `src`, rows 4g..4g+3), `groups`
+// of them: the 4 rows' bytes interleaved so each column's 4 k values lie together, the sign flip
+// applied, and the column sums (int8 values, wrapping like the scalar sums) added to `sums`.
+void PackFullGroupsAvx2(const uint8_t* src, int64_t ld, int64_t groups, uint8_t flip, int8_t* dst, uint32_t* sums) {
+  const __m256i fv = _mm256_set1_epi8(static_cast<char>(flip));
+  const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+  __m256i s[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+  for (int64_t g = 0; g < groups; ++g, src += 4 * ld, dst += kPanel * 4) {
+    auto row = [&](int64_t j) {
+      return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + j * ld)), fv);
+    };
+    const __m256i r0 = row(0), r1 = row(1), r2 = row(2), r3 = row(3);
+    // Per 128-bit lane: t01lo holds columns 0-7 (16-23) of rows 0 and 1 interleaved, t01hi 8-15 (24-31).
+    const __m256i t01lo = _mm256_unpacklo_epi8(r0, r1), t01hi = _mm256_unpackhi_epi8(r0, r1);
+    const __m256i t23lo = _mm256_unpacklo_epi8(r2, r3), t23hi = _mm256_unpackhi_epi8(r2, r3);
+    // 4 bytes per column: q0 columns 0-3 | 16-19, q1 4-7 | 20-23, q2 8-11 | 24-27, q3 12-15 | 28-31.
+    const __m256i q0 = _mm256_unpacklo_epi16(t01lo, t23lo), q1 = _mm256_unpackhi_epi16(t01lo, t23lo);
+    const __m256i q2 = _mm256_unpacklo_epi16(t01hi, t23hi), q3 = _mm256_unpackhi_epi16(t01hi, t23hi);
+    const __m256i o[4] = {_mm256_permute2x128_si256(q0, q1, 0x20), _mm256_permute2x128_si256(q2, q3, 0x20),
+                          _mm256_permute2x128_si256(q0, q1, 0x31), _mm256_permute2x128_si256(q2, q3, 0x31)};
+    for (int i = 0; i < 4; ++i) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32 * i), o[i]);
+      // Each column's 4 int8 values summed exactly: pairs into int16 (|sum| <= 256), pairs of those into int32.
+      s[i] = _mm256_add_epi32(s[i], _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, o[i]), ones16));
+    }
+  }
+  for (int i = 0; i < 4; ++i) {
+    alignas(32) uint32_t lanes[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), s[i]);
+    for (int j = 0; j < 8; ++j) sums[8 * i + j] += lanes[j];
+  }
+}
+#endif
+
 }  // namespace
 
 bool VnniAvailable() { return avx512vnni::Available(); }
@@ -162,7 +197,14 @@ void Run(int64_t M, int64_t N, int64_t K, const Operand& a, const Operand& b, in
       int8_t* dst = pb + p * l.k4 * kPanel * 4;
       const int64_t n0 = p * kPanel, cols = std::min<int64_t>(kPanel, N - n0);
       uint32_t sums[kPanel] = {};
-      for (int64_t g = 0; g < l.k4; ++g) {
+      int64_t g_begin = 0;  // the groups left to the scalar loop: partial panels and a partial last group
+#if defined(__AVX2__)
+      if (cols == kPanel) {
+        g_begin = K / 4;
+        PackFullGroupsAvx2(b.data + n0, b.ld, g_begin, b_flip, dst, sums);
+      }
+#endif
+      for (int64_t g = g_begin; g < l.k4; ++g) {
         int8_t* group = dst + g * kPanel * 4;
         for (int64_t cc = 0; cc < kPanel; ++cc) {
           for (int64_t j = 0; j < 4; ++j) {
