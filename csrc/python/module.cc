@@ -129,13 +129,14 @@ py::dict StatsDict(const RunStats& s) {
   // memory_stats() reads this after every compiled-graph run: the keys are made once (interned,
   // never freed) instead of a new string per key per call.
   static PyObject* const keys[] = {
-      PyUnicode_InternFromString("peak_bytes"),         PyUnicode_InternFromString("peak_live_bytes"),
-      PyUnicode_InternFromString("arena_bytes"),        PyUnicode_InternFromString("planned"),
-      PyUnicode_InternFromString("plan_misses"),        PyUnicode_InternFromString("prepacked_bytes"),
-      PyUnicode_InternFromString("prepacked_constants")};
-  const py::object values[] = {py::int_(s.peak_bytes),         py::int_(s.peak_live_bytes), py::int_(s.arena_bytes),
-                               py::bool_(s.planned),           py::int_(s.plan_misses),     py::int_(s.prepacked_bytes),
-                               py::int_(s.prepacked_constants)};
+      PyUnicode_InternFromString("peak_bytes"),          PyUnicode_InternFromString("peak_live_bytes"),
+      PyUnicode_InternFromString("arena_bytes"),         PyUnicode_InternFromString("planned"),
+      PyUnicode_InternFromString("plan_misses"),         PyUnicode_InternFromString("prepacked_bytes"),
+      PyUnicode_InternFromString("prepacked_constants"), PyUnicode_InternFromString("peak_held_bytes")};
+  const py::object values[] = {py::int_(s.peak_bytes),          py::int_(s.peak_live_bytes),
+                               py::int_(s.arena_bytes),         py::bool_(s.planned),
+                               py::int_(s.plan_misses),         py::int_(s.prepacked_bytes),
+                               py::int_(s.prepacked_constants), py::int_(s.peak_held_bytes)};
   py::dict d;
   for (size_t i = 0; i < std::size(keys); ++i)
     if (PyDict_SetItem(d.ptr(), keys[i], values[i].ptr()) != 0) throw py::error_already_set();

@@ -112,3 +112,40 @@ def test_a_recomputed_layer_stashes_its_output_alone(name, dropouts_per_layer):
         saved[layers] = graph_memory(run, "backward")["saved_bytes"]
     rng_state = torch.get_rng_state().numel()
     assert saved[4] - saved[3] == batch * seq * hidden * 4 + dropouts_per_layer * rng_state, saved
+
+
+def test_level_1_runs_without_an_arena_and_holds_less_than_with_one():
+    """At level 1 the training graphs allocate each intermediate when made and free it after its
+    last reader, instead of planning an arena whose pages stay resident to the end of each run: the
+    memory the engine makes the process hold over a step (step_held_bytes, an arena counted whole)
+    drops, the live peak (step_peak_bytes) stays, and no number changes."""
+    from torch_ort_backend.compiled_graph import CompiledGraph
+
+    model = make_gpt2(hidden=64, layers=4, heads=4, positions=128, dropout=0.1)
+
+    def batch(step):  # one batch: the backward's shapes (the count of real labels) stay, so it is planned
+        return causal_lm_batch(0, batch=4, seq=128)
+
+    without = train(model, batch, {"memory_opt_level": 1}, steps=3)
+    stats = {stage: graph_memory(without, stage) for stage in ("forward", "backward")}
+    runs = [g.session.last_run_stats() for g in live_graphs() if g.memory.runs]
+    assert len(runs) == 2
+    for last in runs:
+        assert not last["planned"] and last["arena_bytes"] == 0, last
+        assert last["peak_held_bytes"] == last["peak_live_bytes"], last
+    original = CompiledGraph._arena_policy
+    try:
+        # The arena as level 1 planned it before: taken for each run and freed after it.
+        CompiledGraph._arena_policy = lambda self: (True, self.stage in ("forward", "backward"))
+        with_arena = train(model, batch, {"memory_opt_level": 1}, steps=3)
+    finally:
+        CompiledGraph._arena_policy = original
+    assert_identical(with_arena, without, "level 1 with and without an arena")
+    arena = {stage: graph_memory(with_arena, stage) for stage in ("forward", "backward")}
+    planned = [g.session.last_run_stats() for g in live_graphs() if g.memory.runs]
+    assert len(planned) == 2 and all(last["planned"] and last["arena_bytes"] > 0 for last in planned), planned
+    for stage in ("forward", "backward"):
+        assert arena[stage]["peak_live_bytes"] == stats[stage]["peak_live_bytes"], stage
+        assert arena[stage]["peak_held_bytes"] > arena[stage]["peak_live_bytes"], arena[stage]
+        assert stats[stage]["step_held_bytes"] < arena[stage]["step_held_bytes"], (stage, stats, arena)
+    assert without.memory["step_held_bytes"] < with_arena.memory["step_held_bytes"]
