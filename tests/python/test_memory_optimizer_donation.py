@@ -17,6 +17,7 @@ import torch
 import torch._functorch.config as functorch_config
 from onnx import TensorProto, helper
 
+from aten_model_builder import ModelBuilder
 from compile_harness import train_side_by_side
 from conftest import nonzero
 from memory_optimizer_harness import assert_identical, graph_memory, train
@@ -76,6 +77,34 @@ def test_a_donated_feed_the_caller_still_holds_is_left_intact(rng):
     assert x.numpy().tobytes() == data.tobytes(), "donation only drops the engine's reference"
     assert torch.equal(y, y_again)
     np.testing.assert_allclose(y.numpy(), _expected(data, True), rtol=1e-6, atol=1e-7)
+
+
+def test_a_kernel_made_view_of_a_donated_feed_keeps_it_counted_until_the_view_goes(rng):
+    """X [1, N] -> ATen t (a view of X that torch made: a buffer of its own over X's memory) -> V;
+    Neg(V) -> B; Concat(B, B) [N, 2] -> C; Y = Add(C, V). X's last reader is the ATen node, but V keeps its
+    memory alive to the Add, where the run's peak is: a donated X must count there (it did not: its
+    release after the ATen node counted it freed)."""
+    data = nonzero(rng, (1, N))
+    builder = ModelBuilder()
+    x = builder.input("X", torch.from_numpy(data))
+    (v,) = builder.aten(torch.ops.aten.t.default, [x])
+    (b,) = builder.node("Neg", [v])
+    (c,) = builder.node("Concat", [b, b], axis=1)
+    builder.nodes.append(helper.make_node("Add", [c, v], ["Y"]))
+    session = builder.session({"Y": torch.zeros(N, 2)}, allow_unsafe=True)
+    expected = np.concatenate([-data.T] * 2, axis=1).astype(np.float64) + data.T
+    peaks = {}
+    for donate in (False, True, True):
+        x_t = torch.from_numpy(data.copy())
+        alive = weakref.ref(x_t)
+        feed = {"X": x_t}
+        del x_t
+        (y,) = session.run(None, feed, donate=["X"] if donate else ())
+        np.testing.assert_allclose(y.numpy(), expected, rtol=1e-6, atol=1e-7)
+        peaks[donate] = session.last_run_stats()["peak_live_bytes"]
+        if donate:
+            assert alive() is None, "once the view is gone, the donated feed's memory goes"
+    assert peaks[True] == peaks[False] + data.nbytes, peaks
 
 
 def test_donating_a_name_that_is_not_fed_is_an_error_naming_it(rng):
