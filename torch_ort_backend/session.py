@@ -216,6 +216,8 @@ class InferenceSession:
         self._outputs = [NodeArg(n, dtypes.onnx_type_name(t), s) for n, t, s in self._session.outputs()]
         self._opset_imports = {op.domain: op.version for op in proto.opset_import}
         self._state_is_torch: dict[str, bool] = {}
+        # The compiled graph whose last run last_run_stats() describes (memory_stats(), step_memory.py)
+        self._peaks_owner = None
         if self._options.optimized_model_filepath:
             self._save_optimized(proto)
 
