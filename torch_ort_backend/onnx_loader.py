@@ -119,7 +119,7 @@ def _tensor_to_array(t: TensorProto, what: str) -> tuple[np.ndarray, int]:
     return (arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)), t.data_type
 
 
-def _attribute_value(node: onnx.NodeProto, a: AttributeProto):
+def _attribute_value(node: onnx.NodeProto, a: AttributeProto, depth: int):
     what = f"node '{node.name}' ({node.op_type}) attribute '{a.name}'"
     if a.type == AttributeProto.FLOAT:
         return a.f
@@ -136,8 +136,12 @@ def _attribute_value(node: onnx.NodeProto, a: AttributeProto):
     if a.type == AttributeProto.TENSOR:
         arr, dt = _tensor_to_array(a.t, what)
         return arr, dt, list(a.t.dims)
+    if a.type == AttributeProto.GRAPH:
+        return _build_subgraph(a.g, what, depth + 1)
+    if a.type == AttributeProto.GRAPHS:
+        return [_build_subgraph(g, f"{what}[{i}]", depth + 1) for i, g in enumerate(a.graphs)]
     raise NotImplementedOpError(
-        f"{what} has type {AttributeProto.AttributeType.Name(a.type)}: subgraphs, sparse tensors and "
+        f"{what} has type {AttributeProto.AttributeType.Name(a.type)}: tensor lists, sparse tensors and "
         "type protos are not supported by the engine"
     )
 
@@ -169,7 +173,7 @@ def _value_info(vi: onnx.ValueInfoProto, what: str) -> tuple[int, list | None]:
     return elem, dims
 
 
-def _check_names_are_text(g: onnx.GraphProto) -> None:
+def _check_names_are_text(g: onnx.GraphProto, depth: int = 0) -> None:
     """protobuf hands back a string field that is not UTF-8 as bytes (ONNX's proto2 does not check):
     refuse it here, naming it, instead of failing inside the binding."""
     def check(value, what: str) -> None:
@@ -183,6 +187,10 @@ def _check_names_are_text(g: onnx.GraphProto) -> None:
             check(name, f"node {i} ({n.op_type}) input/output {k}")
         for a in n.attribute:
             check(a.name, f"node {i} ({n.op_type}) attribute name")
+            if a.type == AttributeProto.GRAPH or a.type == AttributeProto.GRAPHS:
+                _check_depth(n, a, depth + 1)
+                for sub in [a.g] if a.type == AttributeProto.GRAPH else a.graphs:
+                    _check_names_are_text(sub, depth + 1)
     for kind, infos in (("input", g.input), ("output", g.output), ("value_info", g.value_info)):
         for vi in infos:
             check(vi.name, f"graph {kind} name")
@@ -193,13 +201,37 @@ def _check_names_are_text(g: onnx.GraphProto) -> None:
         check(t.name, "initializer name")
 
 
+def _check_depth(node: onnx.NodeProto, a: AttributeProto, depth: int) -> None:
+    if depth > C.MAX_SUBGRAPH_NESTING:
+        raise InvalidModelError(
+            f"node '{node.name}' ({node.op_type}) attribute '{a.name}': subgraphs nest more than "
+            f"{C.MAX_SUBGRAPH_NESTING} levels deep, the most the engine allows"
+        )
+
+
+def _build_subgraph(g: onnx.GraphProto, what: str, depth: int):
+    """A _C.GraphBuilder for a GRAPH attribute's graph, walked exactly as the main graph is."""
+    b = C.GraphBuilder(subgraph=g.name or what)
+    try:
+        _fill(b, g, depth)
+    except (InvalidModelError, NotImplementedOpError) as e:
+        raise type(e)(f"{what} (subgraph '{g.name}'): {e}") from e
+    return b
+
+
 def build_graph(proto: onnx.ModelProto):
     """Walks a checked ModelProto and returns a filled _C.GraphBuilder."""
     _check_names_are_text(proto.graph)
     b = C.GraphBuilder()
     for op in proto.opset_import:
         b.set_opset(op.domain, op.version)
-    g = proto.graph
+    _fill(b, proto.graph, 0)
+    return b
+
+
+def _fill(b, g: onnx.GraphProto, depth: int) -> None:
+    """Builds graph `g` (the main graph at depth 0, else a subgraph) into builder `b`: initializers,
+    inputs, nodes (their subgraphs first, recursively), declared types, outputs."""
     init_names = set()
     for t in g.initializer:
         arr, dt = _tensor_to_array(t, f"initializer '{t.name}'")
@@ -213,9 +245,10 @@ def build_graph(proto: onnx.ModelProto):
         elem, dims = _value_info(vi, "graph input")
         b.add_input(vi.name, elem, dims)
     for i, n in enumerate(g.node):
-        attrs = [(a.name, int(a.type), _attribute_value(n, a)) for a in n.attribute]
+        name = n.name or f"{n.op_type}_{i}" if depth == 0 else n.name
+        attrs = [(a.name, int(a.type), _attribute_value(n, a, depth)) for a in n.attribute]
         recompute = any(p.key == RECOMPUTE_KEY and p.value == "1" for p in n.metadata_props)
-        b.add_node(n.op_type, n.domain, list(n.input), list(n.output), attrs, n.name or f"{n.op_type}_{i}", recompute)
+        b.add_node(n.op_type, n.domain, list(n.input), list(n.output), attrs, name, recompute)
     for vi in g.value_info:
         if vi.type.WhichOneof("value") != "tensor_type" or vi.type.tensor_type.elem_type not in dtypes.SUPPORTED:
             continue  # a declaration we cannot use is no error: inference decides
@@ -224,4 +257,3 @@ def build_graph(proto: onnx.ModelProto):
     for vi in g.output:
         elem, dims = _value_info(vi, "graph output")
         b.add_output(vi.name, elem, dims)
-    return b

@@ -33,6 +33,10 @@ def _tensor_proto(name: str, t) -> onnx.TensorProto:
 
 
 def _attribute(name: str, kind: int, value) -> onnx.AttributeProto:
+    if kind == onnx.AttributeProto.GRAPH:
+        return helper.make_attribute(name, _graph(value, value["name"]))
+    if kind == onnx.AttributeProto.GRAPHS:
+        return helper.make_attribute(name, [_graph(g, g["name"]) for g in value])
     if kind == onnx.AttributeProto.TENSOR:
         return helper.make_attribute(name, _tensor_proto("", value))
     if kind == onnx.AttributeProto.FLOATS:
@@ -45,10 +49,13 @@ def _attribute(name: str, kind: int, value) -> onnx.AttributeProto:
 
 
 def _value_info(name: str, code: int, dims) -> onnx.ValueInfoProto:
+    if code == 0:  # a subgraph's value whose type nothing knows: declared without one, as onnx allows
+        return onnx.ValueInfoProto(name=name)
     return helper.make_tensor_value_info(name, code, dims)
 
 
-def optimized_model_proto(graph: dict, source: onnx.ModelProto) -> onnx.ModelProto:
+def _graph(graph: dict, name: str) -> onnx.GraphProto:
+    """A graph of the engine (the main graph or a subgraph, as _C's optimized_graph describes it)."""
     nodes = []
     for n in graph["nodes"]:
         node = helper.make_node(n["op_type"], n["inputs"], n["outputs"], name=n["name"], domain=n["domain"])
@@ -72,9 +79,23 @@ def optimized_model_proto(graph: dict, source: onnx.ModelProto) -> onnx.ModelPro
         for name, code, dims in graph["values"]
         if code != 0 and name not in {o.name for o in outputs}
     ]
-    g = helper.make_graph(nodes, f"{source.graph.name}_optimized", inputs, outputs, inits, value_info=value_info)
+    return helper.make_graph(nodes, name, inputs, outputs, inits, value_info=value_info)
+
+
+def _uses_domain(g: onnx.GraphProto, domain: str) -> bool:
+    for n in g.node:
+        if n.domain == domain:
+            return True
+        for a in n.attribute:
+            if any(_uses_domain(sub, domain) for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs)):
+                return True
+    return False
+
+
+def optimized_model_proto(graph: dict, source: onnx.ModelProto) -> onnx.ModelProto:
+    g = _graph(graph, f"{source.graph.name}_optimized")
     opsets = [helper.make_opsetid(d, v) for d, v in graph["opsets"].items()]
-    if MS_DOMAIN not in graph["opsets"] and any(n.domain == MS_DOMAIN for n in nodes):
+    if MS_DOMAIN not in graph["opsets"] and _uses_domain(g, MS_DOMAIN):
         opsets.append(helper.make_opsetid(MS_DOMAIN, 1))
     model = helper.make_model(g, opset_imports=opsets, producer_name="torch_ort_backend")
     model.ir_version = source.ir_version

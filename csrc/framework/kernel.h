@@ -15,15 +15,31 @@
 
 namespace tob {
 
+// A subgraph of the node (a GRAPH attribute of If, Loop, Scan), compiled once when the session
+// was created (optimised, partitioned over the session's providers, planned) and bound to this
+// run's values of the enclosing graphs that it reads. Control-flow kernels run it; the executor
+// owns it (session state, after onnxruntime's subgraph SessionState), the kernel stays stateless.
+class SubgraphRunner {
+ public:
+  virtual ~SubgraphRunner() = default;
+  // The subgraph as compiled: its formal inputs and its outputs with their static types.
+  virtual const Graph& graph() const = 0;
+  // Runs it with `feeds` for its formal inputs, in order. The fetches are the kernel's to keep:
+  // none is memory the next run reuses, so a loop-carried value moves from one iteration's
+  // fetches to the next iteration's feeds without a copy. Errors name the subgraph.
+  virtual Status Run(std::vector<Tensor> feeds, std::vector<Tensor>* fetches) const = 0;
+};
+
 class KernelContext {
  public:
   KernelContext(const Node& node, std::vector<const Tensor*> inputs, std::vector<Tensor*> outputs, ThreadPool* pool,
-                std::shared_ptr<Allocator> scratch)
+                std::shared_ptr<Allocator> scratch, std::vector<const SubgraphRunner*> subgraphs = {})
       : node_(node),
         inputs_(std::move(inputs)),
         outputs_(std::move(outputs)),
         pool_(pool),
-        scratch_(std::move(scratch)) {}
+        scratch_(std::move(scratch)),
+        subgraphs_(std::move(subgraphs)) {}
 
   const Node& node() const { return node_; }
   int num_inputs() const { return static_cast<int>(inputs_.size()); }
@@ -39,6 +55,15 @@ class KernelContext {
     return Tensor::Allocate(dtype, shape, scratch_);
   }
 
+  // The compiled subgraph of GRAPH attribute `name`; nullptr when the node has none (or the
+  // kernel runs outside a session, as constant folding does: it never folds such nodes).
+  const SubgraphRunner* subgraph(const std::string& name) const {
+    const Graph* wanted = node_.subgraph(name);
+    for (const SubgraphRunner* s : subgraphs_)
+      if (wanted != nullptr && &s->graph() == wanted) return s;
+    return nullptr;
+  }
+
   template <typename... Args>
   Status Fail(Args&&... args) const {
     return RuntimeError(node_.Describe(), ": ", std::forward<Args>(args)...);
@@ -50,6 +75,7 @@ class KernelContext {
   std::vector<Tensor*> outputs_;
   ThreadPool* pool_;
   std::shared_ptr<Allocator> scratch_;
+  std::vector<const SubgraphRunner*> subgraphs_;
 };
 
 class OpKernel {

@@ -16,6 +16,7 @@ const char* AttrTypeName(AttrType t) {
     case AttrType::kInts: return "INTS";
     case AttrType::kStrings: return "STRINGS";
     case AttrType::kTensors: return "TENSORS";
+    case AttrType::kGraphs: return "GRAPHS";
   }
   return "UNKNOWN";
 }

@@ -2,12 +2,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/tensor.h"
 
 namespace tob {
+
+class Graph;
 
 enum class AttrType : int32_t {
   kUndefined = 0,
@@ -20,6 +23,7 @@ enum class AttrType : int32_t {
   kInts = 7,
   kStrings = 8,
   kTensors = 9,
+  kGraphs = 10,
 };
 
 const char* AttrTypeName(AttrType t);
@@ -33,6 +37,11 @@ struct Attribute {
   std::vector<float> floats;
   std::vector<int64_t> ints;
   std::vector<std::string> strings;
+  // GRAPH / GRAPHS: subgraphs owned by the node that carries the attribute (Graph::AddNode adopts
+  // them: a subgraph belongs to one node). Shared pointers only so that Attribute stays copyable;
+  // a node never shares a subgraph with another.
+  std::shared_ptr<Graph> g;
+  std::vector<std::shared_ptr<Graph>> graphs;
 
   static Attribute Float(float v) {
     Attribute a;
@@ -77,7 +86,22 @@ struct Attribute {
     return a;
   }
 
-  // Structural equality (used by CSE); tensors compare by dtype, shape and bytes.
+  static Attribute Subgraph(std::shared_ptr<Graph> v) {
+    Attribute a;
+    a.type = AttrType::kGraph;
+    a.g = std::move(v);
+    return a;
+  }
+  static Attribute Subgraphs(std::vector<std::shared_ptr<Graph>> v) {
+    Attribute a;
+    a.type = AttrType::kGraphs;
+    a.graphs = std::move(v);
+    return a;
+  }
+  bool is_graph() const { return type == AttrType::kGraph || type == AttrType::kGraphs; }
+
+  // Structural equality (used by CSE); tensors compare by dtype, shape and bytes; subgraphs are
+  // never equal (a node with one is never merged).
   bool operator==(const Attribute& o) const;
   std::string ToString() const;
 };

@@ -13,6 +13,37 @@ const Attribute* Node::FindAttribute(const std::string& name) const {
   return it == attributes_.end() ? nullptr : &it->second;
 }
 
+void Node::SetAttribute(const std::string& name, Attribute value) {
+  TOB_ENFORCE(!value.is_graph(), "Node::SetAttribute cannot add a subgraph (", Describe(), ", '", name,
+              "'): subgraphs come with the node (Graph::AddNode)");
+  auto it = attributes_.find(name);
+  TOB_ENFORCE(it == attributes_.end() || !it->second.is_graph(), "Node::SetAttribute cannot replace subgraph '", name,
+              "' of ", Describe());
+  attributes_[name] = std::move(value);
+}
+
+std::vector<Graph*> Node::subgraphs() const {
+  std::vector<Graph*> r;
+  for (const auto& [name, a] : attributes_) {
+    if (a.type == AttrType::kGraph && a.g) r.push_back(a.g.get());
+    if (a.type == AttrType::kGraphs)
+      for (const auto& g : a.graphs)
+        if (g) r.push_back(g.get());
+  }
+  return r;
+}
+
+bool Node::has_subgraphs() const {
+  for (const auto& [name, a] : attributes_)
+    if (a.is_graph()) return true;
+  return false;
+}
+
+Graph* Node::subgraph(const std::string& name) const {
+  const Attribute* a = FindAttribute(name);
+  return a != nullptr && a->type == AttrType::kGraph ? a->g.get() : nullptr;
+}
+
 std::string Node::Describe() const {
   std::string op = domain_.empty() ? op_type_ : domain_ + "::" + op_type_;
   return StrCat(op, " node '", name_, "'");
@@ -66,6 +97,39 @@ Status Node::GetAttr(const std::string& name, Tensor* out) const {
 
 // ---------------- Graph ----------------
 
+Graph::~Graph() {
+  // Subgraphs of this graph's nodes may outlive it only through a stray shared_ptr: cut their
+  // links so that nothing reaches the freed graph.
+  for (const auto& n : nodes_)
+    for (Graph* sub : n->subgraphs()) {
+      sub->parent_ = nullptr;
+      sub->owner_ = nullptr;
+    }
+}
+
+std::unique_ptr<Graph> Graph::NewSubgraph(std::string name) {
+  auto g = std::make_unique<Graph>();
+  g->is_subgraph_ = true;
+  g->name_ = std::move(name);
+  return g;
+}
+
+std::string Graph::Describe() const {
+  if (!is_subgraph_) return "the main graph";
+  std::string s = StrCat("subgraph '", name_, "'");
+  if (owner_ == nullptr) return s;
+  // The attribute that holds it names it best (If's then_branch / else_branch).
+  for (const auto& [attr, a] : owner_->attributes())
+    if ((a.type == AttrType::kGraph && a.g.get() == this) ||
+        (a.type == AttrType::kGraphs &&
+         std::any_of(a.graphs.begin(), a.graphs.end(),
+                     [this](const std::shared_ptr<Graph>& g) { return g.get() == this; })))
+      s = StrCat("subgraph '", attr, "'");
+  s += " of " + owner_->Describe();
+  if (parent_ != nullptr && parent_->is_subgraph_) s += " in " + parent_->Describe();
+  return s;
+}
+
 Value* Graph::NewValue(const std::string& name, ValueType type) {
   auto v = std::make_unique<Value>(name, std::move(type));
   Value* raw = v.get();
@@ -78,6 +142,15 @@ Value* Graph::FindValue(const std::string& name) const {
   return it == values_.end() ? nullptr : it->second.get();
 }
 
+Value* Graph::LookUp(const std::string& name) {
+  if (Value* v = FindValue(name)) return v;
+  if (!is_subgraph_) return nullptr;
+  Value* v = NewValue(name, ValueType());
+  v->is_outer_scope_ = true;
+  outer_scope_values_.push_back(v);
+  return v;
+}
+
 StatusOr<Value*> Graph::AddInput(const std::string& name, ValueType type) {
   if (name.empty()) return InvalidModel("graph input with an empty name");
   if (Value* existing = FindValue(name)) {
@@ -86,7 +159,8 @@ StatusOr<Value*> Graph::AddInput(const std::string& name, ValueType type) {
     if (existing->initializer() != nullptr) return existing;
     return InvalidModel("value '", name, "' is defined twice (graph input)");
   }
-  Value* v = NewValue(name, std::move(type));
+  Value* v = NewValue(name, type);
+  v->declared_type_ = std::move(type);
   v->is_graph_input_ = true;
   inputs_.push_back(v);
   return v;
@@ -126,7 +200,7 @@ StatusOr<Node*> Graph::AddNode(const std::string& op_type, const std::string& do
       node->inputs_.push_back(nullptr);
       continue;
     }
-    Value* v = FindValue(inputs[i]);
+    Value* v = LookUp(inputs[i]);
     if (v == nullptr)
       return InvalidModel(node->Describe(), ": input ", i, " '", inputs[i],
                           "' is not produced by any node, graph input or initializer");
@@ -136,26 +210,128 @@ StatusOr<Node*> Graph::AddNode(const std::string& op_type, const std::string& do
     if (outputs[i].empty()) {  // omitted optional output: give it a private name
       node->outputs_.push_back(NewValue(UniqueName(node->name_ + "_unused"), ValueType()));
     } else {
-      if (FindValue(outputs[i]) != nullptr)
+      if (const Value* existing = FindValue(outputs[i])) {
+        if (existing->is_outer_scope())
+          return InvalidModel(node->Describe(), ": output '", outputs[i], "' of ", Describe(),
+                              " is read before this node defines it (or it shadows a value of an enclosing graph)");
         return InvalidModel(node->Describe(), ": output '", outputs[i], "' is already defined elsewhere");
+      }
       node->outputs_.push_back(NewValue(outputs[i], ValueType()));
     }
   }
   Node* raw = node.get();
+  TOB_RETURN_IF_ERROR(AdoptSubgraphs(raw));
   for (size_t i = 0; i < raw->inputs_.size(); ++i)
     if (raw->inputs_[i]) raw->inputs_[i]->uses_.push_back(Use{raw, static_cast<int>(i)});
   for (size_t i = 0; i < raw->outputs_.size(); ++i) {
     raw->outputs_[i]->producer_ = raw;
     raw->outputs_[i]->producer_output_ = static_cast<int>(i);
   }
+  AddImplicitUses(raw);
   nodes_.push_back(std::move(node));
   return raw;
 }
 
+Status Graph::AdoptSubgraphs(Node* node) {
+  for (const auto& [attr, a] : node->attributes_) {
+    if (!a.is_graph()) continue;
+    if (a.type == AttrType::kGraph && a.g == nullptr)
+      return InvalidModel(node->Describe(), ": GRAPH attribute '", attr, "' holds no graph");
+    for (const auto& g : a.graphs)
+      if (g == nullptr) return InvalidModel(node->Describe(), ": GRAPHS attribute '", attr, "' holds a null graph");
+  }
+  const std::vector<Graph*> subs = node->subgraphs();
+  for (size_t i = 0; i < subs.size(); ++i) {
+    Graph* sub = subs[i];
+    if (!sub->is_subgraph_)
+      return InvalidModel(node->Describe(), ": subgraph '", sub->name_,
+                          "' was not made as a subgraph (Graph::NewSubgraph)");
+    if (sub->owner_ != nullptr || std::find(subs.begin(), subs.begin() + i, sub) != subs.begin() + i)
+      return InvalidModel(node->Describe(), ": subgraph '", sub->name_,
+                          "' already belongs to another node (a subgraph has one owner)");
+    if (sub->nesting_depth_ + 1 > kMaxNestingDepth)
+      return InvalidModel(node->Describe(), ": subgraph '", sub->name_, "' nests subgraphs ", sub->nesting_depth_ + 1,
+                          " levels deep; the engine allows at most ", kMaxNestingDepth);
+  }
+  auto release = [&subs] {  // a refused node leaves its subgraphs unowned
+    for (Graph* sub : subs) {
+      sub->parent_ = nullptr;
+      sub->owner_ = nullptr;
+    }
+  };
+  for (Graph* sub : subs) {
+    sub->parent_ = this;
+    sub->owner_ = node;
+    for (Value* stand_in : sub->outer_scope_values_) {
+      Value* outer = LookUp(stand_in->name());
+      if (outer == nullptr) {
+        Status st = InvalidModel(sub->Describe(), " reads '", stand_in->name(),
+                                 "', which neither it nor any enclosing graph defines (a dangling name)");
+        release();
+        return st;
+      }
+      if (std::find(node->outputs_.begin(), node->outputs_.end(), outer) != node->outputs_.end()) {
+        Status st = InvalidModel(sub->Describe(), " reads '", stand_in->name(),
+                                 "', an output of the node that owns it (a cycle)");
+        release();
+        return st;
+      }
+      stand_in->outer_ = outer;
+    }
+  }
+  for (Graph* sub : subs) nesting_depth_ = std::max(nesting_depth_, sub->nesting_depth_ + 1);
+  node->implicit_inputs_.clear();
+  for (Graph* sub : node->subgraphs())
+    for (Value* stand_in : sub->outer_scope_values_)
+      if (std::find(node->implicit_inputs_.begin(), node->implicit_inputs_.end(), stand_in->outer_) ==
+          node->implicit_inputs_.end())
+        node->implicit_inputs_.push_back(stand_in->outer_);
+  return Status::OK();
+}
+
+void Graph::AddImplicitUses(Node* node) {
+  for (Value* v : node->implicit_inputs_) v->uses_.push_back(Use{node, Use::kImplicit});
+}
+
+void Graph::DropImplicitUses(Node* node) {
+  for (Value* v : node->implicit_inputs_) {
+    auto& uses = v->uses_;
+    uses.erase(
+        std::remove_if(uses.begin(), uses.end(), [node](const Use& u) { return u.node == node && u.implicit(); }),
+        uses.end());
+  }
+}
+
+void Graph::RefreshImplicitInputs(Node* node) {
+  DropImplicitUses(node);
+  node->implicit_inputs_.clear();
+  for (Graph* sub : node->subgraphs())
+    for (Value* stand_in : sub->outer_scope_values_)
+      if (stand_in->outer_ != nullptr && std::find(node->implicit_inputs_.begin(), node->implicit_inputs_.end(),
+                                                   stand_in->outer_) == node->implicit_inputs_.end())
+        node->implicit_inputs_.push_back(stand_in->outer_);
+  AddImplicitUses(node);
+}
+
+void Graph::ReplaceImplicitInput(Node* node, Value* from, Value* to) {
+  for (Graph* sub : node->subgraphs())
+    for (Value* stand_in : sub->outer_scope_values_)
+      if (stand_in->outer_ == from) stand_in->outer_ = to;
+  RefreshImplicitInputs(node);
+}
+
+void Graph::DropOuterScopeValue(Value* v) {
+  outer_scope_values_.erase(std::remove(outer_scope_values_.begin(), outer_scope_values_.end(), v),
+                            outer_scope_values_.end());
+  v->is_outer_scope_ = false;
+  v->outer_ = nullptr;
+}
+
 Status Graph::AddOutput(const std::string& name, std::optional<ValueType> declared) {
-  Value* v = FindValue(name);
+  Value* v = LookUp(name);
   if (v == nullptr) return InvalidModel("graph output '", name, "' is not produced by anything");
   if (declared && v->type_.dtype == DType::kUndefined) v->type_ = *declared;
+  if (declared && v->declared_type_.dtype == DType::kUndefined) v->declared_type_ = *declared;
   outputs_.push_back(v);
   output_names_.push_back(name);
   ++v->graph_output_count_;
@@ -178,8 +354,9 @@ std::vector<Value*> Graph::initializers() const {
 }
 
 int Graph::Opset(const std::string& domain) const {
-  auto it = opsets_.find(NormalizeDomain(domain));
-  return it == opsets_.end() ? -1 : it->second;
+  const auto& opsets = Root().opsets_;
+  auto it = opsets.find(NormalizeDomain(domain));
+  return it == opsets.end() ? -1 : it->second;
 }
 
 StatusOr<std::vector<Node*>> Graph::TopologicalOrder() const {
@@ -195,6 +372,8 @@ StatusOr<std::vector<Node*>> Graph::TopologicalOrder() const {
     int count = 0;
     for (Value* in : n->inputs_)
       if (in && in->producer_) ++count;
+    for (Value* in : n->implicit_inputs_)
+      if (in->producer_) ++count;
     pending[n.get()] = count;
     if (count == 0) ready.push(n.get());
   }
@@ -232,7 +411,10 @@ void Graph::SetNodeInput(Node* node, int index, Value* value) {
 Status Graph::ReplaceAllUses(Value* from, Value* to) {
   if (from == to) return Status::OK();
   std::vector<Use> uses = from->uses_;
-  for (const Use& u : uses) SetNodeInput(u.node, u.input_index, to);
+  for (const Use& u : uses) {
+    if (u.implicit()) ReplaceImplicitInput(u.node, from, to);
+    else SetNodeInput(u.node, u.input_index, to);
+  }
   for (auto& out : outputs_)
     if (out == from) {
       out = to;
@@ -248,6 +430,12 @@ Status Graph::RemoveNode(Node* node) {
       return InvalidModel("cannot remove ", node->Describe(), ": output '", out->name(), "' is still used");
   for (size_t i = 0; i < node->inputs_.size(); ++i)
     if (node->inputs_[i]) SetNodeInput(node, static_cast<int>(i), nullptr);
+  DropImplicitUses(node);
+  node->implicit_inputs_.clear();
+  for (Graph* sub : node->subgraphs()) {
+    sub->parent_ = nullptr;
+    sub->owner_ = nullptr;
+  }
   for (Value* out : node->outputs_) {
     out->producer_ = nullptr;
     out->producer_output_ = -1;
@@ -258,14 +446,21 @@ Status Graph::RemoveNode(Node* node) {
 }
 
 void Graph::RemoveUnusedValues() {
+  bool dropped_outer = false;
   for (auto it = values_.begin(); it != values_.end();) {
-    const Value* v = it->second.get();
+    Value* v = it->second.get();
     bool dead =
         v->producer_ == nullptr && v->uses_.empty() && !v->is_graph_input_ && !v->is_graph_output() && !v->initializer_;
     bool dead_const = v->initializer_ && v->uses_.empty() && !v->is_graph_output();
+    if (dead && v->is_outer_scope_) {
+      DropOuterScopeValue(v);
+      dropped_outer = true;
+    }
     if (dead || dead_const) it = values_.erase(it);
     else ++it;
   }
+  // The owner no longer reads what this subgraph stopped reading.
+  if (dropped_outer && parent_ != nullptr && owner_ != nullptr) parent_->RefreshImplicitInputs(owner_);
 }
 
 Status Graph::MakeInitializer(Value* value, Tensor tensor) {
@@ -273,6 +468,10 @@ Status Graph::MakeInitializer(Value* value, Tensor tensor) {
     return InvalidModel("value '", value->name(), "' still has a producer; cannot make it constant");
   value->type_ = ValueType::OfTensor(tensor);
   value->initializer_ = std::move(tensor);
+  if (value->is_outer_scope_) {
+    DropOuterScopeValue(value);
+    if (parent_ != nullptr && owner_ != nullptr) parent_->RefreshImplicitInputs(owner_);
+  }
   return Status::OK();
 }
 

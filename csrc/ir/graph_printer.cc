@@ -23,8 +23,11 @@ std::vector<const Node*> CanonicalOrder(const Graph& graph) {
     on_stack.insert(root);
     while (!stack.empty()) {
       auto& [node, next] = stack.back();
-      if (next < node->inputs().size()) {
-        const Value* in = node->inputs()[next++];
+      const size_t explicit_inputs = node->inputs().size();
+      if (next < explicit_inputs + node->implicit_inputs().size()) {
+        const Value* in =
+            next < explicit_inputs ? node->inputs()[next] : node->implicit_inputs()[next - explicit_inputs];
+        ++next;
         const Node* producer = in ? in->producer() : nullptr;
         // A producer already on the stack means a cycle: print what there is, the verifier
         // reports the cycle.
@@ -64,7 +67,8 @@ std::string FormatConstant(const Tensor& t, int max_elements) {
 
 class Printer {
  public:
-  Printer(const Graph& graph, const GraphTextOptions& options) : graph_(graph), options_(options) {}
+  Printer(const Graph& graph, const GraphTextOptions& options, Printer* parent = nullptr, std::string indent = "")
+      : graph_(graph), options_(options), parent_(parent), indent_(std::move(indent)) {}
 
   std::string Print() {
     // A computed graph output prints under its external name, so that a pass that re-points an
@@ -80,20 +84,23 @@ class Printer {
     }
     s += ") {\n";
     for (const Value* c : graph_.initializers())
-      s += StrCat("  const ", c->name(), ": ", FormatConstant(*c->initializer(), options_.max_constant_elements), "\n");
+      s += StrCat(indent_, "  const ", c->name(), ": ",
+                  FormatConstant(*c->initializer(), options_.max_constant_elements), "\n");
     for (const Node* node : CanonicalOrder(graph_)) s += NodeLine(*node);
-    s += "  return ";
+    s += indent_ + "  return ";
     for (size_t i = 0; i < graph_.outputs().size(); ++i) {
       const std::string& external = graph_.output_names()[i];
       std::string internal = Name(graph_.outputs()[i]);
       s += StrCat(i ? ", " : "", external, internal == external ? "" : " <- " + internal);
     }
-    return s + "\n}\n";
+    return s + "\n" + indent_ + "}\n";
   }
 
  private:
   std::string Name(const Value* v) {
     if (v == nullptr) return "_";
+    // A value of an enclosing graph: ^ and its name there.
+    if (v->is_outer_scope()) return "^" + (parent_ != nullptr && v->outer() ? parent_->Name(v->outer()) : v->name());
     auto it = names_.find(v);
     if (it != names_.end()) return it->second;
     // Graph inputs and constants are the graph's interface: they keep their names.
@@ -102,7 +109,7 @@ class Printer {
   }
 
   std::string NodeLine(const Node& node) {
-    std::string s = "  ";
+    std::string s = indent_ + "  ";
     for (size_t i = 0; i < node.outputs().size(); ++i) {
       const Value* out = node.outputs()[i];
       s += StrCat(i ? ", " : "", Name(out));
@@ -117,7 +124,7 @@ class Printer {
       s += " {";
       bool first = true;
       for (const auto& [name, attr] : node.attributes()) {
-        s += StrCat(first ? "" : ", ", name, "=", attr.ToString());
+        s += StrCat(first ? "" : ", ", name, "=", attr.is_graph() ? "<subgraph>" : attr.ToString());
         first = false;
       }
       s += "}";
@@ -125,11 +132,24 @@ class Printer {
     if (!node.provider().empty()) s += " @" + node.provider();
     if (node.recompute()) s += " [recompute]";
     if (!options_.canonical_names) s += StrCat("  # '", node.name(), "'");
-    return s + "\n";
+    s += "\n";
+    // Subgraphs follow their node, indented, by attribute name.
+    for (const auto& [name, attr] : node.attributes()) {
+      std::vector<const Graph*> graphs;
+      if (attr.type == AttrType::kGraph && attr.g) graphs.push_back(attr.g.get());
+      for (const auto& g : attr.graphs) graphs.push_back(g.get());
+      for (size_t i = 0; i < graphs.size(); ++i) {
+        s += StrCat(indent_, "    ", name, attr.type == AttrType::kGraphs ? StrCat("[", i, "]") : "", ": ");
+        s += Printer(*graphs[i], options_, this, indent_ + "    ").Print();
+      }
+    }
+    return s;
   }
 
   const Graph& graph_;
   const GraphTextOptions& options_;
+  Printer* parent_;
+  std::string indent_;
   std::unordered_map<const Value*, std::string> names_;
   int next_id_ = 0;
 };

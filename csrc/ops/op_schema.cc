@@ -50,6 +50,19 @@ Status OpSchemaRegistry::Infer(InferenceContext& ctx) const {
   return schema->infer(ctx);
 }
 
+Status InferenceContext::InferSubgraph(const std::string& name, const std::vector<ValueType>& input_types,
+                                       std::vector<ValueType>* output_types) const {
+  Graph* sub = node_.subgraph(name);
+  if (sub == nullptr) return Fail("required GRAPH attribute '", name, "' is missing");
+  if (input_types.size() != sub->inputs().size())
+    return Fail("subgraph '", name, "' takes ", sub->inputs().size(), " inputs, but ", node_.op_type(), " gives it ",
+                input_types.size());
+  if (subgraph_inference_ != nullptr) return subgraph_inference_->Infer(*sub, input_types, output_types);
+  output_types->clear();
+  for (const Value* out : sub->outputs()) output_types->push_back(out->type());
+  return Status::OK();
+}
+
 Status NormalizeAxis(const InferenceContext& ctx, int64_t axis, int64_t rank, int64_t* out) {
   int64_t a = axis < 0 ? axis + rank : axis;
   if (a < 0 || a >= rank) return ctx.Fail("axis ", axis, " is out of range for rank ", rank);

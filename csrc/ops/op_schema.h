@@ -18,6 +18,19 @@
 
 namespace tob {
 
+// How a control-flow shape function sees its subgraphs. Static shape inference
+// (optimizer/shape_inference.cc) installs one that infers a subgraph again for the types the op
+// gives its formal inputs (a Loop's fixpoint over loop-carried shapes asks several times); without
+// one (run time, constant folding) a subgraph keeps the types static inference gave it.
+class SubgraphInference {
+ public:
+  virtual ~SubgraphInference() = default;
+  // Gives `subgraph`'s inputs these types (its outer-scope values take their outer values'),
+  // infers it from its declared types again and returns the types of its outputs.
+  virtual Status Infer(Graph& subgraph, const std::vector<ValueType>& input_types,
+                       std::vector<ValueType>* output_types) = 0;
+};
+
 class InferenceContext {
  public:
   InferenceContext(const Node& node, int opset, std::vector<const ValueType*> input_types,
@@ -42,6 +55,18 @@ class InferenceContext {
   void set_output(int i, ValueType t) { output_types_[i] = std::move(t); }
   const std::vector<ValueType>& output_types() const { return output_types_; }
 
+  // ---- subgraphs (control flow) ----
+  // The node's subgraph of GRAPH attribute `name`; nullptr when it has none.
+  const Graph* subgraph(const std::string& name) const { return node_.subgraph(name); }
+  // The output types of subgraph `name` given these formal input types: inferred again when
+  // static inference installed a SubgraphInference, else as static inference left them.
+  // kInvalidModel naming the node when the attribute is missing or the input count differs.
+  Status InferSubgraph(const std::string& name, const std::vector<ValueType>& input_types,
+                       std::vector<ValueType>* output_types) const;
+  // Whether InferSubgraph infers again (static inference) or reads the settled types (run time).
+  bool infers_subgraphs() const { return subgraph_inference_ != nullptr; }
+  void set_subgraph_inference(SubgraphInference* s) { subgraph_inference_ = s; }
+
   // Error naming the node: "Conv node 'c1': <message>".
   template <typename... Args>
   Status Fail(Args&&... args) const {
@@ -54,6 +79,7 @@ class InferenceContext {
   std::vector<const ValueType*> input_types_;
   std::vector<const Tensor*> input_values_;
   std::vector<ValueType> output_types_;
+  SubgraphInference* subgraph_inference_ = nullptr;
 };
 
 using ShapeFunction = std::function<Status(InferenceContext&)>;

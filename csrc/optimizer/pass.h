@@ -53,18 +53,28 @@ class GraphPass {
   virtual Status Run(Graph& graph, PassContext& ctx, bool* changed) = 0;
   // What the last Run changed, for PassManager::applied() and logs ("folded 3 nodes").
   virtual std::string summary() const { return "changed the graph"; }
+  // Whether the pass manager also runs the pass on every subgraph (If branches, Loop and Scan
+  // bodies), after the graph that holds it, with no keep_values. Every pass is written for one
+  // graph at a time: values a subgraph reads from outside are implicit inputs of its node, so no
+  // pass removes them, and Graph::ReplaceAllUses re-points the subgraph when one is replaced. A
+  // pass that cannot work on a subgraph says false.
+  virtual bool applies_to_subgraphs() const { return true; }
 };
 
 class PassManager {
  public:
   void Add(std::unique_ptr<GraphPass> pass) { passes_.push_back(std::move(pass)); }
-  // Runs the passes in order, repeating the list until nothing changes (at most max_rounds).
+  // Runs the passes in order, repeating the list until nothing changes (at most max_rounds). Each
+  // pass runs on the graph and then on its subgraphs, recursively (GraphPass::applies_to_subgraphs).
   Status Run(Graph& graph, PassContext& ctx, int max_rounds = 4);
   // "pass: changed" lines from the last Run, in order.
   const std::vector<std::string>& applied() const { return applied_; }
   const std::vector<std::unique_ptr<GraphPass>>& passes() const { return passes_; }
 
  private:
+  // One pass on `graph`, then on the subgraphs below it; one applied() line per graph it changed.
+  Status RunPass(GraphPass& pass, Graph& graph, PassContext& ctx, bool* changed);
+
   std::vector<std::unique_ptr<GraphPass>> passes_;
   std::vector<std::string> applied_;
 };
@@ -73,8 +83,13 @@ class PassManager {
 // `casts` enables it (at any level but kDisableAll).
 PassManager BuildPipeline(OptLevel level, const CastPropagationOptions& casts = {});
 
-// Fills every value's ValueType from the op schemas (static, symbolic dims allowed).
-Status InferShapes(Graph& graph, const OpSchemaRegistry& schemas);
+// Fills every value's ValueType from the op schemas (static, symbolic dims allowed), subgraphs
+// included. With defer_subgraph_errors, an error inferring the inside of a subgraph does not fail:
+// the subgraph keeps what was inferred (and its declared types) and the error returns at the next
+// strict inference unless optimisation removed the subgraph first (the branch of an If whose
+// condition folds to a constant, never run, may be ill-typed: onnx's AffineGrid body has one).
+// Errors of the control-flow node itself (a branch with the wrong output count) always fail.
+Status InferShapes(Graph& graph, const OpSchemaRegistry& schemas, bool defer_subgraph_errors = false);
 
 // Structural checks: every node input defined, single producer, no cycle, known schema and arity,
 // graph outputs defined. Names the offending node/value.

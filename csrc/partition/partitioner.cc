@@ -3,6 +3,10 @@
 // the device provider for host -> device, MemcpyToHost run by it for device -> host; device to
 // device goes through the host). Graph inputs, graph outputs and initializers live on the host;
 // a MemcpyFromHost fed by an initializer is a constant upload the session may do once.
+// Subgraphs are partitioned the same way, over the same providers, after the graph that holds
+// them; a subgraph's inputs, outer-scope values and outputs live on the host (the control-flow
+// kernels run on the CPU provider), so a value an enclosing graph computed on a device reaches a
+// subgraph through a MemcpyToHost in the enclosing graph, as an implicit input of the node.
 #include "partition/partitioner.h"
 
 #include <map>
@@ -84,9 +88,25 @@ class CopyInserter {
 Status RedirectGraphOutput(Graph& graph, Value* from, Value* to) {
   std::vector<Use> uses = from->uses();
   TOB_RETURN_IF_ERROR(graph.ReplaceAllUses(from, to));
-  for (const Use& u : uses) graph.SetNodeInput(u.node, u.input_index, from);
+  for (const Use& u : uses) {
+    if (u.implicit()) graph.ReplaceImplicitInput(u.node, to, from);
+    else graph.SetNodeInput(u.node, u.input_index, from);
+  }
   return Status::OK();
 }
+
+// "If_3/then_branch/": where a subgraph's nodes are in the partition report.
+std::string SubgraphPrefix(const std::string& prefix, const Node& owner, const Graph& sub) {
+  for (const auto& [attr, a] : owner.attributes()) {
+    if (a.type == AttrType::kGraph && a.g.get() == &sub) return StrCat(prefix, owner.name(), "/", attr, "/");
+    for (size_t i = 0; a.type == AttrType::kGraphs && i < a.graphs.size(); ++i)
+      if (a.graphs[i].get() == &sub) return StrCat(prefix, owner.name(), "/", attr, "[", i, "]/");
+  }
+  return StrCat(prefix, owner.name(), "/");
+}
+
+Status PartitionOne(Graph& graph, const std::vector<const ExecutionProvider*>& providers,
+                    const KernelRegistry& registry, PartitionReport* report, const std::string& prefix);
 
 }  // namespace
 
@@ -94,6 +114,13 @@ Status PartitionGraph(Graph& graph, const std::vector<const ExecutionProvider*>&
                       const KernelRegistry& registry, PartitionReport* report) {
   if (providers.empty()) return InvalidArgument("PartitionGraph: no execution provider given");
   if (report) *report = PartitionReport();
+  return PartitionOne(graph, providers, registry, report, "");
+}
+
+namespace {
+
+Status PartitionOne(Graph& graph, const std::vector<const ExecutionProvider*>& providers,
+                    const KernelRegistry& registry, PartitionReport* report, const std::string& prefix) {
   TOB_ASSIGN_OR_RETURN(std::vector<Node*> order, graph.TopologicalOrder());
 
   for (Node* node : order) {
@@ -123,7 +150,7 @@ Status PartitionGraph(Graph& graph, const std::vector<const ExecutionProvider*>&
                             node->domain().empty() ? "ai.onnx" : node->domain(), "::", node->op_type(), " at opset ",
                             opset, " (", reasons, ")");
     node->set_provider(chosen->name());
-    if (report) report->nodes.push_back({node->name(), OpLabel(*node), chosen->name(), reasons});
+    if (report) report->nodes.push_back({prefix + node->name(), OpLabel(*node), chosen->name(), reasons});
   }
 
   CopyInserter copies(graph, providers, report);
@@ -140,15 +167,25 @@ Status PartitionGraph(Graph& graph, const std::vector<const ExecutionProvider*>&
       TOB_ASSIGN_OR_RETURN(Value * local, copies.On(in, reads_on));
       if (local != in) graph.SetNodeInput(node, static_cast<int>(i), local);
     }
+    // What its subgraphs read, on the device of the node that runs them.
+    for (Value* in : std::vector<Value*>(node->implicit_inputs())) {
+      TOB_ASSIGN_OR_RETURN(Value * local, copies.On(in, reads_on));
+      if (local != in) graph.ReplaceImplicitInput(node, in, local);
+    }
   }
   for (size_t i = 0; i < graph.outputs().size(); ++i) {
     Value* out = graph.outputs()[i];
     TOB_ASSIGN_OR_RETURN(Value * on_host, copies.On(out, nullptr));
     if (on_host != out) TOB_RETURN_IF_ERROR(RedirectGraphOutput(graph, out, on_host));
   }
-  if (static_cast<int>(graph.num_nodes()) > nodes_before && graph.Opset(kMicrosoftDomain) < 0)
+  if (static_cast<int>(graph.num_nodes()) > nodes_before && graph.Opset(kMicrosoftDomain) < 0 && !graph.is_subgraph())
     graph.SetOpset(kMicrosoftDomain, 1);
+  for (Node* node : order)
+    for (Graph* sub : node->subgraphs())
+      TOB_RETURN_IF_ERROR(PartitionOne(*sub, providers, registry, report, SubgraphPrefix(prefix, *node, *sub)));
   return Status::OK();
 }
+
+}  // namespace
 
 }  // namespace tob

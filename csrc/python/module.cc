@@ -59,6 +59,38 @@ py::object FromDims(const std::optional<Dims>& dims) {
   return l;
 }
 
+// Owns a Graph until a Session (a main graph) or a node's GRAPH attribute (a subgraph) takes it.
+class GraphBuilder {
+ public:
+  GraphBuilder() : graph_(std::make_unique<Graph>()) {}
+  explicit GraphBuilder(const std::string& subgraph_name) : graph_(Graph::NewSubgraph(subgraph_name)) {}
+  Graph& graph() {
+    if (!graph_)
+      throw py::value_error("this GraphBuilder was already used (to create a session, or as a node's subgraph)");
+    return *graph_;
+  }
+  std::unique_ptr<Graph> Take() {
+    graph();
+    return std::move(graph_);
+  }
+
+ private:
+  std::unique_ptr<Graph> graph_;
+};
+
+// The subgraph a GRAPH attribute's value (a GraphBuilder made for a subgraph) holds.
+std::shared_ptr<Graph> TakeSubgraph(const std::string& node, const std::string& name, const py::handle& v) {
+  if (!py::isinstance<GraphBuilder>(v))
+    throw py::type_error(StrCat("node '", node, "' attribute '", name, "': a subgraph must be a GraphBuilder, got ",
+                                std::string(py::str(v.get_type()))));
+  GraphBuilder& b = v.cast<GraphBuilder&>();
+  if (!b.graph().is_subgraph())
+    throw py::value_error(
+        StrCat("node '", node, "' attribute '", name,
+               "': the GraphBuilder was made for a main graph; make it with GraphBuilder(subgraph=name)"));
+  return std::shared_ptr<Graph>(b.Take());
+}
+
 Attribute ToAttribute(const std::string& node, const std::string& name, int type, const py::handle& v) {
   switch (static_cast<AttrType>(type)) {
     case AttrType::kFloat: return Attribute::Float(v.cast<float>());
@@ -79,15 +111,29 @@ Attribute ToAttribute(const std::string& node, const std::string& name, int type
       if (want != DType::kUndefined && want != t.dtype()) t = RelabelTensor(t, want, shape, what);
       return Attribute::TensorValue(std::move(t));
     }
+    case AttrType::kGraph: return Attribute::Subgraph(TakeSubgraph(node, name, v));
+    case AttrType::kGraphs: {
+      std::vector<std::shared_ptr<Graph>> graphs;
+      for (const py::handle& g : v.cast<py::list>()) graphs.push_back(TakeSubgraph(node, name, g));
+      return Attribute::Subgraphs(std::move(graphs));
+    }
     default:
       Raise(NotImplemented("node '", node, "': attribute '", name, "' has type ",
                            AttrTypeName(static_cast<AttrType>(type)),
-                           ", which the engine does not support (subgraphs and tensor lists)"));
+                           ", which the engine does not support (tensor lists)"));
   }
 }
 
+py::dict GraphDict(const Graph& g);
+
 py::object FromAttribute(const Attribute& a) {
   switch (a.type) {
+    case AttrType::kGraph: return GraphDict(*a.g);
+    case AttrType::kGraphs: {
+      py::list l;
+      for (const auto& g : a.graphs) l.append(GraphDict(*g));
+      return l;
+    }
     case AttrType::kFloat: return py::float_(a.f);
     case AttrType::kInt: return py::int_(a.i);
     case AttrType::kString: return py::bytes(a.s);
@@ -103,27 +149,56 @@ py::object FromAttribute(const Attribute& a) {
   }
 }
 
-// Owns a Graph until a Session takes it.
-class GraphBuilder {
- public:
-  GraphBuilder() : graph_(std::make_unique<Graph>()) {}
-  Graph& graph() {
-    if (!graph_) throw py::value_error("this GraphBuilder was already used to create a session");
-    return *graph_;
-  }
-  std::unique_ptr<Graph> Take() {
-    graph();
-    return std::move(graph_);
-  }
-
- private:
-  std::unique_ptr<Graph> graph_;
-};
-
 // An engine tensor handed to Python; exported through __dlpack__ without a copy.
 struct PyTensor {
   Tensor tensor;
 };
+
+// The name a value has where it is defined: a subgraph's outer-scope value is named after the
+// value of the enclosing graph it stands for (a pass may have re-pointed it at another one).
+std::string DefinedName(const Value* v) {
+  while (v->is_outer_scope() && v->outer() != nullptr) v = v->outer();
+  return v->name();
+}
+
+// A graph as plain data, for saving the optimised model from Python (optimized_model.py):
+// nodes in execution order (subgraphs nested in their attributes), constants, value types.
+py::dict GraphDict(const Graph& g) {
+  py::dict d;
+  py::list nodes;
+  auto order = g.TopologicalOrder();
+  Check(order.status());
+  for (const Node* n : order.value()) {
+    py::list ins, outs, attrs;
+    for (const Value* v : n->inputs()) ins.append(v ? DefinedName(v) : std::string());
+    for (const Value* v : n->outputs()) outs.append(v->name());
+    for (const auto& [name, a] : n->attributes())
+      attrs.append(py::make_tuple(name, static_cast<int>(a.type), FromAttribute(a)));
+    nodes.append(py::dict(py::arg("op_type") = n->op_type(), py::arg("domain") = n->domain(),
+                          py::arg("name") = n->name(), py::arg("inputs") = ins, py::arg("outputs") = outs,
+                          py::arg("attributes") = attrs, py::arg("provider") = n->provider()));
+  }
+  py::list inits;
+  for (const Value* v : g.initializers()) inits.append(py::make_tuple(v->name(), PyTensor{*v->initializer()}));
+  py::list values;
+  for (const Node* n : order.value())
+    for (const Value* v : n->outputs())
+      values.append(py::make_tuple(v->name(), static_cast<int>(v->type().dtype), FromDims(v->type().shape)));
+  py::list inputs;
+  for (const Value* v : g.inputs())
+    inputs.append(py::make_tuple(v->name(), static_cast<int>(v->type().dtype), FromDims(v->type().shape)));
+  py::list outputs;
+  for (size_t i = 0; i < g.outputs().size(); ++i)
+    outputs.append(py::make_tuple(g.output_names()[i], DefinedName(g.outputs()[i])));
+  d["name"] = g.is_subgraph() ? g.name() : std::string("main");
+  d["nodes"] = nodes;
+  d["initializers"] = inits;
+  d["values"] = values;
+  d["inputs"] = inputs;
+  d["outputs"] = outputs;
+  d["opsets"] = g.opsets();
+  return d;
+}
 
 py::dict StatsDict(const RunStats& s) {
   // memory_stats() reads this after every compiled-graph run: the keys are made once (interned,
@@ -204,38 +279,11 @@ class PySession {
     return l;
   }
 
-  // The optimised graph, for saving as an ONNX model from Python.
+  // The optimised graph, for saving as an ONNX model from Python (GraphDict); its inputs are the
+  // session's, as the user declared them.
   py::dict OptimizedGraph() const {
-    const Graph& g = session_->graph();
-    py::dict d;
-    py::list nodes;
-    auto order = g.TopologicalOrder();
-    Check(order.status());
-    for (const Node* n : order.value()) {
-      py::list ins, outs, attrs;
-      for (const Value* v : n->inputs()) ins.append(v ? v->name() : std::string());
-      for (const Value* v : n->outputs()) outs.append(v->name());
-      for (const auto& [name, a] : n->attributes())
-        attrs.append(py::make_tuple(name, static_cast<int>(a.type), FromAttribute(a)));
-      nodes.append(py::dict(py::arg("op_type") = n->op_type(), py::arg("domain") = n->domain(),
-                            py::arg("name") = n->name(), py::arg("inputs") = ins, py::arg("outputs") = outs,
-                            py::arg("attributes") = attrs, py::arg("provider") = n->provider()));
-    }
-    py::list inits;
-    for (const Value* v : g.initializers()) inits.append(py::make_tuple(v->name(), PyTensor{*v->initializer()}));
-    py::list values;
-    for (const Node* n : order.value())
-      for (const Value* v : n->outputs())
-        values.append(py::make_tuple(v->name(), static_cast<int>(v->type().dtype), FromDims(v->type().shape)));
-    py::list outputs;
-    for (size_t i = 0; i < g.outputs().size(); ++i)
-      outputs.append(py::make_tuple(g.output_names()[i], g.outputs()[i]->name()));
-    d["nodes"] = nodes;
-    d["initializers"] = inits;
-    d["values"] = values;
+    py::dict d = GraphDict(session_->graph());
     d["inputs"] = IO(true);
-    d["outputs"] = outputs;
-    d["opsets"] = g.opsets();
     return d;
   }
 
@@ -332,8 +380,13 @@ PYBIND11_MODULE(_C, m) {
         return py::make_tuple(d.type == DeviceType::kCPU ? 1 : 2, d.index);
       });
 
+  m.attr("MAX_SUBGRAPH_NESTING") = Graph::kMaxNestingDepth;
+
   py::class_<GraphBuilder>(m, "GraphBuilder")
       .def(py::init<>())
+      .def(py::init<const std::string&>(), py::arg("subgraph"),
+           "A builder for a subgraph (the value of a GRAPH attribute): names it reads but does not define are values "
+           "of the enclosing graphs.")
       .def("set_opset", [](GraphBuilder& b, const std::string& domain, int v) { b.graph().SetOpset(domain, v); })
       .def("add_input",
            [](GraphBuilder& b, const std::string& name, int dtype, const py::object& dims) {
@@ -379,7 +432,7 @@ PYBIND11_MODULE(_C, m) {
              // onnxruntime does.
              Value* v = b.graph().FindValue(name);
              if (v != nullptr && v->producer() != nullptr && dtype != 0)
-               v->set_type(ValueType(DTypeFromOnnx(dtype), ToDims(dims)));
+               v->Declare(ValueType(DTypeFromOnnx(dtype), ToDims(dims)));
            })
       .def("add_output", [](GraphBuilder& b, const std::string& name, int dtype, const py::object& dims) {
         std::optional<ValueType> declared;

@@ -28,7 +28,8 @@ StatusOr<std::unique_ptr<Session>> Session::Create(std::unique_ptr<Graph> graph,
   std::unique_ptr<Session> s(new Session());
   ArenaPool::Global().AddUser();  // ~Session removes it
   s->options_ = std::move(options);
-  s->graph_ = std::move(graph);
+  s->owned_graph_ = std::move(graph);
+  s->graph_ = s->owned_graph_.get();
   TOB_RETURN_IF_ERROR(s->Initialize());
   return s;
 }
@@ -36,7 +37,7 @@ StatusOr<std::unique_ptr<Session>> Session::Create(std::unique_ptr<Graph> graph,
 Session::~Session() { ArenaPool::Global().RemoveUser(); }
 
 Status Session::Initialize() {
-  profiler_ = std::make_unique<Profiler>(options_.enable_profiling);
+  profiler_ = std::make_shared<Profiler>(options_.enable_profiling);
   const int64_t t0 = profiler_->NowUs();
   // 0: the following pool, on the process's intra-op runtime where one is installed (torch's
   // pool in the Python module, at torch's current thread count), else on all hardware threads.
@@ -61,7 +62,9 @@ Status Session::Initialize() {
   Graph& g = *graph_;
   const OpSchemaRegistry& schemas = OpSchemaRegistry::Global();
   TOB_RETURN_IF_ERROR(VerifyGraph(g, schemas));
-  TOB_RETURN_IF_ERROR(InferShapes(g, schemas));
+  // Errors inside subgraphs wait for the inference after the passes: a branch the optimizer
+  // proves dead (InlineConstantIf) is never run, so it need not be well-typed.
+  TOB_RETURN_IF_ERROR(InferShapes(g, schemas, /*defer_subgraph_errors=*/true));
   // IO types as the user declared them (before passes may re-point outputs).
   for (const Value* v : g.inputs()) input_info_.push_back({v->name(), v->type()});
   for (size_t i = 0; i < g.outputs().size(); ++i) output_info_.push_back({g.output_names()[i], g.outputs()[i]->type()});
@@ -86,6 +89,45 @@ Status Session::Initialize() {
   return Status::OK();
 }
 
+StatusOr<std::unique_ptr<Session>> Session::CreateNested(Graph& sub) const {
+  std::unique_ptr<Session> s(new Session());
+  ArenaPool::Global().AddUser();  // ~Session removes it
+  s->options_ = options_;
+  s->options_.state_updates.clear();
+  s->graph_ = &sub;
+  s->nested_ = true;
+  s->pool_ = pool_;
+  s->providers_ = providers_;
+  s->profiler_ = profiler_;
+  // Feeds: the formal inputs, then the values of enclosing graphs (RunNested).
+  for (const Value* v : sub.inputs()) s->input_info_.push_back({v->name(), v->type()});
+  for (const Value* v : sub.outer_scope_values()) s->input_info_.push_back({v->name(), v->type()});
+  for (size_t i = 0; i < sub.outputs().size(); ++i)
+    s->output_info_.push_back({sub.output_names()[i], sub.outputs()[i]->type()});
+  s->bound_states_.assign(s->input_info_.size(), Tensor());
+  Status st = s->BuildPlan();
+  if (!st.ok()) return st.WithContext("planning " + sub.Describe());
+  return s;
+}
+
+Status Session::PlanSubgraphs(Step& step) {
+  const Node& node = *step.node;
+  for (Graph* sub : node.subgraphs()) {
+    TOB_ASSIGN_OR_RETURN(std::unique_ptr<Session> nested, CreateNested(*sub));
+    std::vector<int> outer;
+    for (const Value* v : sub->outer_scope_values()) {
+      auto it = std::find(node.implicit_inputs().begin(), node.implicit_inputs().end(), v->outer());
+      TOB_ENFORCE(it != node.implicit_inputs().end(), sub->Describe(), " reads '", v->name(),
+                  "', which is not an implicit input of its node");
+      outer.push_back(static_cast<int>(step.num_inputs + (it - node.implicit_inputs().begin())));
+    }
+    for (const std::string& line : nested->log_) log_.push_back(sub->Describe() + ": " + line);
+    step.subgraphs.push_back(std::move(nested));
+    step.subgraph_outer.push_back(std::move(outer));
+  }
+  return Status::OK();
+}
+
 Status Session::BuildPlan() {
   Graph& g = *graph_;
   auto slot = [&](const Value* v) {
@@ -97,6 +139,7 @@ Status Session::BuildPlan() {
     return s;
   };
   for (const Value* v : g.inputs()) input_slots_.push_back(slot(v));
+  for (const Value* v : g.outer_scope_values()) input_slots_.push_back(slot(v));  // nested sessions
   for (const Value* v : g.initializers()) slot(v);
 
   TOB_ASSIGN_OR_RETURN(std::vector<Node*> order, g.TopologicalOrder());
@@ -128,6 +171,9 @@ Status Session::BuildPlan() {
     }
     prepacked_bytes_ += step.kernel->PrePackedBytes();
     for (const Value* in : node->inputs()) step.inputs.push_back(in ? slot(in) : -1);
+    step.num_inputs = step.inputs.size();
+    for (const Value* in : node->implicit_inputs()) step.inputs.push_back(slot(in));
+    if (node->has_subgraphs()) TOB_RETURN_IF_ERROR(PlanSubgraphs(step));
     for (const Value* out : node->outputs()) {
       step.outputs.push_back(slot(out));
       step.unused.push_back(step.def->skips_unused_outputs && out->uses().empty() && !out->is_graph_output());
@@ -135,6 +181,11 @@ Status Session::BuildPlan() {
     steps_.push_back(std::move(step));
   }
   for (const Value* v : g.outputs()) output_slots_.push_back(slot(v));
+  for (const Step& step : steps_)
+    for (const auto& nested : step.subgraphs) {
+      prepacked_bytes_ += nested->prepacked_bytes_;
+      prepacked_constants_ += nested->prepacked_constants_;
+    }
   TOB_RETURN_IF_ERROR(PlanStateUpdates());  // may reorder steps_
 
   const int n = static_cast<int>(slot_values_.size());
@@ -341,20 +392,59 @@ Status Session::InferStep(Step& step, const std::vector<const Tensor*>& inputs) 
   return Status::OK();
 }
 
+namespace {
+
+// A nested session bound to this run's values of the enclosing graphs it reads: what a
+// control-flow kernel sees as its subgraph (framework/kernel.h).
+class BoundSubgraph final : public SubgraphRunner {
+ public:
+  BoundSubgraph(Session* session, std::vector<Tensor> outer) : session_(session), outer_(std::move(outer)) {}
+  const Graph& graph() const override { return session_->graph(); }
+  Status Run(std::vector<Tensor> feeds, std::vector<Tensor>* fetches) const override {
+    if (feeds.size() != session_->graph().inputs().size())
+      return InvalidArgument(session_->graph().Describe(), " takes ", session_->graph().inputs().size(),
+                             " inputs, got ", feeds.size());
+    feeds.insert(feeds.end(), outer_.begin(), outer_.end());
+    size_t peak = 0;
+    TOB_RETURN_IF_ERROR(session_->RunNested(std::move(feeds), fetches, &peak));
+    peak_live_bytes_ = std::max(peak_live_bytes_, peak);
+    return Status::OK();
+  }
+  // The most a run of the subgraph held at once (its intermediates and outputs).
+  size_t peak_live_bytes() const { return peak_live_bytes_; }
+
+ private:
+  Session* session_;
+  std::vector<Tensor> outer_;
+  mutable size_t peak_live_bytes_ = 0;
+};
+
+}  // namespace
+
 Status Session::RunStep(Step& step, std::vector<Tensor>& slots, const std::shared_ptr<Allocator>& run_alloc,
                         RunMemory& memory) {
   const Node& node = *step.node;
-  const size_t n_in = step.inputs.size();
-  std::vector<const Tensor*> in_ptrs(n_in, nullptr);
-  for (size_t i = 0; i < n_in; ++i) {
+  const size_t n_all = step.inputs.size();
+  const size_t n_in = step.num_inputs;
+  std::vector<const Tensor*> in_ptrs(n_all, nullptr);
+  for (size_t i = 0; i < n_all; ++i) {
     int s = step.inputs[i];
     if (s < 0) continue;
     const Tensor& t = slots[s];
-    if (!t.defined())
+    if (!t.defined()) {
+      if (i >= n_in)
+        return RuntimeError(node.Describe(), ": '", slot_values_[s]->name(),
+                            "', which its subgraphs read, has no value");
       return RuntimeError(node.Describe(), ": input ", i, " '", slot_values_[s]->name(), "' has no value");
+    }
     in_ptrs[i] = &t;
   }
-  TOB_RETURN_IF_ERROR(InferStep(step, in_ptrs));
+  // The kernel and the shape function take the explicit inputs; the implicit ones reach the
+  // subgraphs through their runners.
+  std::vector<const Tensor*> explicit_storage;
+  if (n_all != n_in) explicit_storage.assign(in_ptrs.begin(), in_ptrs.begin() + n_in);
+  const std::vector<const Tensor*>& explicit_in = n_all != n_in ? explicit_storage : in_ptrs;
+  TOB_RETURN_IF_ERROR(InferStep(step, explicit_in));
   const std::vector<ValueType>& output_types = step.output_types;
 
   const bool on_host = step.provider->device().type == DeviceType::kCPU;
@@ -408,7 +498,17 @@ Status Session::RunStep(Step& step, std::vector<Tensor>& slots, const std::share
     }
     out_ptrs[j] = &out;
   }
-  KernelContext kctx(node, in_ptrs, out_ptrs, pool_.get(), on_host ? run_alloc : step.provider->allocator());
+  std::vector<BoundSubgraph> bound;
+  std::vector<const SubgraphRunner*> runners;
+  bound.reserve(step.subgraphs.size());
+  for (size_t k = 0; k < step.subgraphs.size(); ++k) {
+    std::vector<Tensor> outer;
+    for (int i : step.subgraph_outer[k]) outer.push_back(*in_ptrs[i]);
+    bound.emplace_back(step.subgraphs[k].get(), std::move(outer));
+  }
+  for (const BoundSubgraph& b : bound) runners.push_back(&b);
+  KernelContext kctx(node, explicit_in, out_ptrs, pool_.get(), on_host ? run_alloc : step.provider->allocator(),
+                     std::move(runners));
   const bool profiling = profiler_->enabled();
   const int64_t t0 = profiling ? profiler_->NowUs() : 0;
   Status st = step.kernel->Compute(kctx);
@@ -423,10 +523,14 @@ Status Session::RunStep(Step& step, std::vector<Tensor>& slots, const std::share
   }
   for (int s : step.outputs)
     if (slots[s].defined()) memory.outside.Hold(slots[s], in_ptrs, *memory.allocator);
+  // A subgraph's runs held their own memory on top of what this run held while the step ran.
+  size_t nested_peak = 0;
+  for (const BoundSubgraph& b : bound) nested_peak = std::max(nested_peak, b.peak_live_bytes());
   memory.peak_live_bytes =
-      std::max(memory.peak_live_bytes, memory.allocator->window_peak_bytes() + memory.outside.live());
-  memory.peak_held_bytes = std::max(
-      memory.peak_held_bytes, memory.arena_bytes + memory.allocator->base_window_peak_bytes() + memory.outside.live());
+      std::max(memory.peak_live_bytes, memory.allocator->window_peak_bytes() + memory.outside.live() + nested_peak);
+  memory.peak_held_bytes =
+      std::max(memory.peak_held_bytes,
+               memory.arena_bytes + memory.allocator->base_window_peak_bytes() + memory.outside.live() + nested_peak);
   for (int s : step.free_after) {
     memory.outside.Release(slots[s]);
     slots[s] = Tensor();
@@ -478,8 +582,17 @@ Status Session::AdoptKernelOutputs(const Step& step, const std::vector<ValueType
         return RuntimeError(node.Describe(), ": output ", j, " '", value->name(), "' is declared ", want.ToString(),
                             " but the kernel produced shape ", ShapeToString(out.shape()));
     }
-    if (!is_output_slot_[s] || out.device().type != DeviceType::kCPU) continue;
-    bool views_engine_memory = false;
+    if (out.device().type != DeviceType::kCPU) continue;
+    // A control-flow node hands a value through unchanged when a loop runs no iteration or a
+    // subgraph returns what it was fed: the output is then one of the node's inputs (explicit or
+    // implicit). Such an output is copied once here, so no value outlives the memory the plan
+    // gave its input (whether it does depends on the data, which a memory plan cannot know).
+    bool passes_input_through = false;
+    for (size_t i = 0; !step.subgraphs.empty() && i < inputs.size(); ++i)
+      if (inputs[i] != nullptr && inputs[i]->buffer() && Overlaps(out, *inputs[i]->buffer()))
+        passes_input_through = true;
+    if (!is_output_slot_[s] && !passes_input_through) continue;
+    bool views_engine_memory = passes_input_through;
     for (size_t i = 0; i < inputs.size(); ++i) {
       const int in_slot = step.inputs[i];
       if (inputs[i] != nullptr && !slot_values_[in_slot]->is_graph_input() && inputs[i]->buffer() &&
@@ -551,6 +664,37 @@ Status Session::RunPositional(std::vector<Tensor> feeds, std::vector<Tensor>* fe
     slots[input_slots_[i]] = std::move(feeds[i]);
   }
   return RunBound(slots, signature, output_slots_, fetches, stats, t0, donated);
+}
+
+Status Session::RunNested(std::vector<Tensor> feeds, std::vector<Tensor>* fetches, size_t* peak_live_bytes) {
+  TOB_ENFORCE(nested_, "RunNested on the session of a main graph");
+  if (feeds.size() != input_slots_.size())
+    return InvalidArgument(graph_->Describe(), ": got ", feeds.size(), " feeds; it takes ", input_slots_.size(),
+                           " (its inputs and the values it reads from enclosing graphs)");
+  std::lock_guard<std::mutex> lock(run_mu_);
+  const int64_t t0 = profiler_->NowUs();
+  std::vector<Tensor> slots = constants_;
+  std::string signature;
+  std::unordered_map<std::string, int64_t> symbols;
+  for (size_t i = 0; i < feeds.size(); ++i) {
+    Status st = CheckInput(i, "input", feeds[i], &symbols);
+    if (!st.ok()) return st.WithContext("feeding " + graph_->Describe());
+    AppendSignature(feeds[i], &signature);
+    slots[input_slots_[i]] = std::move(feeds[i]);
+  }
+  RunStats stats;
+  Status st = RunBound(slots, signature, output_slots_, fetches, &stats, t0, {});
+  if (!st.ok()) return st.WithContext("in " + graph_->Describe());
+  if (peak_live_bytes != nullptr) *peak_live_bytes = stats.peak_live_bytes;
+  // A constant handed out would let the caller write into the subgraph's constants.
+  for (size_t i = 0; i < fetches->size(); ++i) {
+    Tensor& t = (*fetches)[i];
+    if (!constants_[output_slots_[i]].defined() || !t.SharesDataWith(constants_[output_slots_[i]])) continue;
+    TOB_ASSIGN_OR_RETURN(Tensor copy, Tensor::Allocate(t.dtype(), t.shape(), CpuAllocator::Default()));
+    if (t.nbytes() > 0) std::memcpy(copy.raw_data(), t.raw_data(), t.nbytes());
+    t = std::move(copy);
+  }
+  return Status::OK();
 }
 
 Status Session::RunBound(std::vector<Tensor>& slots, const std::string& signature, const std::vector<int>& fetch_slots,

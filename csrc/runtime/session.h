@@ -1,6 +1,9 @@
 // Session: the compiled form of one graph. Create() verifies, infers shapes, optimises,
 // partitions across providers and builds the kernels and the execution plan once; Run() binds
-// feeds, executes the plan sequentially and returns the fetches.
+// feeds, executes the plan sequentially and returns the fetches. Each subgraph (If, Loop, Scan)
+// gets a nested Session of its own, built once with the parent (same providers, pool, options):
+// a control-flow kernel runs it as a SubgraphRunner, its feeds being the subgraph's formal inputs
+// followed by the values it reads from enclosing graphs (the node's implicit inputs).
 #pragma once
 
 #include <map>
@@ -102,6 +105,11 @@ class Session {
   std::vector<std::string> BoundStates() const;  // in graph-input order
 
   const Graph& graph() const { return *graph_; }
+  // A subgraph's compiled form, as control-flow kernels run it: `feeds` are its formal inputs,
+  // then its outer-scope values (Graph::outer_scope_values order); every output is fetched, and
+  // none is memory a later run reuses (a constant output is copied). *peak_live_bytes (optional)
+  // gets the run's RunStats::peak_live_bytes. Only for sessions of subgraphs.
+  Status RunNested(std::vector<Tensor> feeds, std::vector<Tensor>* fetches, size_t* peak_live_bytes = nullptr);
   const PartitionReport& partition_report() const { return partition_report_; }
   const std::vector<std::string>& applied_passes() const { return applied_passes_; }
   // Human-readable lines about how the session was built (passes, partition, plan).
@@ -117,7 +125,14 @@ class Session {
     std::unique_ptr<OpKernel> kernel;
     const ExecutionProvider* provider = nullptr;
     int opset = 0;
-    std::vector<int> inputs;              // slot per input, -1 when omitted
+    // Slot per input, -1 when omitted; the node's implicit inputs follow its num_inputs explicit
+    // ones, so liveness, donation and the state plan see what its subgraphs read.
+    std::vector<int> inputs;
+    size_t num_inputs = 0;
+    // Control flow: a nested session per subgraph (Node::subgraphs() order), and for each of its
+    // outer-scope values the position in `inputs` of the implicit input it stands for.
+    std::vector<std::unique_ptr<Session>> subgraphs;
+    std::vector<std::vector<int>> subgraph_outer;
     std::vector<int> outputs;             // slot per output
     std::vector<bool> unused;             // per output: nobody reads it and it is not a graph output
     std::vector<int> free_after;          // slots whose last reader is this step
@@ -142,6 +157,10 @@ class Session {
   Session() = default;
   Status Initialize();
   Status BuildPlan();
+  // The nested session of subgraph `sub` (of a node of this session's graph), planned.
+  StatusOr<std::unique_ptr<Session>> CreateNested(Graph& sub) const;
+  // Builds the nested sessions of `step`'s subgraphs (BuildPlan).
+  Status PlanSubgraphs(Step& step);
   Status BindFeeds(const std::vector<std::string>& names, std::vector<Tensor>& feeds, std::vector<Tensor>& slots,
                    std::string* signature) const;
   // Run's work once the input slots are bound: the steps, the fetches, the memory pattern.
@@ -174,9 +193,11 @@ class Session {
                             const std::vector<const Tensor*>& inputs, std::vector<Tensor>& slots);
 
   SessionOptions options_;
-  std::unique_ptr<Graph> graph_;
+  std::unique_ptr<Graph> owned_graph_;  // the main graph; a nested session's graph is its node's
+  Graph* graph_ = nullptr;
+  bool nested_ = false;
   std::shared_ptr<ThreadPool> pool_;
-  std::vector<std::unique_ptr<ExecutionProvider>> providers_;
+  std::vector<std::shared_ptr<ExecutionProvider>> providers_;
   PartitionReport partition_report_;
   std::vector<std::string> applied_passes_;
   std::vector<std::string> log_;
@@ -206,7 +227,7 @@ class Session {
 
   mutable std::mutex run_mu_;
   std::map<std::string, MemoryPattern> patterns_;  // by input-shape signature
-  std::unique_ptr<Profiler> profiler_;
+  std::shared_ptr<Profiler> profiler_;             // nested sessions share their parent's
 };
 
 }  // namespace tob
