@@ -99,7 +99,10 @@ Status InferRange(InferenceContext& ctx) {
     if (t.dtype != dtype)
       return ctx.Fail("start, limit and delta must share one dtype, got ", DTypeName(dtype), " and ",
                       DTypeName(t.dtype));
-    if (t.has_rank() && !(t.rank() == 0 || (t.rank() == 1 && (*t.shape)[0] == Dim(1))))
+    // A one-element vector is taken as its scalar, as onnxruntime does (onnx's own function bodies,
+    // AffineGrid's, feed Range such values); whether a dim of unknown size is 1 is checked on the
+    // values.
+    if (t.has_rank() && !(t.rank() == 0 || (t.rank() == 1 && ((*t.shape)[0] == Dim(1) || !(*t.shape)[0].is_known()))))
       return ctx.Fail("input ", i, " must be a scalar, got ", t.ToString());
   }
   const Tensor* start = ctx.input_value(0);

@@ -7,8 +7,8 @@ import pkgutil
 import torch_ort_backend.exporter as exporter
 from torch_ort_backend._engine import C
 
-FAMILIES = {"elementwise", "tensor", "nn", "reduction", "signal", "runtime", "generator", "aten", "python", "training",
-            "ml"}
+FAMILIES = {"elementwise", "tensor", "nn", "reduction", "signal", "runtime", "controlflow", "generator", "aten", "python",
+            "training", "ml"}
 
 
 def test_every_kernel_names_a_known_family():

@@ -67,18 +67,32 @@ def all_tests(kind: str = "node") -> tuple[NodeTest, ...]:
     return tuple(tests)
 
 
+def _subgraphs(node: onnx.NodeProto):
+    for attr in node.attribute:
+        if attr.type == onnx.AttributeProto.GRAPH:
+            yield attr.g
+        elif attr.type == onnx.AttributeProto.GRAPHS:
+            yield from attr.graphs
+
+
 def _value_types(model: onnx.ModelProto) -> dict[str, int]:
     try:
         inferred = onnx.shape_inference.infer_shapes(model)
     except Exception:  # inference failures just leave types unknown
         inferred = model
-    g = inferred.graph
     types: dict[str, int] = {}
-    for vi in list(g.input) + list(g.value_info) + list(g.output):
-        if vi.type.HasField("tensor_type"):
-            types[vi.name] = vi.type.tensor_type.elem_type
-    for init in g.initializer:
-        types[init.name] = init.data_type
+
+    def collect(g: onnx.GraphProto) -> None:  # subgraphs' values too (names are unique across them)
+        for vi in list(g.input) + list(g.value_info) + list(g.output):
+            if vi.type.HasField("tensor_type"):
+                types[vi.name] = vi.type.tensor_type.elem_type
+        for init in g.initializer:
+            types[init.name] = init.data_type
+        for node in g.node:
+            for sub in _subgraphs(node):
+                collect(sub)
+
+    collect(inferred.graph)
     return types
 
 
@@ -98,11 +112,26 @@ def unsupported_reason(model: onnx.ModelProto, provider: str = C.CPU_PROVIDER) -
         return "model-local functions"
     opsets = {op.domain or "": op.version for op in model.opset_import}
     types = _value_types(model)
-    for node in model.graph.node:
+    return _graph_unsupported_reason(model.graph, opsets, types, provider)
+
+
+def _graph_unsupported_reason(graph: onnx.GraphProto, opsets: dict, types: dict, provider: str) -> str | None:
+    """The first node of `graph` or of its subgraphs (recursively) without a kernel, else None."""
+    from .. import dtypes as _dtypes
+
+    for vi in list(graph.input) + list(graph.output):
+        if vi.type.HasField("sequence_type") or vi.type.HasField("optional_type") or vi.type.HasField("map_type"):
+            return f"value '{vi.name}' is not a tensor"
+    for node in graph.node:
         for attr in node.attribute:
-            if attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS,
-                             onnx.AttributeProto.SPARSE_TENSOR, onnx.AttributeProto.TYPE_PROTO):
+            if attr.type in (onnx.AttributeProto.SPARSE_TENSOR, onnx.AttributeProto.TYPE_PROTO,
+                             onnx.AttributeProto.TENSORS, onnx.AttributeProto.SPARSE_TENSORS,
+                             onnx.AttributeProto.TYPE_PROTOS):
                 return f"{node.op_type}: attribute '{attr.name}' of unsupported kind"
+        for sub in _subgraphs(node):
+            why = _graph_unsupported_reason(sub, opsets, types, provider)
+            if why is not None:
+                return f"{node.op_type} subgraph '{sub.name}': {why}"
         domain = "" if node.domain == "ai.onnx" else node.domain
         opset = opsets.get(domain, -1)
         dtypes = [types.get(i, 0) if i else 0 for i in node.input]
