@@ -2,7 +2,10 @@
 // provider's kernel (schema shape function -> allocate -> Compute, exactly as the executor runs
 // it) and its outputs become constants. Shape and Size of a value whose static shape is fully
 // known fold too, whatever that value is. Nodes are visited in topological order, so a folded
-// node's consumers are folded in the same run.
+// node's consumers are folded in the same run. In a subgraph, a value it reads from an enclosing
+// graph that is a constant there becomes a constant of the subgraph first (the same tensor, not a
+// copy), so what depends only on it folds inside the subgraph too. Nodes with subgraphs are never
+// evaluated here.
 #include <algorithm>
 #include <optional>
 
@@ -142,6 +145,12 @@ class ConstantFolding final : public GraphPass {
     *changed = false;
     summary_.clear();
     KeptValues kept(ctx);
+    int inlined = 0;
+    for (Value* v : std::vector<Value*>(graph.outer_scope_values()))
+      if (v->outer() != nullptr && v->outer()->initializer() != nullptr) {
+        TOB_RETURN_IF_ERROR(graph.MakeInitializer(v, *v->outer()->initializer()));
+        ++inlined;
+      }
     TOB_ASSIGN_OR_RETURN(std::vector<Node*> order, graph.TopologicalOrder());
     int folded = 0;
     for (Node* node : order) {
@@ -158,9 +167,10 @@ class ConstantFolding final : public GraphPass {
       TOB_RETURN_IF_ERROR(ReplaceWithConstants(graph, node, std::move(*outputs)));
       ++folded;
     }
-    if (folded == 0) return Status::OK();
+    if (folded == 0 && inlined == 0) return Status::OK();
     *changed = true;
     summary_ = StrCat("folded ", folded, " node", folded == 1 ? "" : "s", " into constants");
+    if (inlined > 0) summary_ += StrCat("; ", inlined, " constant", inlined == 1 ? "" : "s", " of an enclosing graph");
     return Status::OK();
   }
 

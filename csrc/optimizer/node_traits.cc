@@ -9,18 +9,24 @@ int NodeOpset(const Graph& graph, const Node& node) {
 
 bool IsNonDeterministic(const Graph& graph, const Node& node, const OpSchemaRegistry& schemas) {
   const OpSchema* schema = schemas.Find(node.domain(), node.op_type());
-  return schema != nullptr && schema->nondeterministic && schema->nondeterministic(node, NodeOpset(graph, node));
+  if (schema != nullptr && schema->nondeterministic && schema->nondeterministic(node, NodeOpset(graph, node)))
+    return true;
+  // A control-flow node is as random as what its subgraphs run.
+  for (const Graph* sub : node.subgraphs())
+    for (const Node* n : sub->nodes())
+      if (IsNonDeterministic(*sub, *n, schemas)) return true;
+  return false;
 }
 
 bool HasSideEffects(const Node& node, const OpSchemaRegistry& schemas) {
   const OpSchema* schema = schemas.Find(node.domain(), node.op_type());
-  return schema != nullptr && schema->side_effects;
-}
-
-bool HasSubgraph(const Node& node) {
-  for (const auto& [name, attr] : node.attributes())
-    if (attr.type == AttrType::kGraph) return true;
+  if (schema != nullptr && schema->side_effects) return true;
+  for (const Graph* sub : node.subgraphs())
+    for (const Node* n : sub->nodes())
+      if (HasSideEffects(*n, schemas)) return true;
   return false;
 }
+
+bool HasSubgraph(const Node& node) { return node.has_subgraphs(); }
 
 }  // namespace tob

@@ -17,14 +17,16 @@ namespace tob {
 int NodeOpset(const Graph& graph, const Node& node);
 
 // Random generators, Dropout in training mode, ATen nodes: never folded, never merged. An op
-// without a schema has no traits (nothing can run it: shape inference needs the schema).
+// without a schema has no traits (nothing can run it: shape inference needs the schema). A node
+// with subgraphs has the traits of every node in them.
 bool IsNonDeterministic(const Graph& graph, const Node& node, const OpSchemaRegistry& schemas);
 
 // Ops that talk to the outside world (Python callbacks, the training yield point): never folded,
 // merged or removed, even when nothing reads their outputs.
 bool HasSideEffects(const Node& node, const OpSchemaRegistry& schemas);
 
-// Nodes with a graph attribute (If, Loop, Scan): their bodies are not evaluated by passes.
+// Nodes with a graph attribute (If, Loop, Scan): passes never evaluate or merge them (they
+// optimise inside their subgraphs instead).
 bool HasSubgraph(const Node& node);
 
 // The values a pass must not make disappear: graph outputs and PassContext::keep_values.

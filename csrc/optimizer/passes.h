@@ -13,6 +13,8 @@ std::unique_ptr<GraphPass> CreateShapeInferencePass();
 // Evaluates nodes whose inputs are all constants with the fold provider's kernels; Shape/Size of
 // a statically known shape become constants too.
 std::unique_ptr<GraphPass> CreateConstantFoldingPass();
+// An If whose condition is a constant is replaced by the nodes of the branch it always takes.
+std::unique_ptr<GraphPass> CreateInlineConstantIfPass();
 // Removes Identity, Cast to the same dtype, Reshape to the same static shape and inference-mode
 // Dropout whose mask is unused.
 std::unique_ptr<GraphPass> CreateIdentityEliminationPass();

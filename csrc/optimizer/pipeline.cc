@@ -19,19 +19,41 @@ bool ElementwiseFusionEnabled() {
 
 }  // namespace
 
+Status PassManager::RunPass(GraphPass& pass, Graph& graph, PassContext& ctx, bool* changed) {
+  bool here = false;
+  Status status = pass.Run(graph, ctx, &here);
+  if (!status.ok())
+    return status.WithContext(StrCat("optimizer pass ", pass.name(), graph.is_subgraph() ? " on " : "",
+                                     graph.is_subgraph() ? graph.Describe() : ""));
+  if (here) {
+    *changed = true;
+    std::string line = StrCat(pass.name(), ": ", pass.summary());
+    if (graph.is_subgraph()) line += " (" + graph.Describe() + ")";
+    if (ctx.log) ctx.log(line);
+    applied_.push_back(std::move(line));
+  }
+  if (!pass.applies_to_subgraphs()) return Status::OK();
+  std::vector<Graph*> subgraphs;
+  for (Node* node : graph.nodes())
+    for (Graph* sub : node->subgraphs()) subgraphs.push_back(sub);
+  if (subgraphs.empty()) return Status::OK();
+  // Names to keep refer to the main graph's values.
+  PassContext sub_ctx = ctx;
+  sub_ctx.keep_values.clear();
+  sub_ctx.verify_after_each_pass = false;
+  for (Graph* sub : subgraphs) TOB_RETURN_IF_ERROR(RunPass(pass, *sub, sub_ctx, changed));
+  return Status::OK();
+}
+
 Status PassManager::Run(Graph& graph, PassContext& ctx, int max_rounds) {
   applied_.clear();
   for (int round = 0; round < max_rounds; ++round) {
     bool any_change = false;
     for (const auto& pass : passes_) {
       bool changed = false;
-      Status status = pass->Run(graph, ctx, &changed);
-      if (!status.ok()) return status.WithContext(StrCat("optimizer pass ", pass->name()));
+      TOB_RETURN_IF_ERROR(RunPass(*pass, graph, ctx, &changed));
       if (!changed) continue;
       any_change = true;
-      std::string line = StrCat(pass->name(), ": ", pass->summary());
-      if (ctx.log) ctx.log(line);
-      applied_.push_back(std::move(line));
       if (ctx.verify_after_each_pass) {
         Status valid = VerifyGraph(graph, *ctx.schemas);
         if (!valid.ok())
@@ -52,6 +74,8 @@ PassManager BuildPipeline(OptLevel level, const CastPropagationOptions& casts) {
   // rounds see the static shapes it produced.
   pm.Add(CreateShapeInferencePass());
   pm.Add(CreateConstantFoldingPass());
+  // An If whose condition folded to a constant becomes the branch it takes.
+  pm.Add(CreateInlineConstantIfPass());
   // Chosen by the user (it may compute ops in the low-precision type); folding then turns the
   // Casts it puts on constants into constants of the low type.
   if (casts.enabled()) pm.Add(CreatePropagateCastOpsPass(casts));
