@@ -7,6 +7,8 @@ namespace tob {
 // onnxruntime's contrib and training operators: ATen, PythonOp, Gelu, LayerNormalization, the
 // gradient and optimizer ops, the copies between devices.
 inline constexpr const char* kMicrosoftDomain = "com.microsoft";
+// onnx's preview operators (FlexAttention).
+inline constexpr const char* kOnnxPreviewDomain = "ai.onnx.preview";
 
 // The ONNX standard's classical machine-learning operators (TreeEnsemble, Binarizer, ...).
 inline constexpr const char* kMlDomain = "ai.onnx.ml";

@@ -1,4 +1,5 @@
-// Attention (ai.onnx 23, 24, 25) and RotaryEmbedding (ai.onnx 23).
+// Attention (ai.onnx 23, 24, 25), RotaryEmbedding (ai.onnx 23) and FlexAttention
+// (ai.onnx.preview 1: attention whose scores and probabilities pass through subgraphs).
 //
 // Attention's operands are 4-D [batch, heads, seq, head_size], or 3-D [batch, seq, heads *
 // head_size] with the head counts in q_num_heads / kv_num_heads. K/V may have fewer heads than
@@ -149,9 +150,57 @@ Status InferRotaryEmbedding(InferenceContext& ctx) {
   return Status::OK();
 }
 
+// FlexAttention: Q [B, Hq, L, E], K [B, Hkv, S, E], V [B, Hkv, S, Ev] -> Y [B, Hq, L, Ev]. Its
+// score_mod and prob_mod subgraphs take and return one [B, Hq, L, S] tensor of the softmax
+// precision (softmax_precision; absent: float64 for float64 inputs, else float32).
+Status InferFlexAttention(InferenceContext& ctx) {
+  const ValueType& q = *ctx.input_type(0);
+  const ValueType& k = *ctx.input_type(1);
+  const ValueType& v = *ctx.input_type(2);
+  TOB_RETURN_IF_ERROR(CheckFloat(ctx, "Q", q));
+  if (k.dtype != q.dtype || v.dtype != q.dtype)
+    return ctx.Fail("Q, K and V must share one dtype, got ", DTypeName(q.dtype), ", ", DTypeName(k.dtype), ", ",
+                    DTypeName(v.dtype));
+  for (const ValueType* t : {&q, &k, &v})
+    if (t->has_rank() && t->rank() != 4) return ctx.Fail("Q, K and V must be 4-D, got ", t->ToString());
+  const Dim hq = DimAt(&q, 1), hkv = DimAt(&k, 1), e = DimAt(&q, 3), ek = DimAt(&k, 3), s = DimAt(&k, 2),
+            sv = DimAt(&v, 2), hv = DimAt(&v, 1);
+  if (hq.is_known() && hkv.is_known() && (hkv.value <= 0 || hq.value % hkv.value != 0))
+    return ctx.Fail("Q's ", hq.value, " heads are not a multiple of K's ", hkv.value);
+  if ((e.is_known() && ek.is_known() && e.value != ek.value) ||
+      (s.is_known() && sv.is_known() && s.value != sv.value) ||
+      (hkv.is_known() && hv.is_known() && hkv.value != hv.value))
+    return ctx.Fail("K ", k.ToString(), " and V ", v.ToString(), " do not fit Q ", q.ToString(),
+                    " (head size, key length and key heads must agree)");
+  int64_t precision = 0;
+  TOB_RETURN_IF_ERROR(ctx.node().GetAttr("softmax_precision", &precision, int64_t{0}));
+  DType compute = q.dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
+  if (precision != 0) {
+    compute = DTypeFromOnnx(static_cast<int32_t>(precision));
+    if (compute != DType::kFloat32 && compute != DType::kFloat64 && compute != DType::kFloat16 &&
+        compute != DType::kBFloat16)
+      return ctx.Fail("softmax_precision must name float, float16, bfloat16 or double, got ", precision);
+  }
+  const ValueType scores(compute, Dims{DimAt(&q, 0), hq, DimAt(&q, 2), s});
+  for (const char* name : {"score_mod", "prob_mod"}) {
+    if (ctx.subgraph(name) == nullptr) continue;
+    std::vector<ValueType> out;
+    TOB_RETURN_IF_ERROR(ctx.InferSubgraph(name, {scores}, &out));
+    if (out.size() != 1) return ctx.Fail(name, " must return one tensor, it returns ", out.size());
+    if (out[0].dtype != DType::kUndefined && out[0].dtype != compute)
+      return ctx.Fail(name, " returns ", out[0].ToString(), "; it must return ", DTypeName(compute),
+                      " (the softmax precision) of its input's shape");
+    if (out[0].has_rank() && out[0].rank() != 4)
+      return ctx.Fail(name, " returns ", out[0].ToString(), "; it must keep its input's shape ", scores.ToString());
+  }
+  ctx.set_output(0, ValueType(q.dtype, Dims{DimAt(&q, 0), hq, DimAt(&q, 2), DimAt(&v, 3)}));
+  return Status::OK();
+}
+
 }  // namespace
 
 void RegisterNnAttentionSchemas(OpSchemaRegistry& registry) {
+  registry.Register(OpSchema{kOnnxPreviewDomain, "FlexAttention", 3, 3, 1, 1, InferFlexAttention});
   registry.Register(OpSchema{"", "Attention", 3, 7, 1, 4, InferAttention});
   registry.Register(OpSchema{"", "RotaryEmbedding", 3, 4, 1, 1, InferRotaryEmbedding});
 }
