@@ -15,11 +15,14 @@ from collections import Counter
 from typing import Callable
 
 import numpy as np
+import onnx
 import torch
 from onnx import TensorProto, helper
 
 import torch_ort_backend as tob
 from aten_model_builder import ModelBuilder
+from torch_ort_backend import onnx_loader
+from torch_ort_backend._engine import C
 from torch_ort_backend.exporter.aten_encoding import AtenEncodingError
 from test_bad_input import _mutations
 
@@ -208,26 +211,152 @@ def python_op_case(rng: random.Random) -> None:
     tob.InferenceSession(model).run(None, feeds)
 
 
+# ---- control flow ----
+
+F, I64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+ENGINE_REFUSALS = Counter()  # errors raised by the engine itself (onnx's checker skipped)
+UNNAMED: list[str] = []  # expected errors whose message names nothing
+
+
+def _vi(name, elem, shape):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _if_model(rng: random.Random):
+    then_branch = helper.make_graph([helper.make_node("Mul", ["x", "w"], ["t"])], "then_branch", [], [_vi("t", F, [4])])
+    else_branch = helper.make_graph([helper.make_node("Sub", ["x", "w"], ["e"])], "else_branch", [], [_vi("e", F, [4])])
+    node = helper.make_node("If", ["c"], ["y"], then_branch=then_branch, else_branch=else_branch, name="branch")
+    return [node], [_vi("c", BOOL, []), _vi("x", F, [4]), _vi("w", F, [4])], [_vi("y", F, [4])]
+
+
+def _loop_body(nested: bool):
+    nodes = [helper.make_node("Add", ["v_in", "w"], ["v_out"]),
+             helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+             helper.make_node("Identity", ["v_out"], ["scan_out"])]
+    if nested:  # an If inside the body, reading the body's and the main graph's values
+        then_branch = helper.make_graph([helper.make_node("Mul", ["v_in", "w"], ["t"])], "then_branch", [],
+                                        [_vi("t", F, [4])])
+        else_branch = helper.make_graph([helper.make_node("Neg", ["v_in"], ["e"])], "else_branch", [],
+                                        [_vi("e", F, [4])])
+        nodes[0] = helper.make_node("If", ["cond_in"], ["v_out"], then_branch=then_branch, else_branch=else_branch,
+                                    name="inner")
+    return helper.make_graph(nodes, "body", [_vi("i", I64, []), _vi("cond_in", BOOL, []), _vi("v_in", F, [4])],
+                             [_vi("cond_out", BOOL, []), _vi("v_out", F, [4]), _vi("scan_out", F, [4])])
+
+
+def _loop_model(rng: random.Random):
+    node = helper.make_node("Loop", ["m", "c", "x"], ["y", "history"], body=_loop_body(rng.random() < 0.5), name="loop")
+    return [node], [_vi("m", I64, []), _vi("c", BOOL, []), _vi("x", F, [4]), _vi("w", F, [4])], \
+        [_vi("y", F, [4]), _vi("history", F, None)]
+
+
+def _scan_model(rng: random.Random):
+    body = helper.make_graph([helper.make_node("Add", ["s_in", "x_t"], ["s_out"]),
+                              helper.make_node("Mul", ["s_out", "w"], ["o"])],
+                             "body", [_vi("s_in", F, [4]), _vi("x_t", F, [4])], [_vi("s_out", F, [4]), _vi("o", F, [4])])
+    node = helper.make_node("Scan", ["w", "xs"], ["s", "os"], body=body, num_scan_inputs=1, name="scan",
+                            scan_input_directions=[rng.choice([0, 1])], scan_output_axes=[rng.choice([0, 1, -1])])
+    return [node], [_vi("w", F, [4]), _vi("xs", F, [3, 4]), _vi("c", BOOL, []), _vi("x", F, [4])], \
+        [_vi("s", F, [4]), _vi("os", F, None)]
+
+
+def _subgraphs(graph):
+    """Every (node, attribute, graph) below `graph`, recursively."""
+    for node in graph.node:
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield node, a, a.g
+                yield from _subgraphs(a.g)
+
+
+def _mutate_subgraph(rng: random.Random, graph) -> str:
+    """One mutation inside a random subgraph; returns its kind."""
+    subs = list(_subgraphs(graph))
+    owner, attr, sub = rng.choice(subs)
+    kind = rng.choice(["truncate", "dangling", "arity", "cycle", "attribute", "self_read"])
+    if kind == "truncate" and len(sub.node) > 0:
+        del sub.node[rng.randrange(len(sub.node)):]
+    elif kind == "dangling" and len(sub.node) > 0:
+        n = rng.choice(sub.node)
+        if n.input:
+            n.input[rng.randrange(len(n.input))] = rng.choice(["nowhere", "", "y", "v_out", "scan_out", "s"])
+    elif kind == "arity":
+        target = rng.choice([sub.input, sub.output])
+        if len(target) > 0 and rng.random() < 0.7:
+            del target[rng.randrange(len(target))]
+        else:
+            target.extend([_vi(f"extra{len(target)}", F, [4])])
+    elif kind == "cycle":  # a subgraph reads its own node's output, or a value defined after the reader
+        if len(sub.node) > 0:
+            n = sub.node[0]
+            n.input.extend([owner.output[0]] if rng.random() < 0.5 else [sub.node[-1].output[0]])
+    elif kind == "attribute":
+        for a in list(owner.attribute):
+            if a.type == onnx.AttributeProto.INT or a.type == onnx.AttributeProto.INTS:
+                owner.attribute.remove(a)
+        key = rng.choice(["num_scan_inputs", "scan_input_axes", "scan_output_axes", "scan_input_directions"])
+        value = rng.choice([wild_int(rng), [wild_int(rng)], [0, 1, 2]])
+        if key == "num_scan_inputs" and isinstance(value, list):
+            value = value[0]
+        owner.attribute.extend([helper.make_attribute(key, value)])
+    else:  # self_read: an output of the subgraph names one of its inputs or an outer value
+        if len(sub.output) > 0:
+            sub.output[0].name = rng.choice(["x", "w", "c", "i", "cond_in"])
+    return kind
+
+
+def _deeply_nested(rng: random.Random):
+    depth = rng.randint(C.MAX_SUBGRAPH_NESTING - 2, C.MAX_SUBGRAPH_NESTING + 6)
+    inner = helper.make_graph([helper.make_node("Neg", ["x"], ["y0"])], "level0", [], [_vi("y0", F, [4])])
+    for level in range(1, depth + 1):
+        other = helper.make_graph([helper.make_node("Abs", ["x"], [f"z{level}"])], f"o{level}", [],
+                                  [_vi(f"z{level}", F, [4])])
+        node = helper.make_node("If", ["c"], [f"y{level}"], then_branch=inner, else_branch=other, name=f"if{level}")
+        inner = helper.make_graph([node], f"level{level}", [], [_vi(f"y{level}", F, [4])])
+    node = inner.node[0]
+    node.output[0] = "y"
+    return [node], [_vi("c", BOOL, []), _vi("x", F, [4]), _vi("w", F, [4])], [_vi("y", F, [4])]
+
+
+NAMED = ("node", "subgraph", "graph", "input", "output", "value", "model", "attribute", "dtype", "shape", "parse",
+         "valid", "name")
+
+
 def subgraph_case(rng: random.Random) -> None:
-    """If / Loop / Scan with GRAPH attributes, sometimes byte-mutated: refused, never run."""
-    body = helper.make_graph([helper.make_node("Identity", ["x"], ["y_body"])], "body", [],
-                             [helper.make_tensor_value_info("y_body", TensorProto.FLOAT, [4])])
-    op = rng.choice(["If", "Loop", "Scan"])
-    if op == "If":
-        node = helper.make_node("If", ["c"], ["y"], then_branch=body, else_branch=body, name="branch")
-    elif op == "Loop":
-        node = helper.make_node("Loop", ["", "c"], ["y"], body=body, name="loop")
-    else:
-        node = helper.make_node("Scan", ["x"], ["y"], body=body, num_scan_inputs=1, name="scan")
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
-                                            helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    """If / Loop / Scan models (a Loop nesting an If, values read from enclosing graphs), mutated
+    inside a subgraph (truncated, dangling names, wrong arity, cycles, wild attributes, an output
+    naming an input) or nested past the limit, sometimes byte-mutated; loaded through
+    InferenceSession (onnx's checker first) or straight into the engine (no checker)."""
+    builder = rng.choice([_if_model, _loop_model, _scan_model, _deeply_nested])
+    nodes, inputs, outputs = builder(rng)
+    graph = helper.make_graph(nodes, "g", inputs, outputs)
+    if builder is not _deeply_nested and rng.random() < 0.7:
+        _mutate_subgraph(rng, graph)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    data = model.SerializeToString()
-    if rng.random() < 0.5:
-        data = next(iter(_mutations(np.random.default_rng(rng.randrange(1 << 30)), data, 1 + rng.randrange(3))))
-    sess = tob.InferenceSession(data)
-    sess.run(None, {"c": np.array(True), "x": np.ones(4, np.float32)})
+    feeds = {"c": np.array(rng.random() < 0.5), "x": np.ones(4, np.float32) * 0.5, "w": np.full(4, -1.5, np.float32),
+             "m": np.array(rng.choice([0, 1, 3, -1]), np.int64), "xs": np.ones((3, 4), np.float32)}
+    try:
+        if rng.random() < 0.5:
+            data = model.SerializeToString()
+            if rng.random() < 0.3:
+                data = next(iter(_mutations(np.random.default_rng(rng.randrange(1 << 30)), data, 1 + rng.randrange(3))))
+            sess = tob.InferenceSession(data)
+            sess.run(None, {i.name: feeds[i.name] for i in sess.get_inputs() if i.name in feeds})
+        else:  # the engine's own checks, with nothing in front of them
+            try:
+                b = onnx_loader.build_graph(model)
+                sess = C.Session(b, C.SessionOptions())
+                names = [name for name, _, _ in sess.inputs()]
+                sess.run(names, [feeds[n] for n in names], [])
+            except tob.EngineError as e:
+                ENGINE_REFUSALS[type(e).__name__] += 1
+                raise
+            except KeyError:  # a mutation renamed an input: nothing to feed
+                raise ValueError("no feed for a renamed input") from None
+    except EXPECTED as e:
+        if not any(word in str(e).lower() for word in NAMED):
+            UNNAMED.append(f"{type(e).__name__}: {str(e)[:200]}")
+        raise
 
 
 FAMILIES = {"aten": aten_case, "python_op": python_op_case, "subgraph": subgraph_case}
@@ -249,7 +378,9 @@ def main(seed: int, cases: int) -> None:
                 outcomes[name][type(e).__name__] += 1
             except Exception as e:  # noqa: BLE001 - reported, the parent fails on it
                 unexpected.append(f"{name} case {k}: {type(e).__name__}: {str(e)[:300]}")
-    print(json.dumps({"outcomes": {k: dict(v) for k, v in outcomes.items()}, "unexpected": unexpected}))
+    unexpected += [f"an error that names nothing: {m}" for m in UNNAMED]
+    print(json.dumps({"outcomes": {k: dict(v) for k, v in outcomes.items()}, "unexpected": unexpected,
+                      "engine_refusals": sum(ENGINE_REFUSALS.values())}))
 
 
 if __name__ == "__main__":

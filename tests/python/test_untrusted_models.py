@@ -129,6 +129,45 @@ def test_custom_namespace_op_is_refused_and_never_called():
     torch.testing.assert_close(y, x * 2)
 
 
+def test_subgraphs_are_no_escape_hatch():
+    """The custom-namespace operator above, hidden in a Loop body inside an If branch: the session's
+    allow-list holds there too (the nested sessions build their kernels with the session's options),
+    so it is refused when the session is created, naming the node, and never called; with the
+    opt-in it runs, once per iteration of the branch taken."""
+    CUSTOM_CALLS.clear()
+    f = TensorProto.FLOAT
+    body = helper.make_graph(
+        [helper.make_node("ATen", ["v_in"], ["v_out"], domain="com.microsoft", name="hidden",
+                          operator="tob_untrusted_test::record"),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                 helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+                 helper.make_tensor_value_info("v_in", f, [3])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_out", f, [3])])
+    trips = helper.make_tensor("trips", TensorProto.INT64, [], [2])
+    then_branch = helper.make_graph([helper.make_node("Loop", ["trips", "", "x"], ["looped"], body=body)],
+                                    "then_branch", [], [helper.make_tensor_value_info("looped", f, [3])],
+                                    initializer=[trips])
+    else_branch = helper.make_graph([helper.make_node("Neg", ["x"], ["negated"])], "else_branch", [],
+                                    [helper.make_tensor_value_info("negated", f, [3])])
+    graph = helper.make_graph(
+        [helper.make_node("If", ["c"], ["y"], then_branch=then_branch, else_branch=else_branch)], "g",
+        [helper.make_tensor_value_info("c", TensorProto.BOOL, []), helper.make_tensor_value_info("x", f, [3])],
+        [helper.make_tensor_value_info("y", f, [3])])
+    model = helper.make_model(graph, opset_imports=MS_OPSETS)
+    for load in (lambda: tob.InferenceSession(model), lambda: onnx_backend.prepare(model)):
+        with pytest.raises(tob.OpNotAllowedError,
+                           match=r"node 'hidden' calls torch operator tob_untrusted_test::record.*allow_unsafe_aten_ops"):
+            load()
+    assert CUSTOM_CALLS == []
+    x = randn(3, seed=3)
+    sess = tob.InferenceSession(model, unsafe_options())  # positive control
+    (y,) = sess.run(None, {"c": torch.tensor(True), "x": x})
+    assert len(CUSTOM_CALLS) == 2
+    torch.testing.assert_close(y, x * 4)
+
+
 @pytest.mark.parametrize("op, why", [
     ("empty", "uninitialised memory"),
     ("max_pool2d_with_indices_backward", "'indices'"),
