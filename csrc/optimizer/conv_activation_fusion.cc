@@ -157,8 +157,11 @@ class ConvActivationFusion final : public GraphPass {
       with_sum += add != nullptr;
     }
     if (fused == 0) return Status::OK();
-    // FusedConv is a com.microsoft op: a model that imported only ai.onnx gets the domain.
-    if (graph.Opset(kMicrosoftDomain) < 1) graph.SetOpset(kMicrosoftDomain, 1);
+    // FusedConv is a com.microsoft op: a model that imported only ai.onnx gets the domain, on the
+    // main graph even when the Conv is inside a subgraph (opsets are the model's: Graph::Opset).
+    Graph* root = &graph;
+    while (root->parent() != nullptr) root = root->parent();
+    if (root->Opset(kMicrosoftDomain) < 1) root->SetOpset(kMicrosoftDomain, 1);
     *changed = true;
     summary_ = StrCat("fused ", fused, " Conv + activation into FusedConv (", with_sum, " with a residual sum)");
     return Status::OK();

@@ -125,7 +125,11 @@ class ElementwiseFusion final : public GraphPass {
       fused_nodes += static_cast<int>(group.size());
     }
     if (fused_groups == 0) return Status::OK();
-    if (graph.Opset(kTobDomain) < 1) graph.SetOpset(kTobDomain, 1);
+    // Opsets are the model's: a body fused inside a Loop or If imports the domain on the main graph,
+    // where its kernel lookup reads it (Graph::Opset reads Root()'s).
+    Graph* root = &graph;
+    while (root->parent() != nullptr) root = root->parent();
+    if (root->Opset(kTobDomain) < 1) root->SetOpset(kTobDomain, 1);
     *changed = true;
     summary_ = StrCat("fused ", fused_nodes, " elementwise nodes into ", fused_groups, " FusedElementwise nodes");
     return Status::OK();

@@ -178,8 +178,11 @@ Status PartitionOne(Graph& graph, const std::vector<const ExecutionProvider*>& p
     TOB_ASSIGN_OR_RETURN(Value * on_host, copies.On(out, nullptr));
     if (on_host != out) TOB_RETURN_IF_ERROR(RedirectGraphOutput(graph, out, on_host));
   }
-  if (static_cast<int>(graph.num_nodes()) > nodes_before && graph.Opset(kMicrosoftDomain) < 0 && !graph.is_subgraph())
-    graph.SetOpset(kMicrosoftDomain, 1);
+  if (static_cast<int>(graph.num_nodes()) > nodes_before && graph.Opset(kMicrosoftDomain) < 0) {
+    Graph* root = &graph;  // opsets are the model's (Graph::Opset reads Root()'s), copies in a subgraph too
+    while (root->parent() != nullptr) root = root->parent();
+    root->SetOpset(kMicrosoftDomain, 1);
+  }
   for (Node* node : order)
     for (Graph* sub : node->subgraphs())
       TOB_RETURN_IF_ERROR(PartitionOne(*sub, providers, registry, report, SubgraphPrefix(prefix, *node, *sub)));
