@@ -54,6 +54,18 @@ Status CheckSameDType(const InferenceContext& ctx, const ValueType& a, const Val
   return Status::OK();
 }
 
+// Scan slices its scan inputs (Scan 8 its states too) and Loop and Scan stack their scan outputs
+// a whole number of bytes per element; the packed sub-byte types (int4, uint4, float4e2m1, int2,
+// uint2) hold several elements in a byte, so such values are refused by name, not sliced wrongly.
+// (Loop-carried values and If's outputs pass through whole and may have any dtype.)
+Status RefusePacked(const InferenceContext& ctx, DType dtype, const std::string& what) {
+  if (IsPackedDType(dtype))
+    return ctx.Fail(what, " is ", DTypeName(dtype),
+                    ": the control-flow kernels slice and stack whole bytes per element, and a packed "
+                    "sub-byte type holds several elements in a byte");
+  return Status::OK();
+}
+
 // A one-element tensor of `dtype` (a condition, a trip count): scalar or [1].
 Status CheckOneElement(const InferenceContext& ctx, int input, DType dtype, const char* what) {
   const ValueType* t = ctx.input_type(input);
@@ -191,6 +203,7 @@ Status InferLoop(InferenceContext& ctx) {
   for (size_t j = 0; j < n; ++j) ctx.set_output(static_cast<int>(j), Generalize(carried[j], body_out[1 + j]));
   for (size_t k = n; k < outs; ++k) {
     const ValueType& slice = body_out[1 + k];
+    TOB_RETURN_IF_ERROR(RefusePacked(ctx, slice.dtype, StrCat("scan output ", k)));
     ValueType t(slice.dtype, std::nullopt);
     if (slice.shape) {
       Dims dims{Dim::Unknown()};  // the trip count is data (the condition may stop the loop early)
@@ -297,6 +310,7 @@ Status InferScan(InferenceContext& ctx) {
     const size_t input = first + j;
     const ValueType* t = ctx.input_type(static_cast<int>(input));
     if (t == nullptr) return ctx.Fail("state input ", input, " is missing");
+    if (batched) TOB_RETURN_IF_ERROR(RefusePacked(ctx, t->dtype, StrCat("state input ", input)));
     TOB_RETURN_IF_ERROR(merge_batch(*t, input));
     ValueType s(t->dtype, std::nullopt);
     if (t->shape) s.shape = batched ? Without(*t->shape, 0, 1) : *t->shape;
@@ -309,6 +323,7 @@ Status InferScan(InferenceContext& ctx) {
     const size_t input = first + n + j;
     const ValueType* t = ctx.input_type(static_cast<int>(input));
     if (t == nullptr) return ctx.Fail("scan input ", input, " is missing");
+    TOB_RETURN_IF_ERROR(RefusePacked(ctx, t->dtype, StrCat("scan input ", input)));
     TOB_RETURN_IF_ERROR(merge_batch(*t, input));
     ValueType s(t->dtype, std::nullopt);
     if (t->shape) {
@@ -334,6 +349,7 @@ Status InferScan(InferenceContext& ctx) {
   }
   for (size_t j = 0; j < k; ++j) {
     const ValueType& slice = body_out[n + j];
+    TOB_RETURN_IF_ERROR(RefusePacked(ctx, slice.dtype, StrCat("scan output ", n + j)));
     ValueType t(slice.dtype, std::nullopt);
     if (slice.shape) {
       Dims dims = *slice.shape;

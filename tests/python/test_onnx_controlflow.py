@@ -275,3 +275,24 @@ def test_subgraphs_nested_too_deeply_are_refused_by_name():
                             opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(tob.InvalidModelError, match=r"subgraphs nest more than \d+ levels deep"):
         tob.InferenceSession(top)
+
+
+@pytest.mark.parametrize("elem", [TensorProto.INT4, TensorProto.UINT4, TensorProto.FLOAT4E2M1])
+def test_packed_sub_byte_values_are_refused_where_control_flow_would_slice_them(elem):
+    """Scan slices its scan inputs and Loop stacks its scan outputs a whole number of bytes per
+    element; a packed type holds two elements in a byte, so both are refused by name when the
+    session is created (never sliced wrongly)."""
+    body = helper.make_graph([helper.make_node("Identity", ["x_t"], ["y_t"])], "body", [vi("x_t", elem, [2])],
+                             [vi("y_t", elem, [2])])
+    scan = model([helper.make_node("Scan", ["xs"], ["ys"], body=body, num_scan_inputs=1, name="scan")],
+                 [vi("xs", elem, [3, 2])], [vi("ys", elem, [3, 2])], opset=21)
+    with pytest.raises(tob.EngineError, match=r"Scan node 'scan': scan input 0 is (u?int4|float4e2m1): .*packed"):
+        tob.InferenceSession(scan)
+    body = helper.make_graph([helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+                              helper.make_node("Identity", ["x"], ["slice"])],
+                             "body", [vi("i", I64, []), vi("cond_in", B, [])],
+                             [vi("cond_out", B, []), vi("slice", elem, [2])])
+    loop = model([helper.make_node("Loop", ["m", ""], ["stacked"], body=body, name="loop")],
+                 [vi("m", I64, []), vi("x", elem, [2])], [vi("stacked", elem, [None, 2])], opset=21)
+    with pytest.raises(tob.EngineError, match=r"Loop node 'loop': scan output 0 is (u?int4|float4e2m1): .*packed"):
+        tob.InferenceSession(loop)

@@ -29,6 +29,8 @@ Shape OneElementShape(const Graph& body, size_t input) {
 }
 
 Tensor SliceFirst(const Tensor& t, int64_t i) {
+  TOB_ENFORCE(!IsPackedDType(t.dtype()), "SliceFirst of packed ", DTypeName(t.dtype()),
+              " (the shape function refuses it)");
   Shape rest(t.shape().begin() + 1, t.shape().end());
   const size_t bytes = static_cast<size_t>(NumElements(rest)) * DTypeSize(t.dtype());
   return Tensor(t.dtype(), std::move(rest), t.buffer(), t.byte_offset() + static_cast<size_t>(i) * bytes);
@@ -72,6 +74,9 @@ StatusOr<Tensor> CopyOf(ThreadPool* pool, const Tensor& t) {
 Status StackedOutput::Put(ThreadPool* pool, int64_t index, const Tensor& slice, int64_t iteration) {
   if (slice.device().type != DeviceType::kCPU)
     return RuntimeError(what_, ": iteration ", iteration, " is not in host memory");
+  if (IsPackedDType(slice.dtype()))  // the shape functions refuse these; a body typed only at run time lands here
+    return RuntimeError(what_, " is ", DTypeName(slice.dtype()), " at iteration ", iteration,
+                        ": a packed sub-byte type cannot be stacked a whole number of bytes per element");
   if (!data_.defined()) {
     Shape shape{length_};
     shape.insert(shape.end(), slice.shape().begin(), slice.shape().end());
