@@ -17,6 +17,7 @@ size_t DTypeSize(DType t) {
     case DType::kInt8:
     case DType::kUInt8:
     case DType::kBool: return 1;
+    case DType::kString: return sizeof(std::string);
     default: return 0;
   }
 }
@@ -93,6 +94,15 @@ const std::vector<DType>& AllTypes() {
   static const std::vector<DType> v = [] {
     std::vector<DType> r = NumericTypes();
     r.push_back(DType::kBool);
+    return r;
+  }();
+  return v;
+}
+
+const std::vector<DType>& AllTypesAndString() {
+  static const std::vector<DType> v = [] {
+    std::vector<DType> r = AllTypes();
+    r.push_back(DType::kString);
     return r;
   }();
   return v;

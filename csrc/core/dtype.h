@@ -29,7 +29,10 @@ enum class DType : int32_t {
   kBFloat16 = 16,
 };
 
-size_t DTypeSize(DType t);       // 0 for undefined/string
+// Bytes per element; 0 for undefined. A string element is a std::string object (the tensor owns
+// it: Tensor::Allocate constructs and its buffer destroys them), so string data is never moved
+// by memcpy (core/tensor.h, CopyTensorData).
+size_t DTypeSize(DType t);
 const char* DTypeName(DType t);  // "float32", "int64", ...
 bool IsFloatingPoint(DType t);   // float16/bfloat16/float32/float64
 bool IsSignedInteger(DType t);
@@ -57,6 +60,7 @@ TOB_DTYPE_TRAIT(uint32_t, kUInt32)
 TOB_DTYPE_TRAIT(int64_t, kInt64)
 TOB_DTYPE_TRAIT(uint64_t, kUInt64)
 TOB_DTYPE_TRAIT(bool, kBool)
+TOB_DTYPE_TRAIT(std::string, kString)
 #undef TOB_DTYPE_TRAIT
 
 template <typename T>
@@ -65,10 +69,11 @@ constexpr DType DTypeOf() {
 }
 
 // Type sets used by kernel registrations.
-const std::vector<DType>& FloatTypes();    // float32, float64, float16, bfloat16
-const std::vector<DType>& IntegerTypes();  // int8..int64, uint8..uint64
-const std::vector<DType>& NumericTypes();  // FloatTypes + IntegerTypes
-const std::vector<DType>& AllTypes();      // NumericTypes + bool
+const std::vector<DType>& FloatTypes();         // float32, float64, float16, bfloat16
+const std::vector<DType>& IntegerTypes();       // int8..int64, uint8..uint64
+const std::vector<DType>& NumericTypes();       // FloatTypes + IntegerTypes
+const std::vector<DType>& AllTypes();           // NumericTypes + bool
+const std::vector<DType>& AllTypesAndString();  // AllTypes + string (the data-movement ops)
 
 // Calls fn.template operator()<T>() for the C++ type of `t`; returns false when `t` is not one
 // of the types in the pack. Used by kernels to dispatch once per Compute.

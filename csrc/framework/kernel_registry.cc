@@ -65,7 +65,7 @@ void KernelRegistry::Register(KernelDef def) {
 
 const KernelDef* KernelRegistry::Find(const std::string& provider, const std::string& domain,
                                       const std::string& op_type, int opset, const std::vector<DType>& input_types,
-                                      std::string* why_not) const {
+                                      std::string* why_not, bool non_tensor_values) const {
   std::string d = Graph::NormalizeDomain(domain);
   bool op_known = false, version_known = false;
   std::string type_reason;
@@ -75,6 +75,10 @@ const KernelDef* KernelRegistry::Find(const std::string& provider, const std::st
     if (opset < def.since_version || opset > def.end_version) continue;
     version_known = true;
     std::string reason;
+    if (non_tensor_values && !def.value_kernel) {
+      type_reason = "the kernel takes and makes tensors only, not sequences or optionals";
+      continue;
+    }
     if (def.Accepts(input_types, &reason)) return &def;
     type_reason = reason;
   }

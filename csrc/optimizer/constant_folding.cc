@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "framework/execution_provider.h"
 #include "framework/kernel_registry.h"
 #include "optimizer/node_traits.h"
 #include "optimizer/passes.h"
@@ -70,7 +71,7 @@ bool AllInputsConstant(const Node& node) {
 // here (no kernel, shape not concrete, kernel error): the executor will run it and report.
 std::optional<std::vector<Tensor>> Evaluate(const Graph& graph, const PassContext& ctx, const Node& node) {
   if (node.outputs().empty() || !AllInputsConstant(node) || HasSideEffects(node, *ctx.schemas) || HasSubgraph(node) ||
-      IsNonDeterministic(graph, node, *ctx.schemas))
+      TakesOrMakesNonTensors(node) || IsNonDeterministic(graph, node, *ctx.schemas))
     return std::nullopt;
   const int opset = NodeOpset(graph, node);
   std::vector<const ValueType*> types;

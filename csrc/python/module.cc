@@ -36,6 +36,18 @@ Tensor ToTensor(const py::handle& obj, const std::string& what) {
       StrCat(what, ": expected a numpy array or a DLPack capsule, got ", std::string(py::str(obj.get_type()))));
 }
 
+std::optional<Dims> ToDims(const py::object& dims);
+
+// A type from the loader: ONNX dtype, dims, kind (0 tensor, 1 sequence) and whether it is optional.
+ValueType ToValueType(int dtype, const py::object& dims, int kind, bool optional) {
+  if (kind != 0 && kind != 1)
+    throw py::value_error(StrCat("value kind must be 0 (tensor) or 1 (sequence), got ", kind));
+  ValueType t(DTypeFromOnnx(dtype), ToDims(dims));
+  t.kind = kind == 1 ? ValueKind::kSequence : ValueKind::kTensor;
+  t.optional = optional;
+  return t;
+}
+
 std::optional<Dims> ToDims(const py::object& dims) {
   if (dims.is_none()) return std::nullopt;
   Dims out;
@@ -121,6 +133,39 @@ struct PyTensor {
   Tensor tensor;
 };
 
+// A feed for graph input `type`: None is an optional's "no value", a list (or tuple) is a
+// sequence of tensors, anything else a tensor.
+RuntimeValue ToValue(const py::handle& obj, const ValueType& type, const std::string& what) {
+  if (obj.is_none()) {
+    if (!type.optional)
+      throw py::value_error(StrCat(what, " is ", type.ToString(), ": None is only a value of optional inputs"));
+    return RuntimeValue::None(type);
+  }
+  if (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) {
+    if (type.kind != ValueKind::kSequence)
+      throw py::value_error(StrCat(what, " is ", type.ToString(), "; a list is a value of sequence inputs"));
+    std::vector<Tensor> tensors;
+    size_t k = 0;
+    for (const py::handle& item : obj) tensors.push_back(ToTensor(item, StrCat(what, " tensor ", k++)));
+    const DType dtype = tensors.empty() ? type.dtype : tensors.front().dtype();
+    if (dtype == DType::kUndefined)
+      throw py::value_error(StrCat(what, ": an empty sequence for an input whose element type is not declared"));
+    return RuntimeValue::OfSequence(dtype, std::move(tensors));
+  }
+  return ToTensor(obj, what);
+}
+
+// A fetched value for Python: an EngineTensor, a list of them for a sequence, None for none.
+py::object FromValue(RuntimeValue v) {
+  if (v.is_none()) return py::none();
+  if (v.is_sequence()) {
+    py::list l;
+    for (const Tensor& t : v.sequence().tensors) l.append(PyTensor{t});
+    return l;
+  }
+  return py::cast(PyTensor{std::move(v.mutable_tensor())});
+}
+
 py::dict StatsDict(const RunStats& s) {
   // memory_stats() reads this after every compiled-graph run: the keys are made once (interned,
   // never freed) instead of a new string per key per call.
@@ -150,25 +195,35 @@ class PySession {
     for (const IOInfo& io : session_->inputs()) input_labels_.push_back(StrCat("input '", io.name, "'"));
   }
 
-  std::vector<PyTensor> Run(const std::vector<std::string>& feed_names, const py::list& feeds,
-                            const std::vector<std::string>& fetch_names, const std::vector<bool>& donated) {
+  // Feeds of any kind (ToValue); each fetch an EngineTensor, a list of them, or None.
+  py::list Run(const std::vector<std::string>& feed_names, const py::list& feeds,
+               const std::vector<std::string>& fetch_names, const std::vector<bool>& donated) {
     if (feed_names.size() != feeds.size())
       throw py::value_error(StrCat("got ", feed_names.size(), " feed names and ", feeds.size(), " values"));
-    std::vector<Tensor> tensors;
-    tensors.reserve(feeds.size());
-    for (size_t i = 0; i < feeds.size(); ++i)
-      tensors.push_back(ToTensor(feeds[i], StrCat("input '", feed_names[i], "'")));
-    std::vector<Tensor> fetches;
+    std::vector<RuntimeValue> values;
+    values.reserve(feeds.size());
+    for (size_t i = 0; i < feeds.size(); ++i) {
+      const std::string what = StrCat("input '", feed_names[i], "'");
+      const IOInfo* io = FindIO(feed_names[i]);
+      if (io == nullptr) values.push_back(ToTensor(feeds[i], what));  // the run names the unknown input
+      else values.push_back(ToValue(feeds[i], io->type, what));
+    }
+    std::vector<RuntimeValue> fetches;
     Status st;
     {
       py::gil_scoped_release release;
-      st = session_->Run(feed_names, std::move(tensors), fetch_names, &fetches, &last_stats_, donated);
+      st = session_->RunValues(feed_names, std::move(values), fetch_names, &fetches, &last_stats_, donated);
     }
     Check(st);
-    std::vector<PyTensor> out;
-    out.reserve(fetches.size());
-    for (auto& t : fetches) out.push_back(PyTensor{std::move(t)});
+    py::list out;
+    for (RuntimeValue& v : fetches) out.append(FromValue(std::move(v)));
     return out;
+  }
+
+  const IOInfo* FindIO(const std::string& name) const {
+    for (const IOInfo& io : session_->inputs())
+      if (io.name == name) return &io;
+    return nullptr;
   }
 
   // The compiled-graph fast path (compiled_graph.py): feeds (DLPack capsules or numpy arrays) in
@@ -196,6 +251,13 @@ class PySession {
     py::list l;
     for (const IOInfo& io : inputs ? session_->inputs() : session_->outputs())
       l.append(py::make_tuple(io.name, static_cast<int>(io.type.dtype), FromDims(io.type.shape)));
+    return l;
+  }
+  // (kind, optional) of each input or output: kind 0 tensor, 1 sequence.
+  py::list IOKinds(bool inputs) const {
+    py::list l;
+    for (const IOInfo& io : inputs ? session_->inputs() : session_->outputs())
+      l.append(py::make_tuple(static_cast<int>(io.type.kind), io.type.optional));
     return l;
   }
 
@@ -313,6 +375,14 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("shape", [](const PyTensor& t) { return t.tensor.shape(); })
       .def_property_readonly("dtype", [](const PyTensor& t) { return static_cast<int>(t.tensor.dtype()); })
       .def("data_ptr", [](const PyTensor& t) { return reinterpret_cast<uintptr_t>(t.tensor.raw_data()); })
+      .def(
+          "strings",
+          [](const PyTensor& t) {
+            if (t.tensor.dtype() != DType::kString)
+              throw py::type_error(StrCat("strings(): the tensor is ", DTypeName(t.tensor.dtype()), ", not string"));
+            return StringTensorToNumpy(t.tensor);
+          },
+          "A string tensor as a numpy array of dtype object holding str (a copy).")
       .def("__dlpack__", [](const PyTensor& t, py::kwargs) { return TensorToDLPack(t.tensor); })
       .def("__dlpack_device__", [](const PyTensor& t) {
         Device d = t.tensor.device();
@@ -322,10 +392,12 @@ PYBIND11_MODULE(_C, m) {
   py::class_<GraphBuilder>(m, "GraphBuilder")
       .def(py::init<>())
       .def("set_opset", [](GraphBuilder& b, const std::string& domain, int v) { b.graph().SetOpset(domain, v); })
-      .def("add_input",
-           [](GraphBuilder& b, const std::string& name, int dtype, const py::object& dims) {
-             Unwrap(b.graph().AddInput(name, ValueType(DTypeFromOnnx(dtype), ToDims(dims))));
-           })
+      .def(
+          "add_input",
+          [](GraphBuilder& b, const std::string& name, int dtype, const py::object& dims, int kind, bool optional) {
+            Unwrap(b.graph().AddInput(name, ToValueType(dtype, dims, kind, optional)));
+          },
+          py::arg("name"), py::arg("dtype"), py::arg("dims"), py::arg("kind") = 0, py::arg("optional") = false)
       .def(
           "add_initializer",
           [](GraphBuilder& b, const std::string& name, const py::object& value, int dtype) {
@@ -356,20 +428,25 @@ PYBIND11_MODULE(_C, m) {
           },
           py::arg("op_type"), py::arg("domain"), py::arg("inputs"), py::arg("outputs"), py::arg("attributes"),
           py::arg("name") = "", py::arg("recompute") = false)
-      .def("declare_value_type",
-           [](GraphBuilder& b, const std::string& name, int dtype, const py::object& dims) {
-             // value_info: a type the model states for a node output. Inference refines it; ops
-             // that cannot infer (ATen) take it as theirs. Names no node produces are ignored, as
-             // onnxruntime does.
-             Value* v = b.graph().FindValue(name);
-             if (v != nullptr && v->producer() != nullptr && dtype != 0)
-               v->set_type(ValueType(DTypeFromOnnx(dtype), ToDims(dims)));
-           })
-      .def("add_output", [](GraphBuilder& b, const std::string& name, int dtype, const py::object& dims) {
-        std::optional<ValueType> declared;
-        if (dtype != 0) declared = ValueType(DTypeFromOnnx(dtype), ToDims(dims));
-        Check(b.graph().AddOutput(name, declared));
-      });
+      .def(
+          "declare_value_type",
+          [](GraphBuilder& b, const std::string& name, int dtype, const py::object& dims, int kind, bool optional) {
+            // value_info: a type the model states for a node output. Inference refines it; ops
+            // that cannot infer (ATen) take it as theirs. Names no node produces are ignored, as
+            // onnxruntime does.
+            Value* v = b.graph().FindValue(name);
+            if (v != nullptr && v->producer() != nullptr && dtype != 0)
+              v->set_type(ToValueType(dtype, dims, kind, optional));
+          },
+          py::arg("name"), py::arg("dtype"), py::arg("dims"), py::arg("kind") = 0, py::arg("optional") = false)
+      .def(
+          "add_output",
+          [](GraphBuilder& b, const std::string& name, int dtype, const py::object& dims, int kind, bool optional) {
+            std::optional<ValueType> declared;
+            if (dtype != 0) declared = ToValueType(dtype, dims, kind, optional);
+            Check(b.graph().AddOutput(name, declared));
+          },
+          py::arg("name"), py::arg("dtype"), py::arg("dims"), py::arg("kind") = 0, py::arg("optional") = false);
 
   py::class_<SessionOptions>(m, "SessionOptions")
       .def(py::init<>())
@@ -426,6 +503,8 @@ PYBIND11_MODULE(_C, m) {
            "donated: as run's.")
       .def("inputs", [](const PySession& s) { return s.IO(true); })
       .def("outputs", [](const PySession& s) { return s.IO(false); })
+      .def("input_kinds", [](const PySession& s) { return s.IOKinds(true); })
+      .def("output_kinds", [](const PySession& s) { return s.IOKinds(false); })
       .def("optimized_graph", &PySession::OptimizedGraph)
       .def("partition_report", [](PySession& s) { return s.session().partition_report().ToString(); })
       .def("partition",

@@ -12,8 +12,8 @@
 namespace tob {
 namespace {
 
-const std::set<std::string> kFamilies = {"elementwise", "tensor",    "nn",   "reduction", "signal",
-                                         "runtime",     "generator", "aten", "python",    "training"};
+const std::set<std::string> kFamilies = {"elementwise", "tensor", "nn",     "reduction", "signal", "runtime",
+                                         "generator",   "aten",   "python", "training",  "string", "sequence"};
 
 TEST(OpFamilies, EverySchemaHasAKnownFamily) {
   for (const OpSchema* schema : OpSchemaRegistry::Global().All())

@@ -4,6 +4,7 @@
 // go through float32 with round-to-nearest-even.
 #include <cstring>
 
+#include "providers/cpu/elementwise/cast_string.h"
 #include "providers/cpu/elementwise/elementwise_type_sets.h"
 
 namespace tob::ew {
@@ -46,6 +47,8 @@ void CastSpan(const S* src, D* dst, int64_t n) {
 Status RunCast(const KernelContext& ctx, const Tensor& x, Tensor& y) {
   if (y.numel() != x.numel())
     return ctx.Fail("output ", ShapeToString(y.shape()), " does not match input ", ShapeToString(x.shape()));
+  if (y.dtype() == DType::kString) return CastToStrings(ctx, x, y);
+  if (x.dtype() == DType::kString) return CastFromStrings(ctx, x, y);
   bool known = false;
   Dispatch(AllList{}, x.dtype(), [&]<typename S>() {
     known = Dispatch(AllList{}, y.dtype(), [&]<typename D>() {
@@ -61,7 +64,7 @@ Status RunCast(const KernelContext& ctx, const Tensor& x, Tensor& y) {
 
 bool Castable(DType t) {
   return DispatchDType<float, double, Float16, BFloat16, int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t,
-                       uint64_t, bool>(t, []<typename T>() {});
+                       uint64_t, bool, std::string>(t, []<typename T>() {});
 }
 
 class CastKernel final : public OpKernel {
@@ -119,10 +122,17 @@ void RegisterCpuCastKernels(KernelRegistry& registry) {
   std::vector<DType> all = AllTypes();
   std::vector<DType> all_no_bf16 = all;
   std::erase(all_no_bf16, DType::kBFloat16);
-  registry.Register(Def("Cast").Versions(6, 12).Constraint("T1", {0}, all_no_bf16).Kernel<CastKernel>());
-  registry.Register(Def("Cast").Versions(13).Constraint("T1", {0}, all).Kernel<CastKernel>());
-  registry.Register(
-      Def("CastLike").Versions(15).Constraint("T1", {0}, all).Constraint("T2", {1}, all).Kernel<CastLikeKernel>());
+  // Strings cast to and from every other type (cast_string.h).
+  std::vector<DType> with_string = AllTypesAndString();
+  std::vector<DType> with_string_no_bf16 = with_string;
+  std::erase(with_string_no_bf16, DType::kBFloat16);
+  registry.Register(Def("Cast").Versions(6, 12).Constraint("T1", {0}, with_string_no_bf16).Kernel<CastKernel>());
+  registry.Register(Def("Cast").Versions(13).Constraint("T1", {0}, with_string).Kernel<CastKernel>());
+  registry.Register(Def("CastLike")
+                        .Versions(15)
+                        .Constraint("T1", {0}, with_string)
+                        .Constraint("T2", {1}, with_string)
+                        .Kernel<CastLikeKernel>());
   registry.Register(Def("BitCast").Versions(26).Constraint("T1", {0}, all).Kernel<BitCastKernel>());
 }
 
