@@ -1,5 +1,5 @@
 // Shape functions of the ops that rearrange or replicate elements: Transpose, Expand, Tile,
-// Concat, Split, DepthToSpace, SpaceToDepth.
+// Concat, Split, DepthToSpace, SpaceToDepth, ReverseSequence.
 #include <algorithm>
 
 #include "ops/tensor_params.h"
@@ -237,6 +237,26 @@ Status InferSpaceToDepth(InferenceContext& ctx) {
   return Status::OK();
 }
 
+// ReverseSequence(input [T, B, ...] or [B, T, ...], sequence_lens int64 [B]): the input's type.
+Status InferReverseSequence(InferenceContext& ctx) {
+  int64_t batch_axis = 1, time_axis = 0;
+  TOB_RETURN_IF_ERROR(ctx.node().GetAttr("batch_axis", &batch_axis, int64_t{1}));
+  TOB_RETURN_IF_ERROR(ctx.node().GetAttr("time_axis", &time_axis, int64_t{0}));
+  if ((batch_axis != 0 && batch_axis != 1) || (time_axis != 0 && time_axis != 1) || batch_axis == time_axis)
+    return ctx.Fail("batch_axis and time_axis must be 0 and 1 in some order, got ", batch_axis, " and ", time_axis);
+  const DType lens_type = InputDType(ctx, 1);
+  if (lens_type != DType::kUndefined && lens_type != DType::kInt64)
+    return ctx.Fail("sequence_lens must be int64, got ", DTypeName(lens_type));
+  const Dims* in = InputDims(ctx, 0);
+  const Dims* lens = InputDims(ctx, 1);
+  if (in != nullptr && in->size() < 2) return ctx.Fail("input must have rank >= 2, got ", DimsToString(*in));
+  if (lens != nullptr && lens->size() != 1) return ctx.Fail("sequence_lens must be 1-D, got ", DimsToString(*lens));
+  if (in != nullptr && lens != nullptr && (*in)[batch_axis].is_known() && (*lens)[0].is_known() &&
+      (*in)[batch_axis].value != (*lens)[0].value)
+    return ctx.Fail("sequence_lens has ", (*lens)[0].value, " lengths for a batch of ", (*in)[batch_axis].value);
+  return PropagateType(ctx);
+}
+
 }  // namespace
 
 void RegisterTensorLayoutSchemas(OpSchemaRegistry& registry) {
@@ -247,6 +267,7 @@ void RegisterTensorLayoutSchemas(OpSchemaRegistry& registry) {
   registry.Register(OpSchema{"", "Split", 1, 2, 1, INT_MAX, InferSplit});
   registry.Register(OpSchema{"", "DepthToSpace", 1, 1, 1, 1, InferDepthToSpace});
   registry.Register(OpSchema{"", "SpaceToDepth", 1, 1, 1, 1, InferSpaceToDepth});
+  registry.Register(OpSchema{"", "ReverseSequence", 2, 2, 1, 1, InferReverseSequence});
 }
 
 }  // namespace tob
