@@ -127,9 +127,15 @@ def _attribute_value(node: onnx.NodeProto, a: AttributeProto):
         return list(a.strings)
     if a.type == AttributeProto.TENSOR:
         return _tensor_to_array(a.t, what)
+    if a.type == AttributeProto.TYPE_PROTO:
+        # (ONNX element type, dims, kind, optional), as _value_info reads a value's type.
+        elem, dims, kind, optional = _type_proto(a.tp, what)
+        if elem == 0:
+            raise InvalidModelError(f"{what} is a type proto without a type")
+        return (elem, dims, kind, optional)
     raise NotImplementedOpError(
         f"{what} has type {AttributeProto.AttributeType.Name(a.type)}: subgraphs, sparse tensors and "
-        "type protos are not supported by the engine"
+        "tensor lists are not supported by the engine"
     )
 
 
@@ -154,11 +160,14 @@ def _value_info(vi: onnx.ValueInfoProto, what: str) -> tuple[int, list | None, i
     """(ONNX element type, dims, kind, optional) of a declared value: kind 0 for a tensor, 1 for a
     sequence of tensors (its dims: the shape its tensors share); optional wraps either. 0, None for
     a value without a type. Maps, sparse tensors and nested sequences or optionals are refused."""
-    t = vi.type
+    return _type_proto(vi.type, f"{what} '{vi.name}'")
+
+
+def _type_proto(t: onnx.TypeProto, what: str) -> tuple[int, list | None, int, bool]:
+    """_value_info's answer for a TypeProto (a value's type, or a TYPE_PROTO attribute)."""
     kind = t.WhichOneof("value")
     if kind is None:
         return 0, None, 0, False
-    what = f"{what} '{vi.name}'"
     optional = kind == "optional_type"
     if optional:
         t = t.optional_type.elem_type
@@ -177,9 +186,10 @@ def _value_info(vi: onnx.ValueInfoProto, what: str) -> tuple[int, list | None, i
             )
         return (*_tensor_type(elem.tensor_type, f"{what} (a sequence)"), 1, optional)
     inner = kind.replace("_type", "")
+    inner = f"{'an' if inner[0] in 'aeiou' else 'a'} {inner}"
     raise NotImplementedOpError(
-        f"{what} is a{' optional' if optional else ''} {inner}; the engine supports tensors, sequences of "
-        "tensors and optionals of either"
+        f"{what} is {f'an optional of {inner}' if optional else inner}; the engine supports tensors, sequences "
+        "of tensors and optionals of either"
     )
 
 

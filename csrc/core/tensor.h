@@ -90,13 +90,14 @@ Tensor Tensor::FromVector(const std::vector<T>& values, const Shape& shape) {
     std::string* dst = t.value().template data<std::string>();
     for (size_t i = 0; i < values.size(); ++i) dst[i] = values[i];
     return std::move(t).value();
+  } else {
+    auto buffer = AllocateBuffer(CpuAllocator::Default(), values.size() * sizeof(T));
+    TOB_ENFORCE(buffer != nullptr, "out of host memory");
+    TOB_ENFORCE(static_cast<int64_t>(values.size()) == NumElements(shape), "FromVector size mismatch");
+    T* dst = static_cast<T*>(buffer->data());
+    for (size_t i = 0; i < values.size(); ++i) dst[i] = values[i];
+    return Tensor(DTypeOf<T>(), shape, std::move(buffer));
   }
-  auto buffer = AllocateBuffer(CpuAllocator::Default(), values.size() * sizeof(T));
-  TOB_ENFORCE(buffer != nullptr, "out of host memory");
-  TOB_ENFORCE(static_cast<int64_t>(values.size()) == NumElements(shape), "FromVector size mismatch");
-  T* dst = static_cast<T*>(buffer->data());
-  for (size_t i = 0; i < values.size(); ++i) dst[i] = values[i];
-  return Tensor(DTypeOf<T>(), shape, std::move(buffer));
 }
 
 }  // namespace tob

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "ir/value_type.h"
 
 namespace tob {
 
@@ -20,6 +21,7 @@ enum class AttrType : int32_t {
   kInts = 7,
   kStrings = 8,
   kTensors = 9,
+  kTypeProto = 13,  // a type (Optional's `type`): a ValueType
 };
 
 const char* AttrTypeName(AttrType t);
@@ -33,6 +35,7 @@ struct Attribute {
   std::vector<float> floats;
   std::vector<int64_t> ints;
   std::vector<std::string> strings;
+  ValueType type_proto;
 
   static Attribute Float(float v) {
     Attribute a;
@@ -76,8 +79,14 @@ struct Attribute {
     a.strings = std::move(v);
     return a;
   }
+  static Attribute TypeProto(ValueType v) {
+    Attribute a;
+    a.type = AttrType::kTypeProto;
+    a.type_proto = std::move(v);
+    return a;
+  }
 
-  // Structural equality (used by CSE); tensors compare by dtype, shape and bytes.
+  // Structural equality (used by CSE); tensors compare by dtype, shape and bytes (strings by value).
   bool operator==(const Attribute& o) const;
   std::string ToString() const;
 };

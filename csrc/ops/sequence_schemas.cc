@@ -23,14 +23,18 @@ Status RequireTensor(const InferenceContext& ctx, int i) {
   return Status::OK();
 }
 
-// A position input: an int32 or int64 scalar.
+// A position input: an int32 or int64 scalar (or a one-element 1-D tensor, which onnx's own
+// tests and onnxruntime take too).
 Status RequirePosition(const InferenceContext& ctx, int i) {
   if (!ctx.has_input(i)) return Status::OK();
   TOB_RETURN_IF_ERROR(RequireTensor(ctx, i));
   const ValueType& t = *ctx.input_type(i);
   if (t.dtype != DType::kUndefined && t.dtype != DType::kInt32 && t.dtype != DType::kInt64)
     return ctx.Fail("position must be int32 or int64, got ", DTypeName(t.dtype));
-  if (t.shape && !t.shape->empty()) return ctx.Fail("position must be a scalar, got shape ", DimsToString(*t.shape));
+  const bool one_element =
+      t.shape &&
+      (t.shape->empty() || (t.shape->size() == 1 && (!(*t.shape)[0].is_known() || (*t.shape)[0].value == 1)));
+  if (t.shape && !one_element) return ctx.Fail("position must be a scalar, got shape ", DimsToString(*t.shape));
   return Status::OK();
 }
 
@@ -85,7 +89,8 @@ Status InferSequenceInsert(InferenceContext& ctx) {
   const ValueType& t = *ctx.input_type(1);
   if (s.dtype != DType::kUndefined && t.dtype != s.dtype)
     return ctx.Fail("tensor is ", DTypeName(t.dtype), " but the sequence holds ", DTypeName(s.dtype));
-  ctx.set_output(0, ValueType::Sequence(t.dtype, std::nullopt));
+  // An inserted tensor of the sequence's shape keeps it (an empty sequence has no common shape).
+  ctx.set_output(0, ValueType::Sequence(t.dtype, CommonShape(s.shape, t.shape)));
   return Status::OK();
 }
 
@@ -143,13 +148,23 @@ Status InferConcatFromSequence(InferenceContext& ctx) {
   return Status::OK();
 }
 
-// Optional(input?): optional(input's type), or with no input the type attribute's (not supported:
-// the loader refuses TYPE_PROTO attributes, so such a node never reaches here with no input).
+// Optional(input?): optional(input's type); with no input, an empty optional of the type its
+// 'type' attribute names (which must then be present; with an input it must agree).
 Status InferOptional(InferenceContext& ctx) {
-  if (!ctx.has_input(0))
-    return ctx.Fail("an Optional without an input needs its 'type' attribute, which is not supported");
+  const Attribute* attr = ctx.node().FindAttribute("type");
+  if (attr != nullptr && attr->type != AttrType::kTypeProto)
+    return ctx.Fail("attribute 'type' must be a type proto, got ", AttrTypeName(attr->type));
+  if (attr != nullptr && (attr->type_proto.optional || attr->type_proto.dtype == DType::kUndefined))
+    return ctx.Fail("attribute 'type' must be a tensor or sequence type, got ", attr->type_proto.ToString());
+  if (!ctx.has_input(0)) {
+    if (attr == nullptr) return ctx.Fail("needs an input or a 'type' attribute");
+    ctx.set_output(0, attr->type_proto.AsOptional());
+    return Status::OK();
+  }
   ValueType t = *ctx.input_type(0);
   if (t.optional) return ctx.Fail("input is already optional (", t.ToString(), ")");
+  if (attr != nullptr && (attr->type_proto.kind != t.kind || attr->type_proto.dtype != t.dtype))
+    return ctx.Fail("attribute 'type' is ", attr->type_proto.ToString(), " but the input is ", t.ToString());
   ctx.set_output(0, t.AsOptional());
   return Status::OK();
 }

@@ -97,7 +97,7 @@ std::optional<std::vector<Tensor>> Evaluate(const Graph& graph, const PassContex
   }
   if (out_bytes > in_bytes + kMaxFoldGrowthBytes && !FeedsOnlyParameterSlots(node)) return std::nullopt;
   const KernelDef* def = ctx.kernels->Find(ctx.fold_provider, node.domain(), node.op_type(), opset, dtypes);
-  if (def == nullptr) return std::nullopt;
+  if (def == nullptr || def->value_kernel) return std::nullopt;  // value kernels run in the executor only
   auto kernel = def->factory(node);
   if (!kernel.ok()) return std::nullopt;
   std::vector<Tensor> outputs;

@@ -83,9 +83,18 @@ Attribute ToAttribute(const std::string& node, const std::string& name, int type
       auto tup = v.cast<py::tuple>();
       Tensor t = ToTensor(tup[0], StrCat("node '", node, "' attribute '", name, "'"));
       DType want = DTypeFromOnnx(tup[1].cast<int>());
-      if (want != DType::kUndefined && DTypeSize(want) == DTypeSize(t.dtype()))
+      if (want != DType::kUndefined && DTypeSize(want) == DTypeSize(t.dtype()) &&
+          (want == DType::kString) == (t.dtype() == DType::kString))
         t = Tensor(want, t.shape(), t.buffer(), t.byte_offset());
       return Attribute::TensorValue(std::move(t));
+    }
+    case AttrType::kTypeProto: {
+      // (onnx dtype, dims, kind, optional), as the loader reads a value's type.
+      auto tup = v.cast<py::tuple>();
+      if (tup.size() != 4)
+        Raise(InvalidModel("node '", node, "': attribute '", name, "' must be (dtype, dims, kind, optional)"));
+      return Attribute::TypeProto(ToValueType(tup[0].cast<int>(), py::reinterpret_borrow<py::object>(tup[1]),
+                                              tup[2].cast<int>(), tup[3].cast<bool>()));
     }
     default:
       Raise(NotImplemented("node '", node, "': attribute '", name, "' has type ",
@@ -106,7 +115,10 @@ py::object FromAttribute(const Attribute& a) {
       for (const auto& s : a.strings) l.append(py::bytes(s));
       return l;
     }
-    case AttrType::kTensor: return TensorToDLPack(a.t);
+    case AttrType::kTensor: return a.t.dtype() == DType::kString ? StringTensorToNumpy(a.t) : TensorToDLPack(a.t);
+    case AttrType::kTypeProto:
+      return py::make_tuple(static_cast<int>(a.type_proto.dtype), FromDims(a.type_proto.shape),
+                            static_cast<int>(a.type_proto.kind), a.type_proto.optional);
     default: return py::none();
   }
 }
@@ -203,10 +215,13 @@ class PySession {
     std::vector<RuntimeValue> values;
     values.reserve(feeds.size());
     for (size_t i = 0; i < feeds.size(); ++i) {
+      const py::handle feed = feeds[i];
       const std::string what = StrCat("input '", feed_names[i], "'");
-      const IOInfo* io = FindIO(feed_names[i]);
-      if (io == nullptr) values.push_back(ToTensor(feeds[i], what));  // the run names the unknown input
-      else values.push_back(ToValue(feeds[i], io->type, what));
+      // Only None and lists need the input's declared type (the common case, a tensor, does not).
+      const bool needs_type = feed.is_none() || py::isinstance<py::list>(feed) || py::isinstance<py::tuple>(feed);
+      const IOInfo* io = needs_type ? FindIO(feed_names[i]) : nullptr;
+      if (io == nullptr) values.push_back(ToTensor(feed, what));  // the run names an unknown input
+      else values.push_back(ToValue(feed, io->type, what));
     }
     std::vector<RuntimeValue> fetches;
     Status st;
@@ -280,10 +295,11 @@ class PySession {
     }
     py::list inits;
     for (const Value* v : g.initializers()) inits.append(py::make_tuple(v->name(), PyTensor{*v->initializer()}));
-    py::list values;
+    py::list values;  // (name, dtype, dims, kind, optional)
     for (const Node* n : order.value())
       for (const Value* v : n->outputs())
-        values.append(py::make_tuple(v->name(), static_cast<int>(v->type().dtype), FromDims(v->type().shape)));
+        values.append(py::make_tuple(v->name(), static_cast<int>(v->type().dtype), FromDims(v->type().shape),
+                                     static_cast<int>(v->type().kind), v->type().optional));
     py::list outputs;
     for (size_t i = 0; i < g.outputs().size(); ++i)
       outputs.append(py::make_tuple(g.output_names()[i], g.outputs()[i]->name()));
@@ -291,6 +307,7 @@ class PySession {
     d["initializers"] = inits;
     d["values"] = values;
     d["inputs"] = IO(true);
+    d["input_kinds"] = IOKinds(true);
     d["outputs"] = outputs;
     d["opsets"] = g.opsets();
     return d;
@@ -404,7 +421,8 @@ PYBIND11_MODULE(_C, m) {
             Tensor t = ToTensor(value, StrCat("initializer '", name, "'"));
             if (dtype != 0) {  // reinterpret (bfloat16 arrives as uint16 from numpy)
               DType want = DTypeFromOnnx(dtype);
-              if (want == DType::kUndefined || DTypeSize(want) != DTypeSize(t.dtype()))
+              if (want == DType::kUndefined || DTypeSize(want) != DTypeSize(t.dtype()) ||
+                  (want == DType::kString) != (t.dtype() == DType::kString))
                 throw py::value_error(StrCat("initializer '", name, "': cannot view ", DTypeName(t.dtype()),
                                              " data as ONNX dtype ", dtype));
               t = Tensor(want, t.shape(), t.buffer(), t.byte_offset());
@@ -542,14 +560,20 @@ PYBIND11_MODULE(_C, m) {
     }
     return l;
   });
-  m.def("find_kernel", [](const std::string& provider, const std::string& domain, const std::string& op_type, int opset,
-                          const std::vector<int>& input_dtypes) {
-    std::vector<DType> types;
-    for (int t : input_dtypes) types.push_back(DTypeFromOnnx(t));
-    std::string why;
-    const KernelDef* d = KernelRegistry::Global().Find(provider, domain, op_type, opset, types, &why);
-    return py::make_tuple(d != nullptr, why);
-  });
+  m.def(
+      "find_kernel",
+      [](const std::string& provider, const std::string& domain, const std::string& op_type, int opset,
+         const std::vector<int>& input_dtypes, bool non_tensor_values) {
+        std::vector<DType> types;
+        for (int t : input_dtypes) types.push_back(DTypeFromOnnx(t));
+        std::string why;
+        const KernelDef* d =
+            KernelRegistry::Global().Find(provider, domain, op_type, opset, types, &why, non_tensor_values);
+        return py::make_tuple(d != nullptr, why);
+      },
+      py::arg("provider"), py::arg("domain"), py::arg("op_type"), py::arg("opset"), py::arg("input_dtypes"),
+      py::arg("non_tensor_values") = false,
+      "non_tensor_values: the node takes or makes sequences or optionals (only value kernels run it).");
   m.def("has_schema", [](const std::string& domain, const std::string& op_type) {
     return OpSchemaRegistry::Global().Find(domain, op_type) != nullptr;
   });

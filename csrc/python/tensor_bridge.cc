@@ -164,7 +164,7 @@ Tensor StringTensorFromNumpy(const py::array& array, const std::string& what) {
       out[i].assign(PyBytes_AS_STRING(item), static_cast<size_t>(PyBytes_GET_SIZE(item)));
     } else {
       throw py::type_error(StrCat(what, ": element ", i, " of the string array is a ",
-                                  std::string(py::str(py::handle(item).get_type().attr("__name__"))),
+                                  std::string(py::str(py::type::handle_of(py::handle(item)).attr("__name__"))),
                                   "; a string tensor holds str or bytes"));
     }
   }
@@ -183,7 +183,9 @@ py::object StringTensorToNumpy(const Tensor& tensor) {
   }
   py::module_ np = py::module_::import("numpy");
   py::object flat = np.attr("array")(items, py::arg("dtype") = "object");
-  return flat.attr("reshape")(py::tuple(py::cast(tensor.shape())));
+  py::tuple shape(tensor.shape().size());
+  for (size_t d = 0; d < tensor.shape().size(); ++d) shape[d] = py::int_(tensor.shape()[d]);
+  return flat.attr("reshape")(shape);
 }
 
 Tensor TensorFromNumpy(const py::array& array, const std::string& what) {

@@ -19,6 +19,20 @@ constexpr size_t kMaxMemoryPatterns = 16;
 
 std::string OpsetLabel(const Graph& g, const Node& n) { return StrCat("opset ", g.Opset(n.domain())); }
 
+// A string tensor reached input i of a kernel chosen while that input's type was unknown: only a
+// kernel whose constraints name strings there may take it (its elements are objects, not bytes).
+Status CheckStringInput(const Node& node, const KernelDef& def, bool takes_strings,
+                        const std::vector<const Tensor*>& inputs, size_t i) {
+  std::string why = StrCat("input ", i, " is a string tensor, which this kernel does not take");
+  if (takes_strings) {
+    std::vector<DType> types(inputs.size(), DType::kUndefined);
+    for (size_t k = 0; k < inputs.size(); ++k)
+      if (inputs[k] != nullptr) types[k] = inputs[k]->dtype();
+    if (def.Accepts(types, &why)) return Status::OK();
+  }
+  return RuntimeError(node.Describe(), " (", def.Describe(), "): ", why);
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<Session>> Session::Create(std::unique_ptr<Graph> graph, SessionOptions options) {
@@ -118,6 +132,10 @@ Status Session::BuildPlan() {
     auto kernel = step.provider->CreateKernel(*step.def, *node, permissions);
     if (!kernel.ok()) return kernel.status();
     step.kernel = std::move(kernel).value();
+    step.takes_strings = step.def->value_kernel;
+    for (const TypeConstraint& c : step.def->constraints)
+      step.takes_strings =
+          step.takes_strings || std::find(c.allowed.begin(), c.allowed.end(), DType::kString) != c.allowed.end();
     // Constant inputs are offered to the kernel once, here, before any run (OpKernel::PrePack).
     for (size_t i = 0; i < node->inputs().size(); ++i) {
       const Value* in = node->inputs()[i];
@@ -298,6 +316,10 @@ Status Session::BindFeeds(const std::vector<std::string>& names, std::vector<Run
   }
   for (size_t i = 0; i < bound.size(); ++i) {
     if (bound[i]) continue;
+    if (!bound_states_[i].defined() && input_info_[i].type.optional) {  // an optional not fed has no value
+      slots[input_slots_[i]] = RuntimeValue::None(input_info_[i].type);
+      continue;
+    }
     if (!bound_states_[i].defined())
       return InvalidArgument("missing input '", g.inputs()[i]->name(), "' (", input_info_[i].type.ToString(), ")");
     TOB_RETURN_IF_ERROR(CheckInput(i, "state", bound_states_[i], &symbols));
@@ -404,6 +426,8 @@ Status Session::RunStep(Step& step, std::vector<RuntimeValue>& slots, const std:
       return RuntimeError(node.Describe(), ": input ", i, " '", slot_values_[s]->name(), "' ",
                           v.defined() ? StrCat("is ", v.Describe(), ", not a tensor") : std::string("has no value"));
     in_ptrs[i] = &v.tensor();
+    if (v.tensor().dtype() == DType::kString)
+      TOB_RETURN_IF_ERROR(CheckStringInput(node, *step.def, step.takes_strings, in_ptrs, i));
   }
   TOB_RETURN_IF_ERROR(InferStep(step, in_ptrs));
   const std::vector<ValueType>& output_types = step.output_types;
@@ -674,6 +698,8 @@ Status Session::RunBound(std::vector<RuntimeValue>& slots, const std::string& si
   // Inputs, bound states and constants are the caller's and not counted, except donated inputs:
   // the run holds those until their last reader.
   for (size_t s = 0; s < slots.size(); ++s) {
+    if (slots[s].is_sequence())  // a fed sequence: its tensors are the caller's too
+      for (const Tensor& t : slots[s].sequence().tensors) memory.outside.Exclude(t);
     if (!slots[s].is_tensor()) continue;
     if (!memory.donated.empty() && memory.donated[s]) memory.outside.Hold(slots[s].tensor(), {}, *run_alloc);
     else memory.outside.Exclude(slots[s].tensor());

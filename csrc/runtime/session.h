@@ -127,6 +127,9 @@ class Session {
     std::vector<int> donated_free_after;  // graph-input slots whose last reader is this step (if donated)
     std::vector<int> inplace_update;      // per output: the planned update it writes in place, or -1
     std::vector<int> inplace_input;       // per such output: the input whose memory it is written into
+    // The kernel declares string inputs (a type constraint allowing strings, or a value kernel):
+    // any other kernel is refused a string tensor at run time (its types were unknown when chosen).
+    bool takes_strings = false;
     // Shape inference at run time (InferStep). An op whose output types follow from its input
     // types alone (not from the values of computed inputs) keeps its last answer, reused while its
     // inputs' dtypes and shapes stay the same. -1: not decided yet; 0: inferred every run; 1: cached.
@@ -183,6 +186,10 @@ class Session {
                       RunMemory& memory);
   Status FinishStep(const Step& step, std::vector<RuntimeValue>& slots, const std::vector<const Tensor*>& in_ptrs,
                     RunMemory& memory);
+  // A value kernel's output that is (or becomes, through aliases) a graph output holds no tensor
+  // that shares memory with a constant, a feed or a bound state: such tensors are copied, as the
+  // tensor kernels' outputs are (session_values.cc).
+  Status DetachFromCallerMemory(RuntimeValue& value, const std::vector<RuntimeValue>& slots) const;
   // Sets step.output_types for `inputs` (this run's values of the step's inputs).
   Status InferStep(Step& step, const std::vector<const Tensor*>& inputs) const;
   // Checks an output a kernel made itself against its declared type; copies a graph output that

@@ -1,6 +1,8 @@
 // The executor's side of sequence and optional values: the steps of value kernels
 // (KernelDef::value_kernel), whose inputs may be sequences or none and whose outputs the kernel
 // sets itself, and the tensor-only fetches of Run / RunPositional.
+#include <optional>
+
 #include "ops/op_schema.h"
 #include "runtime/session.h"
 
@@ -45,8 +47,11 @@ Status Session::RunValueStep(Step& step, std::vector<RuntimeValue>& slots, const
   const int64_t t0 = profiling ? profiler_->NowUs() : 0;
   Status st = step.kernel->Compute(kctx);
   if (!st.ok()) return st.WithContext(StrCat("while running ", node.Describe()));
-  for (size_t j = 0; j < n_out; ++j)
+  for (size_t j = 0; j < n_out; ++j) {
     TOB_RETURN_IF_ERROR(AdoptKernelOutput(step, j, ictx.output_types()[j], in_ptrs, slots));
+    const int s = step.outputs[j];
+    if (owns_output_memory_[s]) TOB_RETURN_IF_ERROR(DetachFromCallerMemory(slots[s], slots));
+  }
   if (profiling) {
     std::string shapes;
     for (int s : step.outputs) shapes += (shapes.empty() ? "" : " ") + slots[s].Describe();
@@ -54,6 +59,59 @@ Status Session::RunValueStep(Step& step, std::vector<RuntimeValue>& slots, const
         ProfileEvent{node.name(), "Node", node.op_type(), node.provider(), shapes, t0, profiler_->NowUs() - t0});
   }
   return FinishStep(step, slots, in_ptrs, memory);
+}
+
+namespace {
+
+bool SharesBytes(const Tensor& a, const Tensor& b) {
+  if (a.nbytes() == 0 || b.nbytes() == 0 || a.device() != b.device()) return false;
+  const char* p = static_cast<const char*>(a.raw_data());
+  const char* q = static_cast<const char*>(b.raw_data());
+  return p < q + b.nbytes() && q < p + a.nbytes();
+}
+
+void AppendTensors(const RuntimeValue& v, std::vector<const Tensor*>* out) {
+  if (v.is_tensor()) out->push_back(&v.tensor());
+  if (v.is_sequence())
+    for (const Tensor& t : v.sequence().tensors) out->push_back(&t);
+}
+
+}  // namespace
+
+// The value kernels hand out tensors they were given (SequenceAt, OptionalGetElement, Identity,
+// SequenceConstruct of an initializer or a feed). A graph output must not let the caller write
+// into the model's constants or see its own feed change under it, so those are copied here.
+Status Session::DetachFromCallerMemory(RuntimeValue& value, const std::vector<RuntimeValue>& slots) const {
+  std::vector<const Tensor*> caller;
+  for (const RuntimeValue& c : constants_) AppendTensors(c, &caller);
+  for (int s : input_slots_) AppendTensors(slots[s], &caller);
+  for (const Tensor& t : bound_states_)
+    if (t.defined()) caller.push_back(&t);
+  auto detached = [&](const Tensor& t) -> StatusOr<std::optional<Tensor>> {
+    for (const Tensor* c : caller) {
+      if (!SharesBytes(t, *c)) continue;
+      TOB_ASSIGN_OR_RETURN(Tensor copy, Tensor::Allocate(t.dtype(), t.shape(), CpuAllocator::Default()));
+      CopyTensorData(t, copy);
+      return std::optional<Tensor>(std::move(copy));
+    }
+    return std::optional<Tensor>();
+  };
+  if (value.is_tensor()) {
+    TOB_ASSIGN_OR_RETURN(std::optional<Tensor> copy, detached(value.tensor()));
+    if (copy) value = std::move(*copy);
+    return Status::OK();
+  }
+  if (!value.is_sequence()) return Status::OK();
+  const TensorSequence& seq = value.sequence();
+  std::vector<Tensor> tensors;
+  bool copied = false;
+  for (const Tensor& t : seq.tensors) {
+    TOB_ASSIGN_OR_RETURN(std::optional<Tensor> copy, detached(t));
+    copied = copied || copy.has_value();
+    tensors.push_back(copy ? std::move(*copy) : t);
+  }
+  if (copied) value = RuntimeValue::OfSequence(seq.dtype, std::move(tensors));
+  return Status::OK();
 }
 
 Status Session::FetchedTensors(const std::vector<int>& fetch_slots, std::vector<RuntimeValue>& values,

@@ -1,5 +1,6 @@
 #include "providers/cpu/elementwise/cast_string.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -28,10 +29,15 @@ std::string NumpyFloatText(bool negative, const std::string& digits, int exp10, 
     }
     return out + "0." + std::string(static_cast<size_t>(-exp10 - 1), '0') + digits;
   }
-  out += digits.substr(0, 1);
-  if (digits.size() > 1) out += "." + digits.substr(1);
+  out.push_back(digits[0]);
+  if (digits.size() > 1) {
+    out.push_back('.');
+    out.append(digits, 1, std::string::npos);
+  }
   const int e = std::abs(exp10);
-  return out + (exp10 < 0 ? "e-" : "e+") + (e < 10 ? "0" : "") + std::to_string(e);
+  out += exp10 < 0 ? "e-" : "e+";
+  if (e < 10) out.push_back('0');
+  return out + std::to_string(e);
 }
 
 // Digits and exponent of a scientific to_chars result "d.ddde+XX".
@@ -41,7 +47,13 @@ void SplitScientific(const char* begin, const char* end, std::string* digits, in
   for (const char* p = begin; p < e; ++p)
     if (*p != '.' && *p != '-') digits->push_back(*p);
   while (digits->size() > 1 && digits->back() == '0') digits->pop_back();
-  *exp10 = std::atoi(e + 1);
+  // to_chars writes no terminating zero: read the exponent within [e + 1, end) only.
+  const char* p = e + 1;
+  const bool negative = p < end && *p == '-';
+  if (p < end && (*p == '-' || *p == '+')) ++p;
+  int magnitude = 0;
+  std::from_chars(p, end, magnitude);
+  *exp10 = negative ? -magnitude : magnitude;
 }
 
 template <typename T>
@@ -171,19 +183,57 @@ template <typename I>
 bool ParseInteger(const std::string& text, I* v) {
   std::string s;
   if (!Normalize(text, &s) || s.empty()) return false;
-  const char* b = s.data();
-  const char* e = b + s.size();
-  if (*b == '+') ++b;
-  if (b == e || (*b == '-' && std::is_unsigned_v<I> && !(e - b == 2 && b[1] == '0'))) return false;
-  if (*b == '-' && std::is_unsigned_v<I>) {  // "-0"
-    *v = 0;
-    return true;
+  size_t i = 0;
+  const bool negative = s[0] == '-';
+  if (s[0] == '+' || s[0] == '-') ++i;
+  if (i == s.size()) return false;
+  uint64_t magnitude = 0;
+  auto r = std::from_chars(s.data() + i, s.data() + s.size(), magnitude, 10);
+  if (r.ec != std::errc() || r.ptr != s.data() + s.size() || !std::isdigit(static_cast<unsigned char>(s[i])))
+    return false;
+  if (negative) {
+    if (magnitude == 0) {
+      *v = 0;
+      return true;
+    }
+    if constexpr (std::is_unsigned_v<I>) {
+      return false;
+    } else {
+      const uint64_t limit = static_cast<uint64_t>(-(std::numeric_limits<I>::min() + 1)) + 1;
+      if (magnitude > limit) return false;
+      *v = static_cast<I>(-static_cast<int64_t>(magnitude - 1) - 1);
+      return true;
+    }
   }
-  I parsed{};
-  auto r = std::from_chars(b, e, parsed, 10);
-  if (r.ec != std::errc() || r.ptr != e) return false;
-  *v = parsed;
+  if (magnitude > static_cast<uint64_t>(std::numeric_limits<I>::max())) return false;
+  *v = static_cast<I>(magnitude);
   return true;
+}
+
+// `d` rounded once to a 16-bit float type (Float16 or BFloat16), to nearest, ties to even, as
+// numpy's astype does: through float32 it would round twice, which can differ in a tie.
+template <typename H>
+H RoundFromDouble(double d) {
+  if (std::isnan(d) || std::isinf(d)) return H(static_cast<float>(d));
+  constexpr bool kHalf = std::is_same_v<H, Float16>;
+  constexpr uint16_t kInfBits = kHalf ? 0x7C00 : 0x7F80;
+  // Overflow rounds as if the exponent went on: infinity stands for the next power of two.
+  const double inf_value = kHalf ? 65536.0 : std::ldexp(1.0, 128);
+  const double a = std::fabs(d);
+  const uint16_t near = H(static_cast<float>(a)).bits;  // within one step of the answer
+  uint16_t best = near;
+  double best_error = -1;
+  for (int step = -1; step <= 1; ++step) {
+    const int bits = static_cast<int>(near) + step;
+    if (bits < 0 || bits > kInfBits) continue;
+    const double value = bits == kInfBits ? inf_value : static_cast<double>(static_cast<float>(H::FromBits(bits)));
+    const double error = std::fabs(a - value);
+    if (best_error < 0 || error < best_error || (error == best_error && bits % 2 == 0)) {
+      best = static_cast<uint16_t>(bits);
+      best_error = error;
+    }
+  }
+  return H::FromBits(static_cast<uint16_t>(best | (std::signbit(d) ? 0x8000 : 0)));
 }
 
 template <typename T>
@@ -198,7 +248,7 @@ bool FromText(const std::string& s, T* v) {
     if (!ParseFloat64(s, &d)) return false;
     if constexpr (std::is_same_v<T, double>) *v = d;
     else if constexpr (std::is_same_v<T, float>) *v = static_cast<float>(d);
-    else *v = T(static_cast<float>(d));
+    else *v = RoundFromDouble<T>(d);
     return true;
   }
 }

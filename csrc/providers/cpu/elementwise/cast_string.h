@@ -5,7 +5,7 @@
 //    ("1e+16", "1.5e-07"); "nan", "inf", "-inf", "-0.0".
 //  - from string: floats as Python's float() reads them (surrounding whitespace, a sign, '_'
 //    between digits, "inf"/"infinity"/"nan" in any case; no hex), read as float64 and then
-//    rounded to the target type; integers as Python's int() (decimal only, in the target type's
+//    rounded once to the target type; integers as Python's int() (decimal only, in the target type's
 //    range); bool: true for every non-empty string. A string that does not parse is an error
 //    naming it and its position.
 #pragma once

@@ -7,18 +7,28 @@ namespace tob {
 
 namespace {
 
+// With an input, that value; without one, an empty optional of the 'type' attribute's type.
 class OptionalKernel final : public OpKernel {
  public:
-  using OpKernel::OpKernel;
+  OptionalKernel(const Node& node, ValueType empty_type) : OpKernel(node), empty_type_(std::move(empty_type)) {}
   static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node) {
-    if (node.input(0) == nullptr)
-      return NotImplemented(node.Describe(), ": an Optional without an input (its 'type' attribute) is not supported");
-    return MakeKernel<OptionalKernel>(node);
+    ValueType empty_type;
+    if (node.input(0) == nullptr) {
+      const Attribute* attr = node.FindAttribute("type");
+      if (attr == nullptr || attr->type != AttrType::kTypeProto)
+        return InvalidModel(node.Describe(), ": an Optional without an input needs a 'type' attribute (a type proto)");
+      empty_type = attr->type_proto;
+    }
+    return MakeKernel<OptionalKernel>(node, std::move(empty_type));
   }
   Status Compute(KernelContext& ctx) const override {
-    *ctx.output_value(0) = *ctx.input_value(0);
+    const RuntimeValue* in = ctx.input_value(0);
+    *ctx.output_value(0) = in != nullptr ? *in : RuntimeValue::None(empty_type_);
     return Status::OK();
   }
+
+ private:
+  ValueType empty_type_;
 };
 
 class OptionalHasElementKernel final : public OpKernel {

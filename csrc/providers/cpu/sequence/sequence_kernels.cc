@@ -29,7 +29,7 @@ StatusOr<Tensor> HeapTensor(DType dtype, const Shape& shape) {
 StatusOr<int64_t> Position(const KernelContext& ctx, int i, int64_t n, bool inserting, int64_t fallback) {
   const Tensor* t = ctx.input(i);
   if (t == nullptr) return fallback;
-  if (t->numel() != 1 || (t->dtype() != DType::kInt32 && t->dtype() != DType::kInt64))
+  if (t->numel() != 1 || t->rank() > 1 || (t->dtype() != DType::kInt32 && t->dtype() != DType::kInt64))
     return ctx.Fail("position must be an int32 or int64 scalar, got ", DTypeName(t->dtype()),
                     ShapeToString(t->shape()));
   const int64_t p = t->ElementAsInt64(0);

@@ -97,7 +97,11 @@ StatusOr<Tensor> DefaultValue(const Node& node, DType dtype) {
     TOB_RETURN_IF_ERROR(node.GetAttr("default_float", &v, -0.0f));
     return Tensor::FromVector<float>({v}, {});
   }
-  return InvalidModel(node.Describe(), ": values of type ", DTypeName(dtype), " need a default_tensor");
+  // Opset 4's other value types: -1 for integers, -0.0 for floats (the spec's defaults).
+  if (dtype == DType::kInt32) return Tensor::FromVector<int32_t>({-1}, {});
+  if (dtype == DType::kInt16) return Tensor::FromVector<int16_t>({-1}, {});
+  if (dtype == DType::kFloat64) return Tensor::FromVector<double>({-0.0}, {});
+  return InvalidModel(node.Describe(), ": values of type ", DTypeName(dtype), " are not supported");
 }
 
 class LabelEncoderKernel final : public OpKernel {
@@ -108,6 +112,13 @@ class LabelEncoderKernel final : public OpKernel {
     if (!keys || !values) return InvalidModel(node.Describe(), ": needs keys_* and values_* attributes");
     if (keys->numel() != values->numel())
       return InvalidModel(node.Describe(), ": ", keys->numel(), " keys but ", values->numel(), " values");
+    for (const Tensor* t : {&*keys, &*values}) {
+      const DType d = t->dtype();
+      if (d != DType::kString && d != DType::kInt64 && d != DType::kFloat32 && d != DType::kInt32 &&
+          d != DType::kInt16 && d != DType::kFloat64)
+        return InvalidModel(node.Describe(), ": ", t == &*keys ? "keys" : "values", " of type ", DTypeName(d),
+                            " (LabelEncoder takes string, int64, int32, int16, float and double)");
+    }
     const Value* x = node.input(0);
     const DType key_type = keys->dtype();
     if (x != nullptr && x->type().dtype != DType::kUndefined && x->type().dtype != key_type)

@@ -77,15 +77,27 @@ class CaseMapper {
   const std::ctype<wchar_t>* ctype_;
 };
 
-// The named locale; its UTF-8 variant; else C.UTF-8 (a container often has no other locale
-// installed, and C.UTF-8's case tables are glibc's full Unicode ones).
-std::locale FindLocale(const std::string& name) {
-  for (const std::string& candidate : {name, name + ".UTF-8", std::string("C.UTF-8")}) {
+// The named locale, or its UTF-8 variant. When neither is installed (a container often has only C
+// and C.UTF-8), C.UTF-8: glibc's case tables there are the Unicode simple case mappings, which
+// every locale uses except those with their own rules for i and I (Turkic languages), for which
+// a missing locale is an error rather than a different answer.
+StatusOr<std::locale> FindLocale(const Node& node, const std::string& name) {
+  for (const std::string& candidate : {name, name + ".UTF-8", name + ".utf8"}) {
+    if (name.empty()) break;
     try {
-      if (!candidate.empty() && candidate != ".UTF-8") return std::locale(candidate);
+      return std::locale(candidate);
     } catch (const std::runtime_error&) {}
   }
-  return std::locale::classic();
+  const std::string language = name.substr(0, name.find_first_of("_.@"));
+  for (const char* own_rules : {"tr", "az", "crh", "tt"})
+    if (language == own_rules)
+      return InvalidArgument(node.Describe(), ": locale '", name,
+                             "' is not installed, and its case rules differ from the default ones");
+  try {
+    return std::locale("C.UTF-8");
+  } catch (const std::runtime_error&) {
+    return InvalidArgument(node.Describe(), ": neither locale '", name, "' nor C.UTF-8 is installed");
+  }
 }
 
 class StringNormalizerKernel final : public OpKernel {
@@ -100,7 +112,8 @@ class StringNormalizerKernel final : public OpKernel {
     TOB_RETURN_IF_ERROR(node.GetAttr("stopwords", &stopwords, std::vector<std::string>{}));
     if (action != "NONE" && action != "LOWER" && action != "UPPER")
       return InvalidModel(node.Describe(), ": case_change_action must be NONE, LOWER or UPPER, got '", action, "'");
-    auto k = std::unique_ptr<StringNormalizerKernel>(new StringNormalizerKernel(node, FindLocale(locale_name)));
+    TOB_ASSIGN_OR_RETURN(std::locale locale, FindLocale(node, locale_name));
+    auto k = std::unique_ptr<StringNormalizerKernel>(new StringNormalizerKernel(node, locale));
     k->action_ = action;
     k->case_sensitive_ = case_sensitive != 0;
     for (const std::string& w : stopwords) k->stopwords_.insert(k->case_sensitive_ ? w : k->mapper_.Map(w, false));
@@ -149,25 +162,38 @@ class StringConcatKernel final : public OpKernel {
   }
 };
 
-bool IsAsciiSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+// Python's str.isspace(): the code points Unicode calls whitespace.
+bool IsPythonSpace(char32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
 
-// Python's str.split(delimiter, maxsplit): runs of whitespace when there is no delimiter (empty
-// strings never result), else every occurrence; at most maxsplit splits (-1: no limit).
+// The length in bytes of the whitespace character at s[i], or 0 when there is none (bytes that
+// are not UTF-8 are never whitespace).
+size_t SpaceAt(const std::string& s, size_t i) {
+  size_t next = i;
+  char32_t c = 0;
+  if (!NextCodePoint(s, &next, &c) || !IsPythonSpace(c)) return 0;
+  return next - i;
+}
+
+// Python's str.split(delimiter, maxsplit), as onnx's reference runs it: with no delimiter, runs
+// of whitespace separate the parts and none is empty (after maxsplit splits, the rest is one part
+// with its leading whitespace dropped and its trailing whitespace kept); with one, every occurrence
+// splits. At most maxsplit splits (-1: no limit).
 std::vector<std::string> SplitString(const std::string& s, const std::string& delimiter, int64_t maxsplit) {
   std::vector<std::string> parts;
   if (delimiter.empty()) {
     size_t i = 0;
     while (true) {
-      while (i < s.size() && IsAsciiSpace(s[i])) ++i;
+      for (size_t n = SpaceAt(s, i); i < s.size() && n > 0; n = SpaceAt(s, i)) i += n;
       if (i >= s.size()) break;
       if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit) {
-        size_t e = s.size();
-        while (e > i && IsAsciiSpace(s[e - 1])) --e;
-        parts.push_back(s.substr(i, e - i));
+        parts.push_back(s.substr(i));
         break;
       }
       size_t j = i;
-      while (j < s.size() && !IsAsciiSpace(s[j])) ++j;
+      while (j < s.size() && SpaceAt(s, j) == 0) ++j;
       parts.push_back(s.substr(i, j - i));
       i = j;
     }

@@ -12,6 +12,9 @@ class StringMoveKernel final : public OpKernel {
       : OpKernel(node), inner_(std::move(inner)), data_inputs_(std::move(data_inputs)) {}
 
   Status Compute(KernelContext& ctx) const override {
+    // Built for a node whose element type was not known: decided here, on this run's input.
+    const Tensor* first = ctx.input(data_inputs_.front() == kEveryInput ? 0 : data_inputs_.front());
+    if (first == nullptr || first->dtype() != DType::kString) return inner_->Compute(ctx);
     std::vector<const Tensor*> inputs(static_cast<size_t>(ctx.num_inputs()));
     for (int i = 0; i < ctx.num_inputs(); ++i) inputs[i] = ctx.input(i);
     std::vector<int> data_inputs = data_inputs_;
@@ -78,7 +81,9 @@ KernelFactory MovesStrings(KernelFactory inner, std::vector<int> data_inputs) {
           data_inputs = std::move(data_inputs)](const Node& node) -> StatusOr<std::unique_ptr<OpKernel>> {
     TOB_ASSIGN_OR_RETURN(std::unique_ptr<OpKernel> kernel, inner(node));
     const Value* first = node.input(data_inputs.front() == kEveryInput ? 0 : static_cast<size_t>(data_inputs.front()));
-    if (first == nullptr || first->type().dtype != DType::kString) return kernel;
+    // Wrapped for strings, and where the type is not known yet (the wrapper decides per run).
+    if (first == nullptr || (first->type().dtype != DType::kString && first->type().dtype != DType::kUndefined))
+      return kernel;
     return std::unique_ptr<OpKernel>(new StringMoveKernel(node, std::move(kernel), data_inputs));
   };
 }

@@ -13,7 +13,8 @@
 namespace tob::tensor_ops {
 
 // A factory building `inner`'s kernel, wrapped to move strings by element number when the node's
-// first data input is a string tensor (any other dtype gets `inner`'s kernel itself).
+// first data input is a string tensor, or of a type not known when the kernel is made (the wrapper
+// then checks each run's input); any other dtype gets `inner`'s kernel itself.
 // `data_inputs`: the inputs of the element type the outputs have (numbered in this order);
 // {kEveryInput} for a variadic op whose inputs all are (Concat).
 inline constexpr int kEveryInput = -1;
