@@ -31,6 +31,7 @@ class CompileStats:
     fallbacks: int = 0  # graphs (or runs) sent to eager by the policy
     recompile_limit_fallbacks: int = 0  # functions TorchDynamo runs in eager past its recompile limit
     label_sparse_rewrites: int = 0  # losses computed over the valid labels only (compute_optimizer/)
+    embedding_sparse_rewrites: int = 0  # graphs compiled with the per-token layers over valid tokens only
     aten_fallback_ops: Counter = field(default_factory=Counter)
 
     def reset(self) -> None:

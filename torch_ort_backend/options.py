@@ -51,14 +51,15 @@ class BackendOptions:
     cache_dir: str = ""  # exported graphs cached on disk (model_cache.py); "" off
     print_input_density: bool = False  # runtime_inspector.py
     print_memory_stats: bool = False
-    # the padding-aware compute optimizer (compute_optimizer/): on by default, as in onnxruntime-training;
-    # the label case needs all three switches
+    # the padding-aware compute optimizer (compute_optimizer/), with onnxruntime-training's defaults:
+    # the label case (on) needs the first three switches, the embedding case (off) the first two and
+    # its own
     enable_compute_optimizer: bool = True
     enable_sparse_optimizer: bool = True
     enable_label_sparse_optimizer: bool = True
+    enable_embedding_sparse_optimizer: bool = False
     # onnxruntime-training switches that are refused when they ask for what this engine cannot do
     # (REFUSED below says why); the fields hold the accepted value.
-    enable_embedding_sparse_optimizer: bool = False
     enable_mem_efficient_grad_mgmt: bool = False
     enable_tuning: bool = False
     max_tuning_duration_ms: int = 0
@@ -171,10 +172,6 @@ def _refused(parse, accepted: Any, reason: str):
 
 
 REFUSED = {
-    "enable_embedding_sparse_optimizer": (
-        "the compute optimizer's embedding case (transformer layers over the non-padding tokens only) is not "
-        "implemented yet (issue 19); every token is computed, as with the variable set to 0 (its default in "
-        "onnxruntime-training too). The label case is built: ORTMODULE_ENABLE_LABEL_SPARSE_OPTIMIZER"),
     "enable_mem_efficient_grad_mgmt": (
         "AOTAutograd's backward graph returns all parameter gradients to autograd together when it ends; "
         "there is no per-parameter hook inside the engine's run to hand one over earlier"),

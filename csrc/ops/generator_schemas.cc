@@ -254,6 +254,18 @@ Status InferRandomLike(InferenceContext& ctx) {
   return Status::OK();
 }
 
+// Bernoulli: 0/1 draws of X's shape, of type `dtype` (X's type by default): any numeric type or bool.
+Status InferBernoulli(InferenceContext& ctx) {
+  const ValueType& in = *ctx.input_type(0);
+  if (!IsFloatingPoint(in.dtype))
+    return ctx.Fail("input must hold probabilities (floating point), got ", DTypeName(in.dtype));
+  DType dtype;
+  TOB_RETURN_IF_ERROR(ReadDTypeAttr(ctx, in.dtype, &dtype));
+  if (dtype == DType::kUndefined || dtype == DType::kString) return ctx.Fail("dtype must be numeric or bool");
+  ctx.set_output(0, ValueType(dtype, in.shape));
+  return Status::OK();
+}
+
 // The windows: a 1-D tensor of `size` (an input's value) elements of type `output_datatype`.
 Status InferWindow(InferenceContext& ctx) {
   const ValueType& size = *ctx.input_type(0);
@@ -287,6 +299,9 @@ void RegisterGeneratorSchemas(OpSchemaRegistry& registry) {
     random.nondeterministic = AlwaysNondeterministic;
     registry.Register(std::move(random));
   }
+  OpSchema bernoulli{"", "Bernoulli", 1, 1, 1, 1, InferBernoulli};
+  bernoulli.nondeterministic = AlwaysNondeterministic;
+  registry.Register(std::move(bernoulli));
   for (const char* op : {"RandomNormalLike", "RandomUniformLike"}) {
     OpSchema random{"", op, 1, 1, 1, 1, InferRandomLike};
     random.nondeterministic = AlwaysNondeterministic;

@@ -1,6 +1,6 @@
 // Normalizations and softmax: BatchNormalization, InstanceNormalization, LayerNormalization,
 // com.microsoft::SkipLayerNormalization, RMSNormalization, Softmax, LogSoftmax, and the older
-// LpNormalization, MeanVarianceNormalization and LRN.
+// LpNormalization, MeanVarianceNormalization and LRN, GroupNormalization.
 #include <algorithm>
 
 #include "ops/op_schema.h"
@@ -152,6 +152,31 @@ Status InferSameAsFloatInput(InferenceContext& ctx) {
   return Status::OK();
 }
 
+// GroupNormalization: X [N, C, ...]; scale and bias per group ([num_groups], opset 18) or per
+// channel ([C], opset 21, which changed the definition).
+Status InferGroupNorm(InferenceContext& ctx) {
+  const ValueType& x = *ctx.input_type(0);
+  int64_t groups = 0, stash_type = 1;
+  TOB_RETURN_IF_ERROR(ctx.node().GetAttr("num_groups", &groups));
+  TOB_RETURN_IF_ERROR(ctx.node().GetAttr("stash_type", &stash_type, int64_t{1}));
+  if (groups <= 0) return ctx.Fail("attribute 'num_groups' must be positive, got ", groups);
+  if (ctx.opset() < 21 && ctx.node().FindAttribute("stash_type") != nullptr)
+    return ctx.Fail("attribute 'stash_type' exists from opset 21 (the model's opset is ", ctx.opset(), ")");
+  if (stash_type != 1 && stash_type != 11)
+    return ctx.Fail("stash_type ", stash_type, " is not supported (1: float32 or 11: float64)");
+  if (x.has_rank() && x.rank() < 2) return ctx.Fail("input X must be [N, C, ...], got ", x.ToString());
+  const Dim c = ChannelDim(x);
+  if (c.is_known() && c.value % groups != 0)
+    return ctx.Fail("X has ", c.value, " channels, not divisible by num_groups = ", groups);
+  const Dim per = ctx.opset() >= 21 ? c : Dim(groups);
+  for (int i : {1, 2}) {
+    if (ctx.input_type(i)->dtype != x.dtype) return ctx.Fail("scale and bias must have X's dtype ", DTypeName(x.dtype));
+    TOB_RETURN_IF_ERROR(CheckChannelVector(ctx, i, i == 1 ? "scale" : "bias", per));
+  }
+  ctx.set_output(0, x);
+  return Status::OK();
+}
+
 }  // namespace
 
 void RegisterNnNormalizationSchemas(OpSchemaRegistry& registry) {
@@ -165,6 +190,7 @@ void RegisterNnNormalizationSchemas(OpSchemaRegistry& registry) {
   registry.Register(OpSchema{kMicrosoftDomain, "LayerNormalization", 2, 3, 1, 3, InferLayerNorm});
   registry.Register(OpSchema{kMicrosoftDomain, "SkipLayerNormalization", 3, 5, 1, 4, InferSkipLayerNorm});
   registry.Register(OpSchema{"", "RMSNormalization", 2, 2, 1, 1, InferRmsNorm});
+  registry.Register(OpSchema{"", "GroupNormalization", 3, 3, 1, 1, InferGroupNorm});
   registry.Register(OpSchema{"", "Softmax", 1, 1, 1, 1, InferSoftmax});
   registry.Register(OpSchema{"", "LogSoftmax", 1, 1, 1, 1, InferSoftmax});
   registry.Register(OpSchema{"", "Hardmax", 1, 1, 1, 1, InferSoftmax});  // Softmax's axis rules

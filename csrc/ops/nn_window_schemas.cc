@@ -1,4 +1,5 @@
-// Sliding-window ops: Conv, ConvTranspose, MaxPool, AveragePool, LpPool, the global pools and Col2Im.
+// Sliding-window ops: Conv, ConvTranspose, DeformConv, MaxPool, AveragePool, LpPool, the global pools,
+// MaxUnpool and Col2Im.
 #include <optional>
 
 #include "ops/nn_window_attributes.h"
@@ -160,6 +161,103 @@ Status InferCol2Im(InferenceContext& ctx) {
   return Status::OK();
 }
 
+// MaxUnpool: X and I (MaxPool's indices) [N, C, D...] -> [N, C, (D - 1) * stride - pads + kernel...],
+// or the shape the optional output_shape input gives (at least that size along every dim).
+Status InferMaxUnpool(InferenceContext& ctx) {
+  const ValueType& x = *ctx.input_type(0);
+  const ValueType& indices = *ctx.input_type(1);
+  TOB_RETURN_IF_ERROR(CheckImageRank(ctx, x));
+  if (indices.dtype != DType::kInt64) return ctx.Fail("I must be int64, got ", DTypeName(indices.dtype));
+  TOB_ASSIGN_OR_RETURN(WindowAttributes attrs, WindowAttributes::Read(ctx.node()));
+  if (attrs.kernel_shape.empty()) return ctx.Fail("attribute kernel_shape is required");
+  if (!x.has_rank()) {
+    ctx.set_output(0, ValueType(x.dtype, std::nullopt));
+    return Status::OK();
+  }
+  const Dims& xd = *x.shape;
+  if (indices.has_rank() && indices.rank() != x.rank())
+    return ctx.Fail("I must have X's shape ", x.ToString(), ", got ", indices.ToString());
+  TOB_ASSIGN_OR_RETURN(WindowAttributes a, attrs.Resolve(ctx.node(), x.rank() - 2, {}));
+  Dims out{xd[0], xd[1]};
+  const size_t r = a.kernel_shape.size();
+  for (size_t i = 0; i < r; ++i) {
+    const Dim& in = xd[i + 2];
+    out.push_back(in.is_known() ? Dim((in.value - 1) * a.strides[i] - (a.pads[i] + a.pads[i + r]) + a.kernel_shape[i])
+                                : Dim::Unknown());
+  }
+  if (const ValueType* shape = ctx.input_type(2); shape != nullptr) {
+    if (shape->dtype != DType::kInt64) return ctx.Fail("output_shape must be int64, got ", DTypeName(shape->dtype));
+    const Tensor* v = ctx.input_value(2);
+    if (v == nullptr) {
+      ctx.set_output(0, ValueType(x.dtype, Dims(static_cast<size_t>(x.rank()), Dim::Unknown())));
+      return Status::OK();
+    }
+    if (v->numel() != x.rank())
+      return ctx.Fail("output_shape has ", v->numel(), " values, expected X's rank ", x.rank());
+    for (int64_t d = 0; d < x.rank(); ++d) {
+      const int64_t want = v->ElementAsInt64(d);
+      if (out[d].is_known() && want < out[d].value)
+        return ctx.Fail("output_shape[", d, "] = ", want, " is smaller than the unpooled size ", out[d].value);
+      out[d] = Dim(want);
+    }
+  }
+  ctx.set_output(0, ValueType(x.dtype, out));
+  return Status::OK();
+}
+
+// DeformConv (2-D): X [N, C, H, W], W [M, C / group, kH, kW], offset [N, offset_group * kH * kW * 2,
+// oH, oW], B? [M], mask? [N, offset_group * kH * kW, oH, oW] -> [N, M, oH, oW], oH and oW as Conv's.
+Status InferDeformConv(InferenceContext& ctx) {
+  const ValueType& x = *ctx.input_type(0);
+  const ValueType& w = *ctx.input_type(1);
+  for (int i = 1; i < ctx.num_inputs(); ++i)
+    if (ctx.input_type(i) != nullptr && ctx.input_type(i)->dtype != x.dtype)
+      return ctx.Fail("input ", i, " has dtype ", DTypeName(ctx.input_type(i)->dtype), ", expected X's ",
+                      DTypeName(x.dtype));
+  if (x.has_rank() && x.rank() != 4)
+    return ctx.Fail("X must be [N, C, H, W] (2-D deformable convolution), got ", x.ToString());
+  if (w.has_rank() && w.rank() != 4) return ctx.Fail("W must be [M, C / group, kH, kW], got ", w.ToString());
+  int64_t offset_group = 1;
+  TOB_RETURN_IF_ERROR(ctx.node().GetAttr("offset_group", &offset_group, int64_t{1}));
+  if (offset_group <= 0) return ctx.Fail("attribute 'offset_group' must be positive, got ", offset_group);
+  TOB_ASSIGN_OR_RETURN(WindowAttributes attrs, WindowAttributes::Read(ctx.node()));
+  if (!x.has_rank() || !w.has_rank()) {
+    ctx.set_output(0, ValueType(x.dtype, Dims(4, Dim::Unknown())));
+    return Status::OK();
+  }
+  const Dims &xd = *x.shape, &wd = *w.shape;
+  const int64_t group = attrs.group;
+  if (xd[1].is_known() && wd[1].is_known() && wd[1].value * group != xd[1].value)
+    return ctx.Fail("X has ", xd[1].value, " channels but W ", w.ToString(), " expects ", wd[1].value * group,
+                    " (group = ", group, ")");
+  if (wd[0].is_known() && wd[0].value % group != 0)
+    return ctx.Fail("W output channels (", wd[0].value, ") are not divisible by group (", group, ")");
+  if (xd[1].is_known() && xd[1].value % offset_group != 0)
+    return ctx.Fail("X channels (", xd[1].value, ") are not divisible by offset_group (", offset_group, ")");
+  TOB_ASSIGN_OR_RETURN(WindowAttributes a, attrs.Resolve(ctx.node(), 2, WeightKernelDims(wd)));
+  if (a.auto_pad != AutoPad::kNotSet) return ctx.Fail("DeformConv has no auto_pad");
+  TOB_ASSIGN_OR_RETURN(Dims spatial, SpatialOutputDims(ctx, a, xd, false));
+  const int64_t taps = a.kernel_shape[0] * a.kernel_shape[1];
+  auto check = [&](int i, const char* name, int64_t channels) -> Status {
+    const ValueType* t = ctx.input_type(i);
+    if (t == nullptr || !t->has_rank()) return Status::OK();
+    const Dims want{xd[0], Dim(channels), spatial[0], spatial[1]};
+    bool ok = t->rank() == 4;
+    for (size_t d = 0; ok && d < 4; ++d)
+      ok = !(*t->shape)[d].is_known() || !want[d].is_known() || (*t->shape)[d].value == want[d].value;
+    if (!ok) return ctx.Fail(name, " must be ", DimsToString(want), ", got ", t->ToString());
+    return Status::OK();
+  };
+  TOB_RETURN_IF_ERROR(check(2, "offset", offset_group * taps * 2));
+  TOB_RETURN_IF_ERROR(check(4, "mask", offset_group * taps));
+  if (const ValueType* b = ctx.input_type(3); b != nullptr && b->has_rank()) {
+    if (b->rank() != 1 || ((*b->shape)[0].is_known() && wd[0].is_known() && (*b->shape)[0].value != wd[0].value))
+      return ctx.Fail("B must be [M] (", wd[0].ToString(), "), got ", b->ToString());
+  }
+  ctx.set_output(0, ValueType(x.dtype, Dims{xd[0], wd[0], spatial[0], spatial[1]}));
+  return Status::OK();
+}
+
 }  // namespace
 
 void RegisterNnWindowSchemas(OpSchemaRegistry& registry) {
@@ -176,6 +274,8 @@ void RegisterNnWindowSchemas(OpSchemaRegistry& registry) {
   registry.Register(OpSchema{"", "LpPool", 1, 1, 1, 1, InferPool});
   registry.Register(OpSchema{"", "GlobalLpPool", 1, 1, 1, 1, InferGlobalPool});
   registry.Register(OpSchema{"", "Col2Im", 3, 3, 1, 1, InferCol2Im});
+  registry.Register(OpSchema{"", "MaxUnpool", 2, 3, 1, 1, InferMaxUnpool});
+  registry.Register(OpSchema{"", "DeformConv", 3, 5, 1, 1, InferDeformConv});
 }
 
 }  // namespace tob

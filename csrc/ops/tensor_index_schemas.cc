@@ -1,5 +1,5 @@
 // Shape functions of the indexing ops: Gather, GatherElements, GatherND, Scatter(Elements),
-// ScatterND, and the data-dependent selections NonZero and Compress.
+// ScatterND, TensorScatter, and the data-dependent selections NonZero, Compress and Unique.
 #include "ops/tensor_schema_utils.h"
 
 namespace tob {
@@ -149,6 +149,76 @@ Status InferScatterND(InferenceContext& ctx) {
   return PropagateType(ctx);
 }
 
+// Unique: Y (the distinct elements, or slices along `axis`; their count depends on the values),
+// indices (first occurrences), inverse_indices (one per element or slice of X) and counts, int64.
+Status InferUnique(InferenceContext& ctx) {
+  const ValueType& x = *ctx.input_type(0);
+  int64_t sorted = 1;
+  TOB_RETURN_IF_ERROR(ctx.node().GetAttr("sorted", &sorted, int64_t{1}));
+  if (sorted != 0 && sorted != 1) return ctx.Fail("attribute 'sorted' must be 0 or 1, got ", sorted);
+  const bool has_axis = ctx.node().FindAttribute("axis") != nullptr;
+  std::optional<Dims> y;
+  Dim slices = Dim::Unknown();
+  if (x.has_rank()) {
+    if (has_axis) {
+      int64_t axis = 0, a = 0;
+      TOB_RETURN_IF_ERROR(ctx.node().GetAttr("axis", &axis));
+      TOB_RETURN_IF_ERROR(NormalizeAxis(ctx, axis, x.rank(), &a));
+      y = *x.shape;
+      slices = (*y)[a];
+      (*y)[a] = Dim::Unknown();
+    } else {
+      y = Dims{Dim::Unknown()};
+      int64_t n = 1;
+      for (const Dim& d : *x.shape) n = d.is_known() && n >= 0 ? n * d.value : -1;
+      if (n >= 0) slices = Dim(n);
+    }
+  } else if (!has_axis) {
+    y = Dims{Dim::Unknown()};
+  }
+  ctx.set_output(0, ValueType(x.dtype, y));
+  if (ctx.num_outputs() > 1) ctx.set_output(1, ValueType(DType::kInt64, Dims{Dim::Unknown()}));
+  if (ctx.num_outputs() > 2) ctx.set_output(2, ValueType(DType::kInt64, Dims{slices}));
+  if (ctx.num_outputs() > 3) ctx.set_output(3, ValueType(DType::kInt64, Dims{Dim::Unknown()}));
+  return Status::OK();
+}
+
+// TensorScatter: present_cache = past_cache with `update` written along the sequence axis from
+// each batch row's write index. update has the cache's shape but a sequence length <= the cache's.
+Status InferTensorScatter(InferenceContext& ctx) {
+  const ValueType& cache = *ctx.input_type(0);
+  const ValueType& update = *ctx.input_type(1);
+  if (update.dtype != cache.dtype)
+    return ctx.Fail("update has dtype ", DTypeName(update.dtype), ", past_cache ", DTypeName(cache.dtype));
+  std::string mode;
+  TOB_RETURN_IF_ERROR(ctx.node().GetAttr("mode", &mode, std::string("linear")));
+  if (mode != "linear" && mode != "circular")
+    return ctx.Fail("attribute 'mode' must be 'linear' or 'circular', got '", mode, "'");
+  if (const ValueType* w = ctx.input_type(2); w != nullptr) {
+    if (w->dtype != DType::kInt64) return ctx.Fail("write_indices must be int64, got ", DTypeName(w->dtype));
+    if (w->has_rank() && w->rank() != 1) return ctx.Fail("write_indices must be 1-D [batch], got ", w->ToString());
+    if (w->has_rank() && cache.has_rank() && cache.rank() > 0 && (*w->shape)[0].is_known() &&
+        (*cache.shape)[0].is_known() && (*w->shape)[0].value != (*cache.shape)[0].value)
+      return ctx.Fail("write_indices has ", (*w->shape)[0].value, " entries for a batch of ", (*cache.shape)[0].value);
+  }
+  if (cache.has_rank() && update.has_rank()) {
+    if (cache.rank() != update.rank())
+      return ctx.Fail("update ", update.ToString(), " must have past_cache's rank ", cache.ToString());
+    int64_t axis = -2, a = 0;
+    TOB_RETURN_IF_ERROR(ctx.node().GetAttr("axis", &axis, int64_t{-2}));
+    TOB_RETURN_IF_ERROR(NormalizeAxis(ctx, axis, cache.rank(), &a));
+    if (a == 0) return ctx.Fail("axis must not be the batch axis 0");
+    for (int64_t d = 0; d < cache.rank(); ++d) {
+      const Dim &c = (*cache.shape)[d], &u = (*update.shape)[d];
+      if (!c.is_known() || !u.is_known()) continue;
+      if (d == a ? u.value > c.value : u.value != c.value)
+        return ctx.Fail("update ", update.ToString(), " does not fit past_cache ", cache.ToString(), " along dim ", d);
+    }
+  }
+  ctx.set_output(0, cache);
+  return Status::OK();
+}
+
 }  // namespace
 
 // NonZero: [rank, count] int64 indices; the count depends on the values.
@@ -188,6 +258,8 @@ Status InferCompress(InferenceContext& ctx) {
 void RegisterTensorIndexSchemas(OpSchemaRegistry& registry) {
   registry.Register(OpSchema{"", "NonZero", 1, 1, 1, 1, InferNonZero});
   registry.Register(OpSchema{"", "Compress", 2, 2, 1, 1, InferCompress});
+  registry.Register(OpSchema{"", "Unique", 1, 1, 1, 4, InferUnique});
+  registry.Register(OpSchema{"", "TensorScatter", 2, 3, 1, 1, InferTensorScatter});
   registry.Register(OpSchema{"", "Gather", 2, 2, 1, 1, InferGather});
   registry.Register(OpSchema{"", "GatherElements", 2, 2, 1, 1, InferGatherElements});
   registry.Register(OpSchema{"", "GatherND", 2, 2, 1, 1, InferGatherND});

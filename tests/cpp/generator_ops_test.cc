@@ -1,4 +1,4 @@
-// Generators (Constant, ConstantOfShape, Range, EyeLike, OneHot, Trilu, Dropout, Random*) against
+// Generators (Constant, ConstantOfShape, Range, EyeLike, OneHot, Trilu, Dropout, Random*, Bernoulli) against
 // references computed here.
 #include <gtest/gtest.h>
 
@@ -428,6 +428,55 @@ TEST(GeneratorOpsRandom, IntegerDtypeIsAnError) {
   t.Input("x", RandomTensor<int32_t>({4}, 1, 5, 2));
   auto r = RunRandom(t, {4});
   EXPECT_FALSE(r.ok());
+}
+
+// ---- Bernoulli ----
+
+TEST(GeneratorOpsBernoulli, DrawsFollowTheProbabilities) {
+  // Per-element probabilities in five bands; each band's mean must be its probability within five
+  // standard deviations of a binomial mean (a wrong comparison, e.g. u > p, fails it).
+  const std::vector<double> bands{0.0, 0.1, 0.5, 0.85, 1.0};
+  const int64_t per = 40000;
+  std::vector<float> p;
+  for (double b : bands)
+    for (int64_t i = 0; i < per; ++i) p.push_back(static_cast<float>(b));
+  OpTester t("Bernoulli", 22);
+  t.Input("p", Tensor::FromVector<float>(p, {static_cast<int64_t>(p.size())}));
+  auto y = RunRandom(t, {static_cast<int64_t>(p.size())}, 2);
+  ASSERT_TRUE(y.ok()) << y.status().ToString();
+  EXPECT_EQ(y.value().dtype(), DType::kFloat32);
+  const std::vector<double> v = ToDoubles(y.value());
+  for (size_t b = 0; b < bands.size(); ++b) {
+    double sum = 0;
+    for (int64_t i = 0; i < per; ++i) {
+      const double e = v[b * per + i];
+      ASSERT_TRUE(e == 0.0 || e == 1.0) << e;
+      sum += e;
+    }
+    const double sd = std::sqrt(bands[b] * (1 - bands[b]) / per);
+    EXPECT_NEAR(sum / per, bands[b], 5 * sd + 1e-12) << "p = " << bands[b];
+  }
+}
+
+TEST(GeneratorOpsBernoulli, SeedDtypeAndBadProbabilities) {
+  auto draw = [](int threads, int64_t dtype) {
+    OpTester t("Bernoulli", 15);
+    t.Input("p", RandomTensor<double>({300, 500}, 0, 1, 3, 0.0)).Attr("seed", Attribute::Float(11));
+    t.Attr("dtype", Attribute::Int(dtype));
+    return RunRandom(t, {300, 500}, threads);
+  };
+  // A seed gives the same draws at any thread count; the dtype attribute picks the output type.
+  auto a = draw(1, static_cast<int64_t>(DType::kInt32)), b = draw(4, static_cast<int64_t>(DType::kBool));
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString() << b.status().ToString();
+  EXPECT_EQ(a.value().dtype(), DType::kInt32);
+  EXPECT_EQ(b.value().dtype(), DType::kBool);
+  EXPECT_EQ(ToDoubles(a.value()), ToDoubles(b.value()));
+  OpTester bad("Bernoulli", 22);
+  bad.Input("p", Tensor::FromVector<float>({0.5f, 1.5f}, {2}));
+  auto r = RunRandom(bad, {2});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("probability X[1] = 1.5 is outside [0, 1]"), std::string::npos)
+      << r.status().message();
 }
 
 }  // namespace

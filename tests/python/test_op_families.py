@@ -8,7 +8,7 @@ import torch_ort_backend.exporter as exporter
 from torch_ort_backend._engine import C
 
 FAMILIES = {"elementwise", "tensor", "nn", "reduction", "signal", "runtime", "generator", "aten", "python", "training",
-            "string", "sequence"}
+            "string", "sequence", "ml"}
 
 
 def test_every_kernel_names_a_known_family():
@@ -26,6 +26,8 @@ def test_every_kernel_names_a_known_family():
     assert by_op[("ai.onnx.ml", "LabelEncoder")] == "string"
     assert by_op[("", "SequenceAt")] == "sequence"
     assert by_op[("", "ReverseSequence")] == "tensor"
+    assert by_op[("ai.onnx.ml", "TreeEnsemble")] == "ml"
+    assert by_op[("ai.onnx.preview.training", "Adam")] == "training"
 
 
 def test_converter_modules_are_named_by_family():

@@ -101,3 +101,15 @@ def test_trainer_rejects_a_bad_switch_value(monkeypatch):
     ids, labels = _batches("end", steps=1)[0]
     with pytest.raises(ValueError, match="ORTMODULE_ENABLE_LABEL_SPARSE_OPTIMIZER"):
         trainer.train_step(ids, labels)
+
+
+def test_the_embedding_case_is_not_applied_and_says_so(monkeypatch):
+    """ORTTrainer's step is one exported graph over engine-held weights: the embedding case (a second
+    graph chosen per call) does not apply there, and setting its variable draws one warning."""
+    from torch_ort_backend.trainer import compiled_step
+
+    monkeypatch.setattr(compiled_step, "_EMBEDDING_WARNED", [])
+    monkeypatch.setenv("ORTMODULE_ENABLE_EMBEDDING_SPARSE_OPTIMIZER", "1")
+    with pytest.warns(compiled_step.EmbeddingCaseWarning, match="ORTMODULE_ENABLE_EMBEDDING_SPARSE_OPTIMIZER=1 "
+                                                               "has no effect on ORTTrainer"):
+        _train(_loss, _batches("end", steps=1))

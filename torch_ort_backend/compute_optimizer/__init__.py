@@ -8,8 +8,11 @@ row count is data-dependent: tracing it needs the frame's ShapeEnv to allow ops 
 shapes (``nonzero``), which ``trace_optimized`` grants for that trace only. docs/architecture.md
 ("The compute optimizer") says why not the engine's graph.
 
-Passes: label_sparsity.py (cross-entropy over the valid labels; ORTTrainer: trainer_labels.py). The embedding-sparsity case
-(ORTMODULE_ENABLE_EMBEDDING_SPARSE_OPTIMIZER) is not built and stays refused by options.py.
+Passes: label_sparsity.py (cross-entropy over the valid labels; ORTTrainer: trainer_labels.py), on by
+default; embedding_sparsity.py (the per-token layers over the valid tokens; off by default, as in
+onnxruntime-training), whose graph is compiled beside the dense one and chosen per call by the
+run-time check of padding_check.py. Both share the switches of ``label_sparsity_enabled`` and
+``embedding_sparsity_enabled``, read by every path that runs them.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ from typing import Any, Callable
 import torch
 
 from ..compile_state import COMPILE_STATE
+from .embedding_sparsity import Declined, Plan, plan_embedding_sparsity
 from .label_sparsity import LabelRewrite, has_losses, rewrite_label_sparsity
+from .padding_check import PaddingProbe, dispatcher
 
 logger = logging.getLogger("torch_ort_backend")
 
@@ -36,6 +41,16 @@ class ComputeOptimizerStats:
     moved_ops: Counter = dataclasses.field(default_factory=Counter)  # ops now run on the valid rows only
     untraceable: int = 0  # graphs whose rewrite AOTAutograd could not trace: compiled without it
     rewrites: list = dataclasses.field(default_factory=list)  # every LabelRewrite, in order
+    # the embedding case: graphs compiled with it, the ops it runs on the valid tokens only, graphs it
+    # declined (with the reason), and per call which graph ran
+    embedding_rewrites: int = 0
+    embedding_moved_ops: Counter = dataclasses.field(default_factory=Counter)
+    embedding_declined: list = dataclasses.field(default_factory=list)
+    embedding_plans: list = dataclasses.field(default_factory=list)  # every Plan, in order
+    embedding_sparse_calls: int = 0  # calls that ran the graph over the valid tokens
+    embedding_dense_calls: int = 0  # calls without padding (the dense graph: nothing to save)
+    embedding_check_failures: int = 0  # calls whose run-time check failed (the dense graph ran)
+    embedding_failure_reasons: Counter = dataclasses.field(default_factory=Counter)
 
     def reset(self) -> None:
         self.__init__()
@@ -48,6 +63,13 @@ def label_sparsity_enabled(opts: Any) -> bool:
     """The label case runs when the compute optimizer, the sparse optimizers and the label one are on
     (all three are, by default, as in onnxruntime-training)."""
     return bool(opts.enable_compute_optimizer and opts.enable_sparse_optimizer and opts.enable_label_sparse_optimizer)
+
+
+def embedding_sparsity_enabled(opts: Any) -> bool:
+    """The embedding case runs when the compute optimizer, the sparse optimizers and the embedding one
+    are on (the last is off by default, as in onnxruntime-training)."""
+    return bool(opts.enable_compute_optimizer and opts.enable_sparse_optimizer
+                and opts.enable_embedding_sparse_optimizer)
 
 
 def _restart(e: BaseException) -> bool:
@@ -76,27 +98,82 @@ class _DynamicOutputShapes:
 def trace_optimized(aot: Callable, gm: torch.fx.GraphModule, example_inputs: list, opts: Any) -> Any:
     """``aot(gm, example_inputs)`` on the graph rewritten by the enabled passes. A rewrite that
     AOTAutograd cannot trace is undone with a warning and the graph compiled as it came: the
-    optimizer may cost speed, never the compile."""
+    optimizer may cost speed, never the compile. With the embedding case, the result is a dispatcher
+    over two compiled graphs (padding_check.py)."""
     fake_mode = torch._guards.detect_fake_mode(example_inputs)
     shape_env = getattr(fake_mode, "shape_env", None)
-    if not label_sparsity_enabled(opts) or shape_env is None or not has_losses(gm):
+    labels = label_sparsity_enabled(opts) and has_losses(gm)
+    embeddings = embedding_sparsity_enabled(opts)
+    if shape_env is None or not (labels or embeddings):
         return aot(gm, example_inputs)
     original = copy.deepcopy(gm.graph)
-    rewrites: list[LabelRewrite] = rewrite_label_sparsity(gm)
-    if not rewrites:
+    rewrites: list[LabelRewrite] = rewrite_label_sparsity(gm) if labels else []
+    plan = _plan(gm) if embeddings else None
+    if not rewrites and plan is None:
         return aot(gm, example_inputs)
-    try:
+    if not rewrites:
+        dense = aot(gm, example_inputs)
+    else:
         with _DynamicOutputShapes(shape_env):
-            compiled = aot(gm, example_inputs)
+            dense = _trace(aot, gm, example_inputs, rewrites)
+    if rewrites and dense is None:  # the label rewrite could not be traced: without it
+        gm.graph = original
+        gm.recompile()
+        plan = _plan(gm) if embeddings else None
+        dense = aot(gm, example_inputs)
+    elif rewrites:
+        _count_label_rewrites(rewrites)
+    if plan is None:
+        return dense
+    with _DynamicOutputShapes(shape_env):
+        sparse = _trace(aot, plan.gm, example_inputs, plan.entries)
+    if sparse is None:
+        return dense
+    try:
+        probe = PaddingProbe(gm, plan)
+    except Exception as e:
+        STATS.embedding_declined.append(f"the run-time check could not be built: {type(e).__name__}: {e}")
+        logger.warning("compute optimizer: the embedding case's run-time check could not be built (%s: %s); "
+                       "compiling the graph without it", type(e).__name__, e)
+        return dense
+    STATS.embedding_rewrites += 1
+    STATS.embedding_plans.append(plan)
+    STATS.embedding_moved_ops.update(plan.moved_ops)
+    COMPILE_STATE.stats.embedding_sparse_rewrites += 1
+    logger.info("compute optimizer: the per-token layers after %s run over the valid tokens only (%d ops; "
+                "%d attentions checked per call; outputs restored: %s)", ", ".join(plan.entries),
+                sum(plan.moved_ops.values()), len(plan.attentions), ", ".join(plan.restored) or "none")
+    return dispatcher(probe, sparse, dense, STATS, f"the graph of {', '.join(plan.entries)}")
+
+
+def _plan(gm: torch.fx.GraphModule) -> Plan | None:
+    try:
+        return plan_embedding_sparsity(gm)
+    except Declined as e:
+        STATS.embedding_declined.append(str(e))
+        logger.info("compute optimizer: the embedding case declines this graph: %s", e)
+    except Exception as e:  # a fault of the pass: the optimizer may cost speed, never the compile
+        STATS.embedding_declined.append(f"{type(e).__name__}: {e}")
+        logger.warning("compute optimizer: the embedding case failed on this graph (%s: %s); compiling it "
+                       "without", type(e).__name__, e)
+    return None
+
+
+def _trace(aot: Callable, gm: torch.fx.GraphModule, example_inputs: list, what: list) -> Any:
+    """aot(gm), or None with a warning when AOTAutograd cannot trace the rewritten graph."""
+    try:
+        return aot(gm, example_inputs)
     except Exception as e:
         if _restart(e):
             raise
         STATS.untraceable += 1
-        logger.warning("compute optimizer: the label-sparsity rewrite of %s could not be traced (%s: %s); "
-                       "compiling the graph without it", ", ".join(r.loss for r in rewrites), type(e).__name__, e)
-        gm.graph = original
-        gm.recompile()
-        return aot(gm, example_inputs)
+        names = ", ".join(getattr(w, "loss", None) or str(w) for w in what)
+        logger.warning("compute optimizer: the rewrite of %s could not be traced (%s: %s); compiling the graph "
+                       "without it", names, type(e).__name__, e)
+        return None
+
+
+def _count_label_rewrites(rewrites: list[LabelRewrite]) -> None:
     STATS.label_rewrites += len(rewrites)
     COMPILE_STATE.stats.label_sparse_rewrites += len(rewrites)
     STATS.rewrites.extend(rewrites)
@@ -104,8 +181,7 @@ def trace_optimized(aot: Callable, gm: torch.fx.GraphModule, example_inputs: lis
         STATS.moved_ops.update(r.moved_ops)
         logger.info("compute optimizer: %s over the valid labels only, rows selected from %s%s", r.loss,
                     r.selected_from, f" (before {', '.join(r.moved_ops)})" if r.moved_ops else "")
-    return compiled
 
 
-__all__ = ["STATS", "ComputeOptimizerStats", "LabelRewrite", "label_sparsity_enabled", "rewrite_label_sparsity",
-           "trace_optimized"]
+__all__ = ["STATS", "ComputeOptimizerStats", "LabelRewrite", "embedding_sparsity_enabled", "label_sparsity_enabled",
+           "plan_embedding_sparsity", "rewrite_label_sparsity", "trace_optimized"]

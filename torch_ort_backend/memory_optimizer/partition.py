@@ -130,7 +130,11 @@ def stashed_bytes(fw: torch.fx.GraphModule, num_fwd_outputs: int) -> int:
 
 def _min_cut(joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any):
     # recompute_views: a saved view would be a graph output copied every step (backend._partition).
-    with torch._functorch.config.patch(recompute_views=True):
+    # cse: our own pass when the joint graph does not mutate (joint_cse.py: torch's imports Inductor).
+    from .joint_cse import cse_joint
+
+    cse = torch._functorch.config.cse and not cse_joint(joint)
+    with torch._functorch.config.patch(recompute_views=True, cse=cse):
         return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
 
 

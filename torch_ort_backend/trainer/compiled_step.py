@@ -56,6 +56,32 @@ def _fuse_attention() -> bool:
     return opts.use_efficient_attention and opts.aten_sdpa_fallback
 
 
+class EmbeddingCaseWarning(UserWarning):
+    """ORTMODULE_ENABLE_EMBEDDING_SPARSE_OPTIMIZER is set, but ORTTrainer does not apply the embedding case."""
+
+
+_EMBEDDING_WARNED: list[bool] = []
+
+
+def _warn_embedding_case() -> None:
+    """The embedding case (compute_optimizer/embedding_sparsity.py) rewrites TorchDynamo's graph and
+    picks, per call, between that graph and the dense one after a check of the batch; ORTTrainer's step
+    is one torch.export graph run by one engine session over engine-held weights, so it would need a
+    second training session over the same state and the check before each step. Not built: said once."""
+    import os
+    import warnings
+
+    env = SPEC["enable_embedding_sparse_optimizer"][0]
+    if _EMBEDDING_WARNED or env not in os.environ:
+        return
+    if not resolve({}, environ={env: os.environ[env]}).enable_embedding_sparse_optimizer:
+        return
+    _EMBEDDING_WARNED.append(True)
+    warnings.warn(f"{env}=1 has no effect on ORTTrainer: the compute optimizer's embedding case runs under "
+                  f"torch.compile(backend='ort') and ORTModule only (docs/orttrainer.md, 'Padded labels'); "
+                  f"ORTTrainer computes every token", EmbeddingCaseWarning, stacklevel=3)
+
+
 @dataclass
 class TrainingSessions:
     update: TrainingModel
@@ -175,6 +201,7 @@ class StepGraphs:
         if train and self.mixed_precision is not None:
             # The loss scale as one more input; the scaled loss is the one differentiated.
             desc, example = _mixed_precision.scaled_loss_desc(self.desc), [*inputs, torch.tensor(1.0)]
+        _warn_embedding_case()
         with self._export_mode(train):
             exported = export_model(self.wrapper, desc, example, joint=train, opset=opset,
                                     prefer_torch_kernels=_PREFER_TORCH_KERNELS, recompute=self.recompute,
