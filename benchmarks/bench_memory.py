@@ -5,29 +5,41 @@ memory_opt_level 0, 1 and 2, in one run.
     python benchmarks/bench_memory.py [--models gpt2,llama] [--layers 6] [--batch 16] [--seq 256]
                                       [--hidden 256] [--heads 4] [--vocab 1024] [--steps 5]
                                       [--configs eager,checkpoint,inductor_budget,ort0,ort1,ort2]
-                                      [--json PATH]
+                                      [--threads 1] [--rounds 3] [--no-time] [--no-memory] [--json PATH]
 
-Two variants of an "ort" level N take a change of docs/memory_optimizer.md back, to measure what it
-is worth: ``ortN_keep_arena`` (the backward keeps its engine arena between steps, as level 0 does)
-and ``ortN_no_donation`` (torch._functorch.config.donated_buffer off: the backward holds its whole
-stash to its end).
+Variants of an "ort" level N take a change of docs/memory_optimizer.md back, to measure what it
+is worth: ``ortN_arena`` (the training graphs plan an arena and free it after each run, as level
+>= 1 did before it ran without one), ``ortN_keep_arena`` (they plan one and keep the largest between
+runs, as level 0 does) and ``ortN_no_donation`` (torch._functorch.config.donated_buffer off: the
+backward holds its whole stash to its end).
 
-The models are torch_ort_backend/testing/models.py's GPT-2 and LLaMA (eager attention, dropout 0.1) at
-the given sizes; the default (6 layers, batch 16 x 256 tokens, hidden 256) is one where activations
-dominate: they are tens of times the parameters. Every configuration runs in a fresh subprocess with
-the same seed and batch; SGD (no momentum: no optimizer state) updates the weights.
+The models are torch_ort_backend/testing/models.py's GPT-2 and LLaMA (eager attention, dropout 0.1)
+at the given sizes; the default (6 layers, batch 16 x 256 tokens, hidden 256) is one where
+activations dominate: they are tens of times the parameters. Every configuration runs in a fresh
+subprocess with the same seed and batch; SGD (no momentum: no optimizer state) updates the weights.
 
-Peak memory is the process's: Linux's resident-set high-water mark (VmHWM), reset after the warm-up
-steps (``/proc/self/clear_refs``), minus the resident set measured after the model and batch were
-built, before the first step. So it counts what a configuration adds to the model while training:
-activations, gradients, workspaces, and anything it keeps between steps (compiled code, the
-engine's memory arenas). glibc is told to map every block of 64 KiB or more on its own
-(MALLOC_MMAP_THRESHOLD_), so freed activations leave the resident set and the mark follows live
-memory. "above idle" is the same mark minus the resident set between two steps (after the warm-up):
-what a step adds on top of everything a configuration keeps (for "ort" the engine's arenas are
-kept, so its intermediates mostly show in the first column). For "ort" the engine's own count
-(torch_ort_backend.memory_stats()["step_peak_bytes"]) is shown too. Step time is the median of the
-timed steps.
+Peak memory (one process per configuration) is the process's: Linux's resident-set high-water mark
+(VmHWM), reset after the warm-up steps (``/proc/self/clear_refs``), minus the resident set measured
+after the model and batch were built, before the first step. So it counts what a configuration
+adds to the model while training: activations, gradients, workspaces, and anything it keeps
+between steps (what compiling imported and keeps, the engine's memory arenas). glibc is told to map
+every block of 64 KiB or more on its own (MALLOC_MMAP_THRESHOLD_), so freed activations leave the
+resident set and the mark follows live memory. "above idle" is the same mark minus the resident set
+between two steps (after the warm-up): what a step adds on top of everything a configuration keeps.
+For "ort" the engine's own count (torch_ort_backend.memory_stats()["step_peak_bytes"]) is shown too.
+benchmarks/memory_attribution.py takes these peaks apart.
+
+Step time (other processes: ``--rounds`` rounds, each running every configuration once, in turn,
+so that a change of the machine's load reaches all of them alike) is the process's CPU time per
+step (``time.process_time``: user and system time of all its threads), the median of the timed
+steps, then the median over the rounds; with ``--threads 1`` (torch.set_num_threads(1), which the
+engine follows) it is single-thread time, which other processes on a shared machine disturb far
+less than wall time. These processes run with glibc's default allocator settings: the 64 KiB mmap
+threshold of the memory runs makes every allocation of an activation fault its pages in again,
+which nearly doubles eager's step (GPT-2 at the default size, one thread: 2.06 -> 3.80 s of CPU)
+while the engine's arenas are immune, so timing under it favoured "ort". Their peak (the same
+high-water mark, median over the rounds) is shown as "peak MiB, glibc defaults": what a user who
+sets nothing sees, freed memory that glibc keeps in its heap included.
 """
 
 from __future__ import annotations
@@ -68,15 +80,9 @@ def _build(model_name: str, sizes: dict):
     return model.train(), causal_lm_batch(0, batch=sizes["batch"], seq=sizes["seq"], vocab=sizes["vocab"])
 
 
-def worker(model_name: str, config: str, sizes: dict, steps: int) -> dict:
+def _apply_config(model, config: str):
     import torch
-    import torch._inductor  # noqa: F401  (imported before the baseline by every configuration alike)
 
-    import torch_ort_backend
-
-    torch.manual_seed(0)
-    model, batch = _build(model_name, sizes)
-    params = sum(p.numel() * p.element_size() for p in model.parameters())
     fn = model
     if config == "checkpoint":
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -85,17 +91,36 @@ def worker(model_name: str, config: str, sizes: dict, steps: int) -> dict:
         fn = torch.compile(model)
     elif config.startswith("ort"):
         level, _, variant = config[3:].partition("_")
-        if variant == "keep_arena":
+        if variant:
             from torch_ort_backend.compiled_graph import CompiledGraph
 
-            CompiledGraph._releases_arena = lambda self: False
-        elif variant == "no_donation":
-            torch._functorch.config.donated_buffer = False
-        elif variant:
-            raise ValueError(f"unknown configuration {config!r}: the variants are _keep_arena and _no_donation")
+            if variant == "arena":
+                CompiledGraph._arena_policy = lambda self: (True, self.stage in ("forward", "backward"))
+            elif variant == "keep_arena":
+                CompiledGraph._arena_policy = lambda self: (True, False)
+            elif variant == "no_donation":
+                torch._functorch.config.donated_buffer = False
+            else:
+                raise ValueError(f"unknown configuration {config!r}: the variants are _arena, _keep_arena and "
+                                 "_no_donation")
         fn = torch.compile(model, backend="ort", options={"memory_opt_level": int(level)})
     elif config != "eager":
         raise ValueError(f"unknown configuration {config!r}; known: {', '.join(CONFIGS)}")
+    return fn
+
+
+def worker(model_name: str, config: str, sizes: dict, steps: int, threads: int) -> dict:
+    import torch
+    import torch._inductor  # noqa: F401  (imported before the baseline by every configuration alike)
+
+    import torch_ort_backend
+
+    if threads:
+        torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model, batch = _build(model_name, sizes)
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    fn = _apply_config(model, config)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
 
     def step() -> float:
@@ -114,14 +139,16 @@ def worker(model_name: str, config: str, sizes: dict, steps: int) -> dict:
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # VmHWM := VmRSS
     idle = _rss_kib("VmRSS")
-    times = []
+    wall, cpu = [], []
     for _ in range(steps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         step()
-        times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+        wall.append(time.perf_counter() - t0)
     hwm = _rss_kib("VmHWM")
     result = {"peak_mib": (hwm - baseline) / 1024, "step_mib": (hwm - idle) / 1024,
-              "median_ms": statistics.median(times) * 1e3,
+              "median_ms": statistics.median(wall) * 1e3, "median_cpu_ms": statistics.median(cpu) * 1e3,
+              "cpu_ms": [c * 1e3 for c in cpu], "threads": torch.get_num_threads(),
               "first_call_s": first_call, "first_loss": first_loss, "params_mib": params / 2**20}
     if config.startswith("ort"):
         stats = torch_ort_backend.memory_stats()
@@ -130,9 +157,12 @@ def worker(model_name: str, config: str, sizes: dict, steps: int) -> dict:
     return result
 
 
-def run_config(model: str, config: str, sizes: dict, steps: int) -> dict:
-    args = [__file__, "--worker", model, config, "--sizes", json.dumps(sizes), "--steps", str(steps)]
-    return run_json_worker(args, timeout=3600, MALLOC_MMAP_THRESHOLD_="65536")
+def run_config(model: str, config: str, sizes: dict, steps: int, threads: int, memory: bool) -> dict:
+    """One fresh process; memory runs with glibc's 64 KiB mmap threshold, time runs without it."""
+    args = [__file__, "--worker", model, config, "--sizes", json.dumps(sizes), "--steps", str(steps),
+            "--threads", str(threads)]
+    env = {"MALLOC_MMAP_THRESHOLD_": "65536"} if memory else {}
+    return run_json_worker(args, timeout=3600, **env)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,40 +176,70 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--vocab", type=int, default=1024)
     p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
+    p.add_argument("--rounds", type=int, default=1, help="time runs of every configuration, interleaved")
+    p.add_argument("--no-time", action="store_true", help="peak memory only")
+    p.add_argument("--no-memory", action="store_true", help="step time only")
     p.add_argument("--json", default="")
     p.add_argument("--worker", nargs=2, metavar=("MODEL", "CONFIG"), help=argparse.SUPPRESS)
     p.add_argument("--sizes", default="", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
-        print(json.dumps(worker(args.worker[0], args.worker[1], json.loads(args.sizes), args.steps)))
+        print(json.dumps(worker(args.worker[0], args.worker[1], json.loads(args.sizes), args.steps, args.threads)))
         return 0
     sizes = {k: getattr(args, k) for k in ("layers", "batch", "seq", "hidden", "heads", "vocab")}
     models, configs = args.models.split(","), args.configs.split(",")
-    results: dict[str, dict] = {}
+    memory: dict[str, dict] = {}
+    times: dict[str, list] = {f"{m}/{c}": [] for m in models for c in configs}
+    if not args.no_memory:
+        for model in models:
+            for config in configs:
+                memory[f"{model}/{config}"] = r = run_config(model, config, sizes, args.steps, args.threads, True)
+                print(f"memory {model:6s} {config:16s} {r}", file=sys.stderr)
+    for rnd in range(0 if args.no_time else args.rounds):
+        for model in models:
+            for config in configs:
+                r = run_config(model, config, sizes, args.steps, args.threads, False)
+                times[f"{model}/{config}"].append(r)
+                print(f"time round {rnd} {model:6s} {config:16s} {r}", file=sys.stderr)
+
+    def cpu_ms(key: str) -> float | None:
+        ok = [r["median_cpu_ms"] for r in times.get(key, []) if "error" not in r]
+        return statistics.median(ok) if ok else None
+
+    print(f"\npeak memory above the model (MiB); step CPU time, median (ms), {args.rounds} round(s) of "
+          f"{args.steps} steps, threads {args.threads or 'default'}; {sizes}; ratios to eager in parentheses\n")
+    print("| model | config | peak MiB | above idle MiB | engine step peak MiB | peak MiB, glibc defaults | step CPU ms "
+          "| rounds' medians | loss |")
+    print("|---|---|---:|---:|---:|---:|---:|---|---:|")
     for model in models:
+        eager_mem, eager_ms = memory.get(f"{model}/eager", {}), cpu_ms(f"{model}/eager")
         for config in configs:
-            results[f"{model}/{config}"] = r = run_config(model, config, sizes, args.steps)
-            print(f"{model:6s} {config:16s} {r}", file=sys.stderr)
-    print(f"\npeak memory above the model (MiB) and median step (ms), {sizes}; "
-          f"ratios to eager in parentheses\n")
-    print("| model | config | peak MiB | above idle MiB | step ms | engine step peak MiB | loss |")
-    print("|---|---|---:|---:|---:|---:|---:|")
-    for model in models:
-        eager = results.get(f"{model}/eager", {})
-        for config in configs:
-            r = results[f"{model}/{config}"]
+            key = f"{model}/{config}"
+            r = memory.get(key, {})
+            cells = ["", "", ""]
             if "error" in r:
-                print(f"| {model} | {config} | error: {r['error']} | | | | |")
-                continue
-            peak, ms = f"{r['peak_mib']:.1f}", f"{r['median_ms']:.1f}"
-            if "error" not in eager and eager and config != "eager":
-                peak += f" ({r['peak_mib'] / eager['peak_mib']:.2f}x)"
-                ms += f" ({r['median_ms'] / eager['median_ms']:.2f}x)"
-            engine = f"{r['engine_step_peak_mib']:.1f}" if "engine_step_peak_mib" in r else ""
-            print(f"| {model} | {config} | {peak} | {r['step_mib']:.1f} | {ms} | {engine} | {r['first_loss']:.4f} |")
+                cells[0] = f"error: {r['error']}"
+            elif r:
+                cells[0] = f"{r['peak_mib']:.1f}"
+                if config != "eager" and eager_mem.get("peak_mib"):
+                    cells[0] += f" ({r['peak_mib'] / eager_mem['peak_mib']:.2f}x)"
+                cells[1] = f"{r['step_mib']:.1f}"
+                cells[2] = f"{r['engine_step_peak_mib']:.1f}" if "engine_step_peak_mib" in r else ""
+            ms = cpu_ms(key)
+            ms_cell = "" if ms is None else f"{ms:.0f}" + (f" ({ms / eager_ms:.2f}x)" if eager_ms and config != "eager"
+                                                         else "")
+            rounds = ", ".join(f"{t['median_cpu_ms']:.0f}" if "error" not in t else "error" for t in times.get(key, []))
+            default_peaks = [t["peak_mib"] for t in times.get(key, []) if "error" not in t]
+            default_peak = f"{statistics.median(default_peaks):.0f}" if default_peaks else ""
+            loss = r.get("first_loss") or next((t["first_loss"] for t in times.get(key, []) if "first_loss" in t), None)
+            loss_cell = f"{loss:.4f}" if loss is not None else ""
+            print(f"| {model} | {config} | {cells[0]} | {cells[1]} | {cells[2]} | {default_peak} | {ms_cell} | {rounds} "
+                  f"| {loss_cell} |")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"sizes": sizes, "results": results}, f, indent=1)
+            json.dump({"sizes": sizes, "threads": args.threads, "rounds": args.rounds, "memory": memory,
+                       "times": times}, f, indent=1)
     return 0
 
 

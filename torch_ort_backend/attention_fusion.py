@@ -34,6 +34,14 @@ something else or lose information:
   output_attentions=True;
 - Q, K, V not of rank 4 with equal batch and head sizes and one floating dtype.
 
+Under autocast (dynamo's graphs): a chain whose Q, K or V is float32 beside a 16-bit operand, as
+LLaMA's rotary embedding leaves Q and K (float32 ``cos``/``sin`` promote the bfloat16 projections)
+beside a bfloat16 V, is fused when the graph proves autocast cast them at the matmuls: each matmul's
+recorded result is float16/bfloat16 while an operand is float32, which only autocast's
+lower-precision cast makes of a matmul. The rewrite then writes those casts out (``.to(dtype)`` of
+each float32 operand, what autocast does to a matmul's inputs), so the fused op reads what the
+matmuls read; its gradients flow back through the casts to the float32 values, as in eager.
+
 ORTMODULE_USE_EFFICIENT_ATTENTION (option ``use_efficient_attention``) switches it, as in
 onnxruntime-training; unlike there it is on by default, because the fused kernel is the engine's own
 and exact to rounding (docs/torch_compile.md, "Attention").
@@ -73,6 +81,7 @@ class AttentionFusionStats:
     """What the pass did in this process (tests read it to see that it fired)."""
 
     fused: int = 0  # chains replaced by scaled_dot_product_attention
+    autocast_casts: int = 0  # of those, chains whose float32 operands got autocast's casts written out
     declined: dict = dataclasses.field(default_factory=dict)  # reason -> chains left alone
 
     def reset(self) -> None:
@@ -129,6 +138,7 @@ class _Chain:
     query: torch.fx.Node
     key: torch.fx.Node
     value: torch.fx.Node
+    scores: torch.fx.Node  # the first matmul, Q @ K^T
     scale: float
     added: torch.fx.Node | None  # an additive mask
     filled: torch.fx.Node | None  # masked_fill's condition (True: the key is hidden)
@@ -233,17 +243,47 @@ def _match(scores: torch.fx.Node) -> tuple[_Chain | None, str | None]:
     if not _is(step, _MATMUL) or len(step.args) != 2 or step.args[0] is not walk.node:
         return None, None
     walk.take(step)
-    return _Chain(query, key, step.args[1], scale, added, filled, step, walk.nodes), None
+    return _Chain(query, key, step.args[1], scores, scale, added, filled, step, walk.nodes), None
 
 
-def _check(chain: _Chain) -> str | None:
-    """Why the chain cannot become one fused attention, or None."""
+_LOW = (torch.float16, torch.bfloat16)
+
+
+def _autocast_dtype(chain: _Chain) -> torch.dtype | None:
+    """The 16-bit dtype autocast provably cast the chain's float32 operands to, or None when the
+    chain mixes no float32 with 16-bit operands (or the graph does not prove autocast did it).
+
+    The proof is the recorded dtypes (dynamo's fake values, computed under the autocast state of the
+    trace): a matmul of two float32 tensors, or of float32 and 16-bit, yields float32 by type
+    promotion; only autocast's lower-precision cast of its operands makes it yield float16/bfloat16.
+    So each matmul with a float32 operand must have recorded a 16-bit result, the same for both."""
+    if "example_value" not in chain.output.meta:  # torch.export's graphs spell autocast differently
+        return None
+    q, k, v, scores, out = (_value(n) for n in (chain.query, chain.key, chain.value, chain.scores, chain.output))
+    if any(t is None for t in (q, k, v, scores, out)):
+        return None
+    low = scores.dtype
+    if low not in _LOW or out.dtype != low:
+        return None
+    if any(t.dtype not in (torch.float32, low) for t in (q, k, v)):
+        return None
+    if all(t.dtype == low for t in (q, k, v)):
+        return None  # nothing to cast: the plain case
+    # A float32 Q or K: Q @ K^T recorded `low`, proof for the first matmul. A float32 V: probs @ V
+    # recorded `low` (checked above), proof for the second.
+    return low
+
+
+def _check(chain: _Chain, cast_to: torch.dtype | None = None) -> str | None:
+    """Why the chain cannot become one fused attention, or None. `cast_to`: the dtype autocast cast
+    Q, K and V to (_autocast_dtype), which the fused op then reads."""
     q, k, v, out = (_value(n) for n in (chain.query, chain.key, chain.value, chain.output))
     if any(t is None for t in (q, k, v, out)):
         return "shapes unknown"
     if any(t.dim() != 4 for t in (q, k, v)):
         return "query, key and value are not of rank 4"
-    if q.dtype not in _FLOATS or any(t.dtype != q.dtype for t in (k, v, out)):
+    dq, dk, dv = (cast_to or t.dtype for t in (q, k, v))
+    if dq not in _FLOATS or any(d != dq for d in (dk, dv, out.dtype)):
         return "query, key, value and output are not of one floating dtype"
     same = (_same(k.shape[0], q.shape[0]) and _same(v.shape[0], q.shape[0]) and _same(k.shape[1], q.shape[1])
             and _same(v.shape[1], q.shape[1]) and _same(k.shape[2], v.shape[2]) and _same(k.shape[3], q.shape[3]))
@@ -251,8 +291,8 @@ def _check(chain: _Chain) -> str | None:
         return "query, key and value disagree in batch, heads, key length or head size"
     if chain.added is not None:
         m = _value(chain.added)
-        widened = m is not None and m.dtype == torch.float32 and q.dtype in (torch.float16, torch.bfloat16)
-        if m is None or (m.dtype != q.dtype and not widened) or m.dim() > 4:
+        widened = m is not None and m.dtype == torch.float32 and dq in _LOW
+        if m is None or (m.dtype != dq and not widened) or m.dim() > 4:
             return "the mask is not a floating tensor of the query's dtype (or float32 for 16-bit queries)"
         if m.requires_grad:
             return "the mask requires grad (the fused kernel gives it none)"
@@ -292,14 +332,26 @@ def _fake(node: Any) -> Any:
     return _value(node) if isinstance(node, torch.fx.Node) else node
 
 
-def _replace(gm: torch.fx.GraphModule, chain: _Chain) -> None:
+def _cast(graph: torch.fx.Graph, node: torch.fx.Node, dtype: torch.dtype | None, made: dict) -> torch.fx.Node:
+    """node.to(dtype) on dynamo's graph (autocast's cast written out), once per node; node itself
+    when it already has that dtype or there is none to cast to."""
+    if dtype is None or _value(node).dtype == dtype:
+        return node
+    if node not in made:
+        made[node] = graph.call_method("to", (node, dtype))
+        _set_value(made[node], torch.Tensor.to, _value(node), dtype)
+    return made[node]
+
+
+def _replace(gm: torch.fx.GraphModule, chain: _Chain, cast_to: torch.dtype | None = None) -> None:
     graph = gm.graph
     aten_level = isinstance(chain.output.target, torch._ops.OpOverload)
     with graph.inserting_before(chain.output):
         mask = _attention_mask(graph, chain, aten_level)
         if mask is not None and mask not in (chain.added,):
             _set_value(mask, mask.target, *(_fake(a) for a in mask.args))
-        args = (chain.query, chain.key, chain.value)
+        made: dict = {}
+        args = tuple(_cast(graph, n, cast_to, made) for n in (chain.query, chain.key, chain.value))
         if aten_level:
             sdpa = graph.call_function(aten.scaled_dot_product_attention.default, (*args, mask, 0.0, False),
                                        {"scale": chain.scale})
@@ -332,11 +384,14 @@ def fuse_eager_attention(gm: torch.fx.GraphModule) -> int:
             if why is not None:
                 STATS.decline(why)
             continue
-        why = _check(chain)
+        cast_to = _autocast_dtype(chain)
+        why = _check(chain, cast_to)
         if why is not None:
             STATS.decline(why)
             continue
-        _replace(gm, chain)
+        _replace(gm, chain, cast_to)
+        if cast_to is not None:
+            STATS.autocast_casts += 1
         fused += 1
     if fused:
         gm.graph.lint()

@@ -58,8 +58,30 @@ def parse_model(model: ModelLike) -> onnx.ModelProto:
     return proto
 
 
+def _low_precision_bytes(t: TensorProto, what: str) -> np.ndarray:
+    """The bytes of a float8 (one per element) or packed 4-/2-bit tensor (onnx's packed layout, the
+    engine's too) as uint8: a view of raw_data, or int32_data's entries, one byte each."""
+    if t.HasField("raw_data"):
+        data = np.frombuffer(t.raw_data, dtype=np.uint8)
+    else:
+        data = np.asarray(t.int32_data, dtype=np.int64)
+        if data.size and (data.min() < -128 or data.max() > 255):
+            raise InvalidModelError(f"{what}: int32_data holds values outside one byte")
+        data = data.astype(np.uint8)
+    n = int(np.prod(tuple(t.dims), dtype=np.int64))
+    bits = dtypes.PACKED_BITS.get(t.data_type, 8)
+    expected = (n * bits + 7) // 8
+    if data.size != expected:
+        raise InvalidModelError(
+            f"{what}: holds {data.size} bytes but shape {list(t.dims)} of "
+            f"{dtypes.onnx_type_name(t.data_type)} needs {expected}"
+        )
+    return data
+
+
 def _tensor_to_array(t: TensorProto, what: str) -> tuple[np.ndarray, int]:
-    """A numpy view (no copy when stored as raw bytes) and the ONNX dtype it carries."""
+    """A numpy view (no copy when stored as raw bytes) and the ONNX dtype it carries. The low-precision
+    types come as uint8 bytes (packed for the 4-/2-bit types: see `tensor_data`)."""
     if t.data_type not in dtypes.SUPPORTED:
         raise NotImplementedOpError(
             f"{what}: tensor dtype {dtypes.onnx_type_name(t.data_type)} is not supported by the engine"
@@ -69,7 +91,11 @@ def _tensor_to_array(t: TensorProto, what: str) -> tuple[np.ndarray, int]:
     dims = tuple(t.dims)
     if t.data_type == TensorProto.STRING:
         return _string_tensor_to_array(t, dims, what), t.data_type
-    if t.data_type == TensorProto.BFLOAT16:
+    if t.data_type in dtypes.PACKED:
+        return _low_precision_bytes(t, what), t.data_type  # packed: the binding takes dims separately
+    if t.data_type in dtypes.FLOAT8:
+        arr = _low_precision_bytes(t, what)
+    elif t.data_type == TensorProto.BFLOAT16:
         if t.HasField("raw_data"):
             arr = np.frombuffer(t.raw_data, dtype=np.uint16)
         else:
@@ -126,7 +152,8 @@ def _attribute_value(node: onnx.NodeProto, a: AttributeProto):
     if a.type == AttributeProto.STRINGS:
         return list(a.strings)
     if a.type == AttributeProto.TENSOR:
-        return _tensor_to_array(a.t, what)
+        arr, dt = _tensor_to_array(a.t, what)
+        return arr, dt, list(a.t.dims)
     if a.type == AttributeProto.TYPE_PROTO:
         # (ONNX element type, dims, kind, optional), as _value_info reads a value's type.
         elem, dims, kind, optional = _type_proto(a.tp, what)
@@ -230,7 +257,7 @@ def build_graph(proto: onnx.ModelProto):
     init_names = set()
     for t in g.initializer:
         arr, dt = _tensor_to_array(t, f"initializer '{t.name}'")
-        b.add_initializer(t.name, arr, dt)
+        b.add_initializer(t.name, arr, dt, list(t.dims))
         init_names.add(t.name)
     if len(g.sparse_initializer):
         raise NotImplementedOpError("sparse initializers are not supported by the engine")

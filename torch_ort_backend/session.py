@@ -438,7 +438,15 @@ def _from_engine(t: "C.EngineTensor", as_torch: bool):
     if as_torch:
         import torch
 
-        return torch.from_dlpack(t)
+        if t.dtype in dtypes.PACKED:
+            raise InvalidArgumentError(
+                f"an output of type {dtypes.onnx_type_name(t.dtype)} has no torch equivalent the engine can "
+                "hand over; run with as_torch=False for an ml_dtypes numpy array"
+            )
+        return torch.from_dlpack(t)  # float8 types travel as DLPack's float8 codes
+    if t.dtype in dtypes.LOW_PRECISION_TO_NUMPY:
+        # One element per byte (the float8 bytes themselves; packed types unpacked), viewed as ml_dtypes.
+        return np.from_dlpack(t.unpacked_codes()).view(dtypes.LOW_PRECISION_TO_NUMPY[t.dtype])
     if t.dtype == dtypes.BFLOAT16:
         import ml_dtypes
         import torch

@@ -16,10 +16,32 @@ size_t DTypeSize(DType t) {
     case DType::kUInt16: return 2;
     case DType::kInt8:
     case DType::kUInt8:
-    case DType::kBool: return 1;
+    case DType::kBool:
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E4M3FNUZ:
+    case DType::kFloat8E5M2:
+    case DType::kFloat8E5M2FNUZ:
+    case DType::kFloat8E8M0: return 1;
     case DType::kString: return sizeof(std::string);
     default: return 0;
   }
+}
+
+int DTypeBits(DType t) {
+  switch (t) {
+    case DType::kUInt4:
+    case DType::kInt4:
+    case DType::kFloat4E2M1: return 4;
+    case DType::kUInt2:
+    case DType::kInt2: return 2;
+    default: return static_cast<int>(DTypeSize(t)) * 8;
+  }
+}
+
+size_t DTypeStorageBytes(DType t, int64_t n) {
+  if (n <= 0) return 0;
+  if (IsPackedDType(t)) return (static_cast<size_t>(n) * static_cast<size_t>(DTypeBits(t)) + 7) / 8;
+  return static_cast<size_t>(n) * DTypeSize(t);
 }
 
 const char* DTypeName(DType t) {
@@ -39,6 +61,16 @@ const char* DTypeName(DType t) {
     case DType::kUInt32: return "uint32";
     case DType::kUInt64: return "uint64";
     case DType::kBFloat16: return "bfloat16";
+    case DType::kFloat8E4M3FN: return "float8e4m3fn";
+    case DType::kFloat8E4M3FNUZ: return "float8e4m3fnuz";
+    case DType::kFloat8E5M2: return "float8e5m2";
+    case DType::kFloat8E5M2FNUZ: return "float8e5m2fnuz";
+    case DType::kUInt4: return "uint4";
+    case DType::kInt4: return "int4";
+    case DType::kFloat4E2M1: return "float4e2m1";
+    case DType::kFloat8E8M0: return "float8e8m0";
+    case DType::kUInt2: return "uint2";
+    case DType::kInt2: return "int2";
   }
   return "unknown";
 }
@@ -51,6 +83,17 @@ bool IsSignedInteger(DType t) {
 }
 bool IsUnsignedInteger(DType t) {
   return t == DType::kUInt8 || t == DType::kUInt16 || t == DType::kUInt32 || t == DType::kUInt64;
+}
+bool IsPackedDType(DType t) {
+  return t == DType::kUInt4 || t == DType::kInt4 || t == DType::kFloat4E2M1 || t == DType::kUInt2 || t == DType::kInt2;
+}
+bool IsFloat8(DType t) {
+  return t == DType::kFloat8E4M3FN || t == DType::kFloat8E4M3FNUZ || t == DType::kFloat8E5M2 ||
+         t == DType::kFloat8E5M2FNUZ;
+}
+bool IsLowPrecision(DType t) {
+  const int32_t code = static_cast<int32_t>(t);
+  return code >= 17 && code <= 26;
 }
 
 DType DTypeFromOnnx(int32_t code) {
@@ -68,7 +111,17 @@ DType DTypeFromOnnx(int32_t code) {
     case 11:
     case 12:
     case 13:
-    case 16: return static_cast<DType>(code);
+    case 16:
+    case 17:
+    case 18:
+    case 19:
+    case 20:
+    case 21:
+    case 22:
+    case 23:
+    case 24:
+    case 25:
+    case 26: return static_cast<DType>(code);
     default: return DType::kUndefined;
   }
 }
@@ -90,6 +143,17 @@ const std::vector<DType>& NumericTypes() {
   }();
   return v;
 }
+std::vector<DType> LowPrecisionTypesAt(int opset) {
+  std::vector<DType> r;
+  if (opset >= 19)
+    r.insert(r.end(), {DType::kFloat8E4M3FN, DType::kFloat8E4M3FNUZ, DType::kFloat8E5M2, DType::kFloat8E5M2FNUZ});
+  if (opset >= 21) r.insert(r.end(), {DType::kUInt4, DType::kInt4});
+  if (opset >= 23) r.push_back(DType::kFloat4E2M1);
+  if (opset >= 24) r.push_back(DType::kFloat8E8M0);
+  if (opset >= 25) r.insert(r.end(), {DType::kUInt2, DType::kInt2});
+  return r;
+}
+
 const std::vector<DType>& AllTypes() {
   static const std::vector<DType> v = [] {
     std::vector<DType> r = NumericTypes();

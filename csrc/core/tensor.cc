@@ -3,6 +3,8 @@
 #include <cstring>
 #include <new>
 
+#include "core/low_precision.h"
+
 namespace tob {
 
 int64_t NumElements(const Shape& shape) {
@@ -54,7 +56,7 @@ StatusOr<Tensor> Tensor::Allocate(DType dtype, const Shape& shape, const std::sh
       return InvalidArgument("string tensors live in host memory; cannot allocate one on ", allocator->name());
     return AllocateStrings(shape);
   }
-  size_t bytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
+  const size_t bytes = DTypeStorageBytes(dtype, NumElements(shape));
   auto buffer = AllocateBuffer(allocator, bytes);
   if (!buffer)
     return Status(StatusCode::kOutOfMemory,
@@ -76,6 +78,22 @@ void CopyTensorData(const Tensor& src, Tensor& dst) {
 }
 
 double Tensor::ElementAsDouble(int64_t i) const {
+  if (IsLowPrecision(dtype_)) {
+    const uint8_t* bytes = data<uint8_t>();
+    switch (dtype_) {
+      case DType::kFloat8E4M3FN: return Float8ToFloat(bytes[i], Float8Kind::kE4M3FN);
+      case DType::kFloat8E4M3FNUZ: return Float8ToFloat(bytes[i], Float8Kind::kE4M3FNUZ);
+      case DType::kFloat8E5M2: return Float8ToFloat(bytes[i], Float8Kind::kE5M2);
+      case DType::kFloat8E5M2FNUZ: return Float8ToFloat(bytes[i], Float8Kind::kE5M2FNUZ);
+      case DType::kFloat8E8M0: return Float8E8M0ToFloat(bytes[i]);
+      case DType::kFloat4E2M1: return Float4E2M1ToFloat(LoadPackedCode(bytes, i, 4));
+      case DType::kUInt4: return LoadPackedCode(bytes, i, 4);
+      case DType::kInt4: return SignExtendCode(LoadPackedCode(bytes, i, 4), 4);
+      case DType::kUInt2: return LoadPackedCode(bytes, i, 2);
+      case DType::kInt2: return SignExtendCode(LoadPackedCode(bytes, i, 2), 2);
+      default: break;
+    }
+  }
   double v = 0;
   bool ok =
       DispatchDType<float, double, Float16, BFloat16, int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t,

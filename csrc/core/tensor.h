@@ -43,7 +43,7 @@ class Tensor {
   int64_t rank() const { return static_cast<int64_t>(shape_.size()); }
   int64_t dim(int64_t i) const { return shape_[i < 0 ? i + rank() : i]; }
   int64_t numel() const { return NumElements(shape_); }
-  size_t nbytes() const { return static_cast<size_t>(numel()) * DTypeSize(dtype_); }
+  size_t nbytes() const { return DTypeStorageBytes(dtype_, numel()); }
   Device device() const { return buffer_ ? buffer_->device() : Device{}; }
   const std::shared_ptr<Buffer>& buffer() const { return buffer_; }
   size_t byte_offset() const { return offset_; }
@@ -64,8 +64,8 @@ class Tensor {
   // Whether both tensors start at the same address (aliasing check).
   bool SharesDataWith(const Tensor& other) const { return raw_data() == other.raw_data(); }
 
-  // Reads element i (any numeric dtype) as double / int64; used by shape functions on small
-  // constant tensors (shapes, axes, pads), never in hot loops.
+  // Reads element i (any numeric dtype, the low-precision ones decoded) as double / int64; used by
+  // shape functions on small constant tensors (shapes, axes, pads) and tests, never in hot loops.
   double ElementAsDouble(int64_t i) const;
   int64_t ElementAsInt64(int64_t i) const;
   std::vector<int64_t> ToInt64Vector() const;

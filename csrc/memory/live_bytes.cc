@@ -19,20 +19,39 @@ void LiveBytes::Exclude(const Tensor& t) {
 void LiveBytes::Hold(const Tensor& t, const std::vector<const Tensor*>& step_inputs, const RunAllocator& run_alloc) {
   const Buffer* b = t.buffer().get();
   if (b == nullptr || excluded_.count(b) != 0) return;
-  auto it = counted_.find(b);
-  if (it != counted_.end()) {
+  if (auto view = views_.find(b); view != views_.end()) {
+    ++view->second.holders;
+    ++counted_.at(view->second.owner).holders;
+    return;
+  }
+  if (auto it = counted_.find(b); it != counted_.end()) {
     ++it->second.holders;
     return;
   }
   if (run_alloc.Serves(b->data())) return;
-  for (const Tensor* in : step_inputs)
-    if (in != nullptr && in->buffer() && SharesMemory(*b, *in->buffer())) return;
+  for (const Tensor* in : step_inputs) {
+    if (in == nullptr || !in->buffer() || !SharesMemory(*b, *in->buffer())) continue;
+    // A view of a step input: of the caller's memory or the run allocator's (not counted here), or
+    // of a counted buffer, which this tensor then keeps alive too.
+    const Buffer* viewed = in->buffer().get();
+    if (auto v = views_.find(viewed); v != views_.end()) viewed = v->second.owner;
+    if (auto owner = counted_.find(viewed); owner != counted_.end()) {
+      views_[b] = View{viewed, 1};
+      ++owner->second.holders;
+    }
+    return;
+  }
   counted_[b] = Counted{b->bytes(), 1};
   live_ += b->bytes();
 }
 
 void LiveBytes::Release(const Tensor& t) {
-  auto it = counted_.find(t.buffer().get());
+  const Buffer* key = t.buffer().get();
+  if (auto view = views_.find(key); view != views_.end()) {
+    key = view->second.owner;
+    if (--view->second.holders == 0) views_.erase(view);
+  }
+  auto it = counted_.find(key);
   if (it == counted_.end() || --it->second.holders > 0) return;
   live_ -= it->second.bytes;
   counted_.erase(it);

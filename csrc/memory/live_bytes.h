@@ -18,7 +18,10 @@ class LiveBytes {
   // Memory of graph inputs, bound states and constants: the caller's, never counted.
   void Exclude(const Tensor& t);
   // A step put `t` in a slot. Counted once per buffer, however many slots hold it; not counted
-  // when the run allocator serves it, or when it views memory of the step's inputs.
+  // when the run allocator serves it or when it views memory of the caller's (an input that is not
+  // donated). A tensor a kernel made as a view of a counted one (an ATen node's view of a donated
+  // input or of another kernel's output, in a Buffer of its own) holds that one's count: the
+  // memory stays until the last of them is released.
   void Hold(const Tensor& t, const std::vector<const Tensor*>& step_inputs, const RunAllocator& run_alloc);
   // A slot holding `t` was released.
   void Release(const Tensor& t);
@@ -29,7 +32,12 @@ class LiveBytes {
     size_t bytes = 0;
     int holders = 0;
   };
+  struct View {
+    const Buffer* owner = nullptr;  // the counted buffer it views
+    int holders = 0;                // slots holding the view (each also holds a count of the owner)
+  };
   std::unordered_map<const Buffer*, Counted> counted_;
+  std::unordered_map<const Buffer*, View> views_;
   std::unordered_set<const Buffer*> excluded_;
   size_t live_ = 0;
 };

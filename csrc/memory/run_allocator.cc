@@ -28,6 +28,10 @@ void* RunAllocator::Alloc(size_t bytes) {
   live_bytes_ += bytes;
   peak_bytes_ = std::max(peak_bytes_, live_bytes_);
   window_peak_bytes_ = std::max(window_peak_bytes_, live_bytes_);
+  if (from_base) {
+    base_live_bytes_ += bytes;
+    base_window_peak_bytes_ = std::max(base_window_peak_bytes_, base_live_bytes_);
+  }
   return p;
 }
 
@@ -39,7 +43,10 @@ void RunAllocator::Free(void* p) {
   // operator of an ATen node that holds its input, as gloo's collectives do): the trace is gone and
   // already counts it live to the end; only the memory goes back.
   if (plan_ == nullptr && it->second.index < trace_.size()) trace_[it->second.index].last = now;
-  if (it->second.from_base) base_->Free(p);
+  if (it->second.from_base) {
+    base_->Free(p);
+    base_live_bytes_ -= it->second.bytes;
+  }
   live_bytes_ -= it->second.bytes;
   live_.erase(it);
 }

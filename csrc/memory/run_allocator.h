@@ -40,8 +40,14 @@ class RunAllocator final : public Allocator {
   size_t live_bytes() const { return live_bytes_; }
   size_t peak_bytes() const { return peak_bytes_; }
   // The most bytes live since the last StartWindow() (one step of a run).
-  void StartWindow() { window_peak_bytes_ = live_bytes_; }
+  void StartWindow() {
+    window_peak_bytes_ = live_bytes_;
+    base_window_peak_bytes_ = base_live_bytes_;
+  }
   size_t window_peak_bytes() const { return window_peak_bytes_; }
+  // The same for the allocations `base` served (all of them in dynamic mode; in planned mode, the
+  // ones the plan did not cover): memory of the process's besides the arena.
+  size_t base_window_peak_bytes() const { return base_window_peak_bytes_; }
   // Whether `p` is an allocation this allocator made and has not freed.
   bool Serves(const void* p) const { return live_.count(const_cast<void*>(p)) != 0; }
   // Allocations in planned mode that did not match the plan (served by `base`).
@@ -65,6 +71,8 @@ class RunAllocator final : public Allocator {
   size_t live_bytes_ = 0;
   size_t peak_bytes_ = 0;
   size_t window_peak_bytes_ = 0;
+  size_t base_live_bytes_ = 0;
+  size_t base_window_peak_bytes_ = 0;
   int64_t plan_misses_ = 0;
 };
 

@@ -6,12 +6,25 @@ namespace tob {
 
 namespace {
 
-Status CheckSaturate(InferenceContext& ctx) {
-  // Only float8 targets saturate, and they are not supported; the value must still be 0 or 1.
+// 'saturate' (float8 and float8e8m0 targets) is 0 or 1; 'round_mode' (float8e8m0 targets, opset
+// 24 on) is up, down or nearest.
+Status CheckSaturateAndRoundMode(InferenceContext& ctx) {
   int64_t saturate = 1;
   TOB_RETURN_IF_ERROR(ctx.node().GetAttr("saturate", &saturate, 1));
   if (saturate != 0 && saturate != 1) return ctx.Fail("attribute 'saturate' must be 0 or 1, got ", saturate);
+  std::string mode = "up";
+  TOB_RETURN_IF_ERROR(ctx.node().GetAttr("round_mode", &mode, std::string("up")));
+  if (mode != "up" && mode != "down" && mode != "nearest")
+    return ctx.Fail("attribute 'round_mode' must be up, down or nearest, got '", mode, "'");
   return Status::OK();
+}
+
+// A low-precision type exists from the opset that added it (LowPrecisionTypesAt).
+Status CheckTypeAtOpset(InferenceContext& ctx, DType dtype, const char* what) {
+  if (!IsLowPrecision(dtype)) return Status::OK();
+  for (DType t : LowPrecisionTypesAt(ctx.opset()))
+    if (t == dtype) return Status::OK();
+  return ctx.Fail(what, " ", DTypeName(dtype), " is not a type of opset ", ctx.opset());
 }
 
 Status InferCast(InferenceContext& ctx) {
@@ -19,12 +32,13 @@ Status InferCast(InferenceContext& ctx) {
   TOB_RETURN_IF_ERROR(ctx.node().GetAttr("to", &to));
   DType dtype = DTypeFromOnnx(static_cast<int32_t>(to));
   if (dtype == DType::kUndefined) return ctx.Fail("attribute 'to' = ", to, " is not a supported element type");
-  TOB_RETURN_IF_ERROR(CheckSaturate(ctx));
+  TOB_RETURN_IF_ERROR(CheckTypeAtOpset(ctx, dtype, "attribute 'to' ="));
+  TOB_RETURN_IF_ERROR(CheckSaturateAndRoundMode(ctx));
   return InferUnaryWithType(ctx, dtype);
 }
 
 Status InferCastLike(InferenceContext& ctx) {
-  TOB_RETURN_IF_ERROR(CheckSaturate(ctx));
+  TOB_RETURN_IF_ERROR(CheckSaturateAndRoundMode(ctx));
   return InferUnaryWithType(ctx, ctx.input_type(1)->dtype);
 }
 

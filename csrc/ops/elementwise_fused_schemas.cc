@@ -1,7 +1,7 @@
 // ai.tob FusedElementwise: the schema and the program reader (ops/fused_elementwise_program.h).
 // The node's outputs all have the broadcast shape of its inputs: every node of the fused group had
 // that one shape (optimizer/elementwise_fusion.cc only fuses nodes of one output shape, and each
-// input of the group broadcasts onto it).
+// input of the group broadcasts onto it); each output has its register's type.
 #include <iterator>
 
 #include "core/domain.h"
@@ -29,6 +29,7 @@ constexpr OpEntry kOps[] = {
     {"Sigmoid", FusedOpCode::kSigmoid, 1, true},   {"Erf", FusedOpCode::kErf, 1, true},
     {"Relu", FusedOpCode::kRelu, 1, false},        {"Gelu", FusedOpCode::kGelu, 1, true},
     {"GeluTanh", FusedOpCode::kGeluTanh, 1, true}, {"Where", FusedOpCode::kWhere, 3, false},
+    {"Cast", FusedOpCode::kCast, 1, false},
 };
 
 constexpr bool TableFollowsTheEnum() {
@@ -52,13 +53,13 @@ Status InferFusedElementwise(InferenceContext& ctx) {
     return ctx.Fail("the program reads ", program.num_inputs, " inputs, the node has ", ctx.num_inputs());
   for (int i = 0; i < ctx.num_inputs(); ++i) {
     if (!ctx.has_input(i)) return ctx.Fail("input ", i, " is missing");
-    const DType expected = program.is_condition[i] ? DType::kBool : DType::kFloat32;
+    const DType expected = program.types[i];
     if (ctx.input_type(i)->dtype != expected)
       return ctx.Fail("input ", i, " has type ", DTypeName(ctx.input_type(i)->dtype), ", expected ",
                       DTypeName(expected));
   }
   TOB_ASSIGN_OR_RETURN(std::optional<Dims> dims, BroadcastAll(ctx, 0));
-  for (int o = 0; o < ctx.num_outputs(); ++o) ctx.set_output(o, ValueType(DType::kFloat32, dims));
+  for (int o = 0; o < ctx.num_outputs(); ++o) ctx.set_output(o, ValueType(program.types[program.outputs[o]], dims));
   return Status::OK();
 }
 
@@ -73,6 +74,12 @@ std::optional<FusedOpCode> FusedOpCodeOf(const Node& node) {
   if (!domain.empty()) return std::nullopt;
   const OpEntry* e = FindEntry(node.op_type());
   if (e == nullptr) return std::nullopt;
+  if (e->code == FusedOpCode::kCast) {
+    int64_t to = 0;
+    if (!node.GetAttr("to", &to).ok() || !IsFusedFloatType(DTypeFromOnnx(static_cast<int32_t>(to))))
+      return std::nullopt;
+    return e->code;
+  }
   // Opset <= 6 arithmetic with broadcast=1 aligns B the legacy way, not numpy's.
   if (node.FindAttribute("broadcast") != nullptr) return std::nullopt;
   if (e->code == FusedOpCode::kGeluTanh) return std::nullopt;
@@ -89,12 +96,47 @@ int FusedOpArity(FusedOpCode code) { return Entry(code).arity; }
 const char* FusedOpName(FusedOpCode code) { return Entry(code).name; }
 bool FusedOpIsExpensive(FusedOpCode code) { return Entry(code).expensive; }
 
+namespace {
+
+// The program's register types: `types` when the node has it, else float32 everywhere but the
+// conditions; then every instruction's operands are checked against its result's type.
+Status ReadRegisterTypes(const Node& node, bool typed, const std::vector<int64_t>& types, int registers,
+                         FusedProgram* p) {
+  auto fail = [&](auto&&... args) { return InvalidModel(node.Describe(), ": ", args...); };
+  if (typed && static_cast<int>(types.size()) != registers)
+    return fail("'types' must hold one element type per register (", registers, "), got ", types.size());
+  p->types.resize(registers);
+  for (int r = 0; r < registers; ++r) {
+    const bool condition = r < p->num_inputs && p->is_condition[r];
+    const DType want_default = condition ? DType::kBool : DType::kFloat32;
+    const DType t = typed ? DTypeFromOnnx(static_cast<int32_t>(types[r])) : want_default;
+    if (condition ? t != DType::kBool : !IsFusedFloatType(t))
+      return fail("register ", r, " has type ", typed ? types[r] : 0, " (", DTypeName(t), "), expected ",
+                  condition ? "bool (a Where condition)" : "float32, float16 or bfloat16");
+    p->types[r] = t;
+  }
+  for (size_t k = 0; k < p->code.size(); ++k) {
+    const FusedInstruction& ins = p->code[k];
+    if (ins.code == FusedOpCode::kCast) continue;  // any float type to any
+    const DType result = p->types[p->num_inputs + k];
+    for (int j = ins.code == FusedOpCode::kWhere ? 1 : 0; j < ins.arity; ++j)
+      if (p->types[ins.src[j]] != result)
+        return fail("instruction ", k, " (", FusedOpName(ins.code), ") computes ", DTypeName(result), " but operand ",
+                    j, " (register ", ins.src[j], ") is ", DTypeName(p->types[ins.src[j]]));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
 StatusOr<FusedProgram> ReadFusedProgram(const Node& node) {
   std::vector<std::string> ops;
-  std::vector<int64_t> operands, outputs;
+  std::vector<int64_t> operands, outputs, types;
   TOB_RETURN_IF_ERROR(node.GetAttr("ops", &ops));
   TOB_RETURN_IF_ERROR(node.GetAttr("operands", &operands));
   TOB_RETURN_IF_ERROR(node.GetAttr("outputs", &outputs));
+  const bool typed = node.FindAttribute("types") != nullptr;
+  if (typed) TOB_RETURN_IF_ERROR(node.GetAttr("types", &types));
   auto fail = [&](auto&&... args) { return InvalidModel(node.Describe(), ": ", args...); };
   FusedProgram p;
   p.num_inputs = static_cast<int>(node.inputs().size());
@@ -132,8 +174,9 @@ StatusOr<FusedProgram> ReadFusedProgram(const Node& node) {
   }
   for (int i = 0; i < p.num_inputs; ++i)
     if (p.is_condition[i] && read_as_float[i])
-      return fail("input ", i, " is read both as a bool condition and as a float32 operand");
+      return fail("input ", i, " is read both as a bool condition and as a float operand");
   const int registers = p.num_inputs + static_cast<int>(ops.size());
+  TOB_RETURN_IF_ERROR(ReadRegisterTypes(node, typed, types, registers, &p));
   for (int64_t r : outputs) {
     if (r < p.num_inputs || r >= registers)
       return fail("output register ", r, " is not an instruction's result (", p.num_inputs, "..", registers - 1, ")");

@@ -1,14 +1,21 @@
 // The program of an ai.tob FusedElementwise node: what optimizer/elementwise_fusion.cc writes and
 // providers/cpu/elementwise/fused_elementwise.cc runs. One node replaces a connected group of
-// float32 elementwise nodes of one output shape, so the group reads its inputs and writes its
-// outputs once instead of a full tensor per node.
+// elementwise nodes of one output shape (float32, float16, bfloat16 and the Casts between them), so
+// the group reads its inputs and writes its outputs once instead of a full tensor per node.
 //
 // Attributes:
-//   ops       strings, one per instruction: the ONNX op it computes ("Mul", "Sigmoid", "Where").
+//   ops       strings, one per instruction: the ONNX op it computes ("Mul", "Sigmoid", "Where",
+//             "Cast").
 //   operands  ints, 3 per instruction: registers read (-1 past the op's arity). Registers
 //             0..num_inputs-1 are the node's inputs; num_inputs + k is instruction k's result.
 //   outputs   ints, one per node output: the register it holds.
-// Every register is float32 except inputs read only as Where's condition (bool).
+//   types     ints, optional: the ONNX element type of every register (inputs, then instructions):
+//             float32, float16 or bfloat16, bool for Where's conditions. Absent: every register is
+//             float32 except the conditions (bool). A Cast's target is its register's type.
+// Every instruction computes in float32, as the unfused 16-bit kernels do: its operands widened
+// (exactly), the op's float32 math, the result rounded once to its register's type (to nearest
+// even). So a register of a 16-bit type always holds a value that type can represent, and the
+// fused node's outputs equal the unfused graph's bit for bit.
 #pragma once
 
 #include <array>
@@ -46,6 +53,7 @@ enum class FusedOpCode : int {
   kGelu,
   kGeluTanh,  // unary
   kWhere,     // Where(bool condition, x, y)
+  kCast,      // Cast between float32, float16 and bfloat16: the target is the result register's type
 };
 
 struct FusedInstruction {
@@ -60,10 +68,17 @@ struct FusedProgram {
   std::vector<int> outputs;
   // Registers read as Where's condition (bool inputs).
   std::vector<bool> is_condition;
+  // Every register's type (inputs, then instructions): float32, float16 or bfloat16; bool for the
+  // conditions.
+  std::vector<DType> types;
 };
 
-// The instruction computing `node` on float32; nullopt when it has none. Gelu with
-// approximate="tanh" is the instruction "GeluTanh" (a name no ONNX op has).
+// The register types a fused program can hold besides the bool conditions.
+inline bool IsFusedFloatType(DType t) { return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16; }
+
+// The instruction computing `node` (its types are the pass's to check); nullopt when it has none.
+// Gelu with approximate="tanh" is the instruction "GeluTanh" (a name no ONNX op has); a Cast is one
+// only when its target is float32, float16 or bfloat16.
 std::optional<FusedOpCode> FusedOpCodeOf(const Node& node);
 int FusedOpArity(FusedOpCode code);
 const char* FusedOpName(FusedOpCode code);
@@ -71,7 +86,8 @@ const char* FusedOpName(FusedOpCode code);
 bool FusedOpIsExpensive(FusedOpCode code);
 
 // Reads and checks a FusedElementwise node's program (arity, registers defined before use, Where
-// conditions only on inputs); InvalidModel naming the node and the instruction otherwise.
+// conditions only on inputs, register types: every operand of an instruction other than Cast of
+// its result's type); InvalidModel naming the node and the instruction otherwise.
 StatusOr<FusedProgram> ReadFusedProgram(const Node& node);
 
 }  // namespace tob

@@ -1,4 +1,4 @@
-// MatMul and Gemm.
+// MatMul, Gemm, MatMulInteger and QLinearMatMul.
 #include "ops/gemm_attributes.h"
 #include "ops/op_schema.h"
 
@@ -15,12 +15,12 @@ Status CheckSameDType(InferenceContext& ctx, int i, int j) {
   return Status::OK();
 }
 
-Status InferMatMul(InferenceContext& ctx) {
-  TOB_RETURN_IF_ERROR(CheckSameDType(ctx, 0, 1));
-  const ValueType& a = *ctx.input_type(0);
-  const ValueType& b = *ctx.input_type(1);
+// numpy matmul of inputs a_i and b_i, the output typed `out_dtype`.
+Status InferMatMulShape(InferenceContext& ctx, int a_i, int b_i, DType out_dtype) {
+  const ValueType& a = *ctx.input_type(a_i);
+  const ValueType& b = *ctx.input_type(b_i);
   if (!a.has_rank() || !b.has_rank()) {
-    ctx.set_output(0, ValueType(a.dtype, std::nullopt));
+    ctx.set_output(0, ValueType(out_dtype, std::nullopt));
     return Status::OK();
   }
   if (a.rank() == 0 || b.rank() == 0)
@@ -38,8 +38,27 @@ Status InferMatMul(InferenceContext& ctx) {
   TOB_ASSIGN_OR_RETURN(Dims out, BroadcastDims(ctx, a_batch, b_batch));
   if (!a_vector) out.push_back(ad[ad.size() - 2]);
   if (!b_vector) out.push_back(bd.back());
-  ctx.set_output(0, ValueType(a.dtype, out));
+  ctx.set_output(0, ValueType(out_dtype, out));
   return Status::OK();
+}
+
+Status InferMatMul(InferenceContext& ctx) {
+  TOB_RETURN_IF_ERROR(CheckSameDType(ctx, 0, 1));
+  return InferMatMulShape(ctx, 0, 1, ctx.input_type(0)->dtype);
+}
+
+// MatMulInteger (A, B, a_zero_point?, b_zero_point?) -> int32; QLinearMatMul (a, a_scale,
+// a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point) -> y_zero_point's type. A zero
+// point has its operand's type; their shapes are checked by the kernels.
+Status InferMatMulInteger(InferenceContext& ctx) {
+  if (ctx.has_input(2)) TOB_RETURN_IF_ERROR(CheckSameDType(ctx, 0, 2));
+  if (ctx.has_input(3)) TOB_RETURN_IF_ERROR(CheckSameDType(ctx, 1, 3));
+  return InferMatMulShape(ctx, 0, 1, DType::kInt32);
+}
+Status InferQLinearMatMul(InferenceContext& ctx) {
+  TOB_RETURN_IF_ERROR(CheckSameDType(ctx, 0, 2));
+  TOB_RETURN_IF_ERROR(CheckSameDType(ctx, 3, 5));
+  return InferMatMulShape(ctx, 0, 3, ctx.input_type(7)->dtype);
 }
 
 Status InferGemm(InferenceContext& ctx) {
@@ -82,6 +101,8 @@ Status InferGemm(InferenceContext& ctx) {
 void RegisterNnMatMulSchemas(OpSchemaRegistry& registry) {
   registry.Register(OpSchema{"", "MatMul", 2, 2, 1, 1, InferMatMul});
   registry.Register(OpSchema{"", "Gemm", 2, 3, 1, 1, InferGemm});
+  registry.Register(OpSchema{"", "MatMulInteger", 2, 4, 1, 1, InferMatMulInteger});
+  registry.Register(OpSchema{"", "QLinearMatMul", 8, 8, 1, 1, InferQLinearMatMul});
 }
 
 }  // namespace tob

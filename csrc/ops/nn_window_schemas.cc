@@ -1,5 +1,5 @@
-// Sliding-window ops: Conv, ConvTranspose, DeformConv, MaxPool, AveragePool, LpPool, the global pools,
-// MaxUnpool and Col2Im.
+// Sliding-window ops: Conv, ConvTranspose, ConvInteger, QLinearConv, DeformConv, MaxPool, AveragePool,
+// LpPool, the global pools, MaxUnpool and Col2Im.
 #include <optional>
 
 #include "ops/nn_window_attributes.h"
@@ -40,15 +40,20 @@ std::vector<int64_t> WeightKernelDims(const Dims& w) {
   return k;
 }
 
-Status InferConvLike(InferenceContext& ctx, bool transposed) {
-  const ValueType& x = *ctx.input_type(0);
-  const ValueType& w = *ctx.input_type(1);
-  if (w.dtype != x.dtype) return ctx.Fail("W has dtype ", DTypeName(w.dtype), ", X has ", DTypeName(x.dtype));
+// The convolutions' output: X (input x_i) [N, C, spatial...], W (input w_i), the optional bias
+// (input b_i, -1 for none); the output typed `out_dtype`. X and W share one type unless the op
+// allows mixed ones (the integer convolutions).
+Status InferConvShape(InferenceContext& ctx, int x_i, int w_i, int b_i, DType out_dtype, bool transposed,
+                      bool same_type) {
+  const ValueType& x = *ctx.input_type(x_i);
+  const ValueType& w = *ctx.input_type(w_i);
+  if (same_type && w.dtype != x.dtype)
+    return ctx.Fail("W has dtype ", DTypeName(w.dtype), ", X has ", DTypeName(x.dtype));
   TOB_RETURN_IF_ERROR(CheckImageRank(ctx, x));
   TOB_ASSIGN_OR_RETURN(WindowAttributes attrs, WindowAttributes::Read(ctx.node()));
   if (!x.has_rank() || !w.has_rank()) {
     ctx.set_output(
-        0, ValueType(x.dtype, x.has_rank() ? std::optional<Dims>(Dims(x.rank(), Dim::Unknown())) : std::nullopt));
+        0, ValueType(out_dtype, x.has_rank() ? std::optional<Dims>(Dims(x.rank(), Dim::Unknown())) : std::nullopt));
     return Status::OK();
   }
   const Dims& xd = *x.shape;
@@ -72,7 +77,7 @@ Status InferConvLike(InferenceContext& ctx, bool transposed) {
     if (wd[0].is_known() && wd[0].value % group != 0)
       return ctx.Fail("W output channels (", wd[0].value, ") are not divisible by group (", group, ")");
   }
-  if (const ValueType* b = ctx.input_type(2); b && b->has_rank()) {
+  if (const ValueType* b = b_i >= 0 ? ctx.input_type(b_i) : nullptr; b && b->has_rank()) {
     if (b->rank() != 1) return ctx.Fail("bias B must be 1-D, got ", b->ToString());
     const Dim& bd = (*b->shape)[0];
     if (bd.is_known() && out_channels.is_known() && bd.value != out_channels.value)
@@ -83,8 +88,22 @@ Status InferConvLike(InferenceContext& ctx, bool transposed) {
   TOB_ASSIGN_OR_RETURN(Dims spatial, SpatialOutputDims(ctx, resolved, xd, transposed));
   Dims out{xd[0], out_channels};
   out.insert(out.end(), spatial.begin(), spatial.end());
-  ctx.set_output(0, ValueType(x.dtype, out));
+  ctx.set_output(0, ValueType(out_dtype, out));
   return Status::OK();
+}
+
+Status InferConvLike(InferenceContext& ctx, bool transposed) {
+  return InferConvShape(ctx, 0, 1, 2, ctx.input_type(0)->dtype, transposed, true);
+}
+
+// ConvInteger (x, w, x_zero_point?, w_zero_point?) -> int32; QLinearConv (x, x_scale, x_zero_point,
+// w, w_scale, w_zero_point, y_scale, y_zero_point, B?) -> y_zero_point's type. Zero points and
+// scales are checked by the kernels (one value, or one per output channel for w's).
+Status InferConvInteger(InferenceContext& ctx) { return InferConvShape(ctx, 0, 1, -1, DType::kInt32, false, false); }
+Status InferQLinearConv(InferenceContext& ctx) {
+  if (ctx.input_type(8) != nullptr && ctx.input_type(8)->dtype != DType::kInt32)
+    return ctx.Fail("the bias B must be int32, got ", DTypeName(ctx.input_type(8)->dtype));
+  return InferConvShape(ctx, 0, 3, 8, ctx.input_type(7)->dtype, false, false);
 }
 
 Status InferPool(InferenceContext& ctx) {
@@ -267,6 +286,8 @@ void RegisterNnWindowSchemas(OpSchemaRegistry& registry) {
       OpSchema{kMicrosoftDomain, "FusedConv", 2, 4, 1, 1, [](InferenceContext& c) { return InferConvLike(c, false); }});
   registry.Register(
       OpSchema{"", "ConvTranspose", 2, 3, 1, 1, [](InferenceContext& c) { return InferConvLike(c, true); }});
+  registry.Register(OpSchema{"", "ConvInteger", 2, 4, 1, 1, InferConvInteger});
+  registry.Register(OpSchema{"", "QLinearConv", 8, 9, 1, 1, InferQLinearConv});
   registry.Register(OpSchema{"", "MaxPool", 1, 1, 1, 2, InferPool});
   registry.Register(OpSchema{"", "AveragePool", 1, 1, 1, 1, InferPool});
   registry.Register(OpSchema{"", "GlobalAveragePool", 1, 1, 1, 1, InferGlobalPool});

@@ -92,7 +92,7 @@ std::optional<std::vector<Tensor>> Evaluate(const Graph& graph, const PassContex
   for (const ValueType& t : ictx.output_types()) {
     std::optional<Shape> shape = t.shape ? ConcreteShape(*t.shape) : std::nullopt;
     if (!shape || t.dtype == DType::kUndefined || t.dtype == DType::kString) return std::nullopt;
-    out_bytes += static_cast<size_t>(NumElements(*shape)) * DTypeSize(t.dtype);
+    out_bytes += DTypeStorageBytes(t.dtype, NumElements(*shape));
     shapes.push_back(std::move(*shape));
   }
   if (out_bytes > in_bytes + kMaxFoldGrowthBytes && !FeedsOnlyParameterSlots(node)) return std::nullopt;

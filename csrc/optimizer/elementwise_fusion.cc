@@ -1,8 +1,11 @@
-// Elementwise fusion: connected groups of float32 elementwise nodes of one output shape become one
-// ai.tob FusedElementwise node (ops/fused_elementwise_program.h), which the CPU kernel runs as one
-// loop over memory (providers/cpu/elementwise/fused_elementwise.cc). RMSNorm's scaling, RoPE's
-// rotations, SiLU/GELU and their gradients, bias + activation and residual adds otherwise read
-// and write a full tensor per node.
+// Elementwise fusion: connected groups of elementwise nodes of one output shape (float32, float16,
+// bfloat16, and the Casts between them) become one ai.tob FusedElementwise node
+// (ops/fused_elementwise_program.h), which the CPU kernel runs as one loop over memory
+// (providers/cpu/elementwise/fused_elementwise.cc). RMSNorm's scaling, RoPE's rotations, SiLU/GELU
+// and their gradients, bias + activation and residual adds otherwise read and write a full tensor
+// per node; under autocast each also sits between Casts (a bfloat16 GEMM's output widened for a
+// float32 residual add, GPT-2's tanh GELU written out in ten bfloat16 nodes). The kernel rounds
+// every 16-bit result as the unfused kernel stores it, so fusing changes no value.
 //
 // Groups are grown greedily in topological order: a fusible node joins the group of a fusible
 // producer, and the groups of its other producers are merged in, when
@@ -38,18 +41,23 @@ bool HasStaticOrSymbolicShape(const Value* v) {
   return true;
 }
 
-// A float32 elementwise node the kernel can compute: its output is then one register.
+// An elementwise node the kernel can compute: its output is then one register. Its operands have
+// its output's type (the ONNX ops' single T; Where's condition is bool), except a Cast's, which may
+// be any of float32, float16 and bfloat16.
 bool IsFusible(const Node& n, const KeptValues& kept) {
   const std::optional<FusedOpCode> code = FusedOpCodeOf(n);
   if (!code || n.outputs().size() != 1 || static_cast<int>(n.inputs().size()) != FusedOpArity(*code)) return false;
   const Value* y = n.output(0);
-  if (y->type().dtype != DType::kFloat32 || !HasStaticOrSymbolicShape(y)) return false;
+  const DType t = y->type().dtype;
+  if (!IsFusedFloatType(t) || !HasStaticOrSymbolicShape(y)) return false;
   if (!y->is_graph_output() && kept.Contains(y)) return false;
   for (size_t j = 0; j < n.inputs().size(); ++j) {
     const Value* x = n.input(j);
     if (x == nullptr || !x->type().shape) return false;
-    const DType want = *code == FusedOpCode::kWhere && j == 0 ? DType::kBool : DType::kFloat32;
-    if (x->type().dtype != want) return false;
+    const DType xt = x->type().dtype;
+    if (*code == FusedOpCode::kCast ? !IsFusedFloatType(xt)
+                                    : xt != (*code == FusedOpCode::kWhere && j == 0 ? DType::kBool : t))
+      return false;
   }
   return true;
 }
@@ -176,11 +184,13 @@ class ElementwiseFusion final : public GraphPass {
     std::unordered_set<const Node*> in(group.begin(), group.end());
     std::unordered_map<const Value*, int> reg;
     std::vector<std::string> input_names;
+    std::vector<int64_t> types;  // of every register
     for (const Node* n : group)
       for (const Value* x : n->inputs())
         if ((x->producer() == nullptr || !in.count(x->producer())) && !reg.count(x)) {
           reg[x] = static_cast<int>(input_names.size());
           input_names.push_back(x->name());
+          types.push_back(static_cast<int64_t>(x->type().dtype));
         }
     std::vector<std::string> ops;
     std::vector<int64_t> operands, outputs;
@@ -191,6 +201,7 @@ class ElementwiseFusion final : public GraphPass {
       for (int j = 0; j < 3; ++j) operands.push_back(j < FusedOpArity(code) ? reg.at(n->input(j)) : -1);
       Value* y = n->output(0);
       reg[y] = static_cast<int>(input_names.size() + ops.size() - 1);
+      types.push_back(static_cast<int64_t>(y->type().dtype));
       bool read_outside = y->is_graph_output() || kept.Contains(y);
       for (const auto& use : y->uses()) read_outside |= !in.count(use.node);
       if (!read_outside) continue;
@@ -204,6 +215,11 @@ class ElementwiseFusion final : public GraphPass {
     attrs["ops"] = Attribute::Strings(ops);
     attrs["operands"] = Attribute::Ints(operands);
     attrs["outputs"] = Attribute::Ints(outputs);
+    // Programs of float32 (and bool conditions) only need no types: the default.
+    const bool all_float32 = std::all_of(types.begin(), types.end(), [](int64_t t) {
+      return t == static_cast<int64_t>(DType::kFloat32) || t == static_cast<int64_t>(DType::kBool);
+    });
+    if (!all_float32) attrs["types"] = Attribute::Ints(types);
     const Node* last = group.back();
     TOB_ASSIGN_OR_RETURN(Node * fused, graph.AddNode(kFusedElementwiseOp, kTobDomain, input_names, output_names,
                                                      std::move(attrs), graph.UniqueName(last->name() + "_fused")));

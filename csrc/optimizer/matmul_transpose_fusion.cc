@@ -1,7 +1,10 @@
 // MatMul/Gemm + Transpose fusion: BLAS reads either operand transposed for free, so a 2-D
 // Transpose feeding a matrix product becomes a trans flag, and a 2-D Transpose of a bias-free Gemm
 // output becomes a Gemm with swapped operands ((op(A) op(B))^T = op(B)^T op(A)^T). Training graphs
-// are full of these: every Linear's backward reads its weight and its input transposed.
+// are full of these: every Linear's backward reads its weight and its input transposed. The
+// 16-bit types too (autocast's graphs): the bfloat16 GEMM packs a transposed A and reads a
+// transposed B as it packs its panels, float16 is widened to float32 either way; each product is
+// the same sum of the same products, so only a Transpose node's pass over memory goes.
 #include "optimizer/node_traits.h"
 #include "optimizer/passes.h"
 
@@ -11,9 +14,11 @@ namespace {
 
 bool IsRank2(const Value* v) { return v != nullptr && v->type().shape && v->type().shape->size() == 2; }
 
-bool IsGemmType(const Value* v) {
+// The types a Gemm takes at the graph's opset: float16/32/64, bfloat16 from opset 13.
+bool IsGemmType(const Graph& g, const Value* v) {
   const DType t = v->type().dtype;
-  return t == DType::kFloat32 || t == DType::kFloat64;
+  if (t == DType::kBFloat16) return g.Opset("") >= 13;
+  return t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kFloat16;
 }
 
 // The input of a 2-D transpose (perm [1, 0], or no perm on a rank-2 tensor) producing v.
@@ -49,10 +54,10 @@ StatusOr<GemmSpec> ReadProduct(const Node& n) {
 }
 
 // A 2-D float product (MatMul of two matrices, or Gemm) whose operands are written by Transposes.
-bool IsCandidateProduct(const Node& n) {
+bool IsCandidateProduct(const Graph& g, const Node& n) {
   if (!n.domain().empty() || n.outputs().size() != 1) return false;
   if (n.op_type() == "Gemm") return true;
-  return n.op_type() == "MatMul" && IsRank2(n.input(0)) && IsRank2(n.input(1)) && IsGemmType(n.input(0));
+  return n.op_type() == "MatMul" && IsRank2(n.input(0)) && IsRank2(n.input(1)) && IsGemmType(g, n.input(0));
 }
 
 class MatMulTransposeFusion final : public GraphPass {
@@ -66,7 +71,7 @@ class MatMulTransposeFusion final : public GraphPass {
     int operands = 0, outputs = 0;
     std::vector<Node*> dead;
     for (Node* n : order) {
-      if (!IsCandidateProduct(*n)) continue;
+      if (!IsCandidateProduct(graph, *n)) continue;
       TOB_ASSIGN_OR_RETURN(GemmSpec s, ReadProduct(*n));
       bool fused = false;
       if (Value* src = TransposeSource(s.a)) {

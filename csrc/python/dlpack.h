@@ -14,7 +14,19 @@ struct DLDevice {
   int32_t device_id;
 };
 
-enum DLDataTypeCode : uint8_t { kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4, kDLBool = 6 };
+enum DLDataTypeCode : uint8_t {
+  kDLInt = 0,
+  kDLUInt = 1,
+  kDLFloat = 2,
+  kDLBfloat = 4,
+  kDLBool = 6,
+  // DLPack 1.1's float8 codes (bits 8, lanes 1), as torch exports its float8 tensors.
+  kDLFloat8_e4m3fn = 10,
+  kDLFloat8_e4m3fnuz = 11,
+  kDLFloat8_e5m2 = 12,
+  kDLFloat8_e5m2fnuz = 13,
+  kDLFloat8_e8m0fnu = 14,
+};
 
 struct DLDataType {
   uint8_t code;

@@ -12,6 +12,7 @@
 #include "ops/op_schema.h"
 #include "partition/provider_registry.h"
 #include "providers/cpu/nn/bf16_gemm.h"
+#include "providers/cpu/nn/qgemm.h"
 #include "providers/cpu/nn/sgemm_packed.h"
 #include "python/status_exceptions.h"
 #include "python/tensor_bridge.h"
@@ -79,13 +80,15 @@ Attribute ToAttribute(const std::string& node, const std::string& name, int type
     case AttrType::kInts: return Attribute::Ints(v.cast<std::vector<int64_t>>());
     case AttrType::kStrings: return Attribute::Strings(v.cast<std::vector<std::string>>());
     case AttrType::kTensor: {
-      // (array, onnx dtype): the dtype re-labels same-sized data (bfloat16 arrives as uint16).
+      // (array, onnx dtype[, dims]): the dtype re-labels same-sized data (bfloat16 arrives as
+      // uint16, float8 as uint8); a packed type arrives as its packed bytes with its dims.
       auto tup = v.cast<py::tuple>();
-      Tensor t = ToTensor(tup[0], StrCat("node '", node, "' attribute '", name, "'"));
-      DType want = DTypeFromOnnx(tup[1].cast<int>());
-      if (want != DType::kUndefined && DTypeSize(want) == DTypeSize(t.dtype()) &&
-          (want == DType::kString) == (t.dtype() == DType::kString))
-        t = Tensor(want, t.shape(), t.buffer(), t.byte_offset());
+      const std::string what = StrCat("node '", node, "' attribute '", name, "'");
+      Tensor t = ToTensor(tup[0], what);
+      const DType want = DTypeFromOnnx(tup[1].cast<int>());
+      std::optional<Shape> shape;
+      if (tup.size() > 2 && !tup[2].is_none()) shape = tup[2].cast<Shape>();
+      if (want != DType::kUndefined && want != t.dtype()) t = RelabelTensor(t, want, shape, what);
       return Attribute::TensorValue(std::move(t));
     }
     case AttrType::kTypeProto: {
@@ -182,13 +185,14 @@ py::dict StatsDict(const RunStats& s) {
   // memory_stats() reads this after every compiled-graph run: the keys are made once (interned,
   // never freed) instead of a new string per key per call.
   static PyObject* const keys[] = {
-      PyUnicode_InternFromString("peak_bytes"),         PyUnicode_InternFromString("peak_live_bytes"),
-      PyUnicode_InternFromString("arena_bytes"),        PyUnicode_InternFromString("planned"),
-      PyUnicode_InternFromString("plan_misses"),        PyUnicode_InternFromString("prepacked_bytes"),
-      PyUnicode_InternFromString("prepacked_constants")};
-  const py::object values[] = {py::int_(s.peak_bytes),         py::int_(s.peak_live_bytes), py::int_(s.arena_bytes),
-                               py::bool_(s.planned),           py::int_(s.plan_misses),     py::int_(s.prepacked_bytes),
-                               py::int_(s.prepacked_constants)};
+      PyUnicode_InternFromString("peak_bytes"),          PyUnicode_InternFromString("peak_live_bytes"),
+      PyUnicode_InternFromString("arena_bytes"),         PyUnicode_InternFromString("planned"),
+      PyUnicode_InternFromString("plan_misses"),         PyUnicode_InternFromString("prepacked_bytes"),
+      PyUnicode_InternFromString("prepacked_constants"), PyUnicode_InternFromString("peak_held_bytes")};
+  const py::object values[] = {py::int_(s.peak_bytes),          py::int_(s.peak_live_bytes),
+                               py::int_(s.arena_bytes),         py::bool_(s.planned),
+                               py::int_(s.plan_misses),         py::int_(s.prepacked_bytes),
+                               py::int_(s.prepacked_constants), py::int_(s.peak_held_bytes)};
   py::dict d;
   for (size_t i = 0; i < std::size(keys); ++i)
     if (PyDict_SetItem(d.ptr(), keys[i], values[i].ptr()) != 0) throw py::error_already_set();
@@ -386,6 +390,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("sgemm_available", &SgemmAvailable,
         "Whether float32 MatMul/Gemm run on the engine's AVX-512 kernels at every M and constant weights are "
         "pre-packed (else OpenBLAS for M > 128 and no pre-packing; TOB_SGEMM=0 turns it off).");
+  m.def(
+      "qgemm_isa", [] { return std::string(qgemm::IsaName(qgemm::DefaultIsa())); },
+      "The integer GEMM kernel MatMulInteger / QLinearMatMul / ConvInteger / QLinearConv run on: 'avx512vnni' on "
+      "CPUs with VPDPBUSD, else 'portable' (TOB_QGEMM=portable forces it).");
   m.def("fallback_providers", [] { return ProviderRegistry::Global().FallbackNames(); });
 
   py::class_<PyTensor>(m, "EngineTensor")
@@ -400,6 +408,10 @@ PYBIND11_MODULE(_C, m) {
             return StringTensorToNumpy(t.tensor);
           },
           "A string tensor as a numpy array of dtype object holding str (a copy).")
+      .def(
+          "unpacked_codes", [](const PyTensor& t) { return PyTensor{UnpackedCodes(t.tensor)}; },
+          "One element per byte of a low-precision tensor (float8: its own bytes as uint8; the packed types: "
+          "their codes in a new uint8 tensor, int8 sign-extended for int4/int2), for numpy's ml_dtypes view.")
       .def("__dlpack__", [](const PyTensor& t, py::kwargs) { return TensorToDLPack(t.tensor); })
       .def("__dlpack_device__", [](const PyTensor& t) {
         Device d = t.tensor.device();
@@ -417,19 +429,21 @@ PYBIND11_MODULE(_C, m) {
           py::arg("name"), py::arg("dtype"), py::arg("dims"), py::arg("kind") = 0, py::arg("optional") = false)
       .def(
           "add_initializer",
-          [](GraphBuilder& b, const std::string& name, const py::object& value, int dtype) {
-            Tensor t = ToTensor(value, StrCat("initializer '", name, "'"));
-            if (dtype != 0) {  // reinterpret (bfloat16 arrives as uint16 from numpy)
-              DType want = DTypeFromOnnx(dtype);
-              if (want == DType::kUndefined || DTypeSize(want) != DTypeSize(t.dtype()) ||
-                  (want == DType::kString) != (t.dtype() == DType::kString))
-                throw py::value_error(StrCat("initializer '", name, "': cannot view ", DTypeName(t.dtype()),
-                                             " data as ONNX dtype ", dtype));
-              t = Tensor(want, t.shape(), t.buffer(), t.byte_offset());
+          [](GraphBuilder& b, const std::string& name, const py::object& value, int dtype,
+             const std::optional<Shape>& dims) {
+            const std::string what = StrCat("initializer '", name, "'");
+            Tensor t = ToTensor(value, what);
+            // Reinterpret: bfloat16 arrives as uint16 from numpy, float8 as uint8, the packed
+            // types as their packed bytes (uint8) with `dims` giving the shape.
+            if (dtype != 0) {
+              const DType want = DTypeFromOnnx(dtype);
+              if (want == DType::kUndefined)
+                throw py::value_error(StrCat(what, ": ONNX dtype ", dtype, " is not supported"));
+              if (want != t.dtype()) t = RelabelTensor(t, want, dims, what);
             }
             Unwrap(b.graph().AddInitializer(name, std::move(t)));
           },
-          py::arg("name"), py::arg("value"), py::arg("dtype") = 0)
+          py::arg("name"), py::arg("value"), py::arg("dtype") = 0, py::arg("dims") = py::none())
       .def(
           "add_node",
           [](GraphBuilder& b, const std::string& op_type, const std::string& domain,

@@ -1,9 +1,12 @@
 #include "python/tensor_bridge.h"
 
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 
+#include "core/low_precision.h"
 #include "python/dlpack.h"
+#include "python/status_exceptions.h"
 
 namespace py = pybind11;
 
@@ -76,6 +79,11 @@ bool DTypeFromDL(const DLDataType& t, DType* out) {
         return true;
       }
       return false;
+    case kDLFloat8_e4m3fn: *out = DType::kFloat8E4M3FN; return t.bits == 8;
+    case kDLFloat8_e4m3fnuz: *out = DType::kFloat8E4M3FNUZ; return t.bits == 8;
+    case kDLFloat8_e5m2: *out = DType::kFloat8E5M2; return t.bits == 8;
+    case kDLFloat8_e5m2fnuz: *out = DType::kFloat8E5M2FNUZ; return t.bits == 8;
+    case kDLFloat8_e8m0fnu: *out = DType::kFloat8E8M0; return t.bits == 8;
     default: return false;
   }
 }
@@ -95,6 +103,11 @@ DLDataType DTypeToDL(DType t) {
     case DType::kUInt32: return {kDLUInt, 32, 1};
     case DType::kUInt64: return {kDLUInt, 64, 1};
     case DType::kBool: return {kDLBool, 8, 1};
+    case DType::kFloat8E4M3FN: return {kDLFloat8_e4m3fn, 8, 1};
+    case DType::kFloat8E4M3FNUZ: return {kDLFloat8_e4m3fnuz, 8, 1};
+    case DType::kFloat8E5M2: return {kDLFloat8_e5m2, 8, 1};
+    case DType::kFloat8E5M2FNUZ: return {kDLFloat8_e5m2fnuz, 8, 1};
+    case DType::kFloat8E8M0: return {kDLFloat8_e8m0fnu, 8, 1};
     default: throw std::invalid_argument(StrCat("dtype ", DTypeName(t), " cannot be exported by DLPack"));
   }
 }
@@ -119,8 +132,25 @@ void CapsuleDestructor(PyObject* capsule) {
 }  // namespace
 
 DType DTypeFromNumpy(const py::dtype& dt) {
-  char kind = dt.kind();
-  size_t size = dt.itemsize();
+  const char kind = dt.kind();
+  const size_t size = dt.itemsize();
+  if (size <= 2 && (kind == 'V' || kind == 'f')) {
+    // ml_dtypes' types, known by name (their kind is 'V', except float8_e5m2's, which is 'f').
+    static const std::pair<const char*, DType> kNames[] = {{"bfloat16", DType::kBFloat16},
+                                                           {"float8_e4m3fn", DType::kFloat8E4M3FN},
+                                                           {"float8_e4m3fnuz", DType::kFloat8E4M3FNUZ},
+                                                           {"float8_e5m2", DType::kFloat8E5M2},
+                                                           {"float8_e5m2fnuz", DType::kFloat8E5M2FNUZ},
+                                                           {"float8_e8m0fnu", DType::kFloat8E8M0},
+                                                           {"float4_e2m1fn", DType::kFloat4E2M1},
+                                                           {"int4", DType::kInt4},
+                                                           {"uint4", DType::kUInt4},
+                                                           {"int2", DType::kInt2},
+                                                           {"uint2", DType::kUInt2}};
+    const std::string name = py::str(dt);
+    for (const auto& [n, t] : kNames)
+      if (name == n) return t;
+  }
   if (kind == 'f') {
     if (size == 4) return DType::kFloat32;
     if (size == 8) return DType::kFloat64;
@@ -137,8 +167,6 @@ DType DTypeFromNumpy(const py::dtype& dt) {
     if (size == 8) return DType::kUInt64;
   } else if (kind == 'b') {
     return DType::kBool;
-  } else if (kind == 'V' && size == 2 && std::string(py::str(dt)) == "bfloat16") {
-    return DType::kBFloat16;  // ml_dtypes.bfloat16
   }
   return DType::kUndefined;
 }
@@ -188,6 +216,41 @@ py::object StringTensorToNumpy(const Tensor& tensor) {
   return flat.attr("reshape")(shape);
 }
 
+Tensor RelabelTensor(const Tensor& t, DType want, const std::optional<Shape>& shape, const std::string& what) {
+  if (want == DType::kUndefined || want == DType::kString)
+    throw py::value_error(StrCat(what, ": ONNX dtype ", static_cast<int>(want), " is not supported"));
+  if (IsPackedDType(want)) {
+    const Shape s = shape ? *shape : t.shape();
+    for (int64_t d : s)
+      if (d < 0) throw py::value_error(StrCat(what, ": negative dimension in ", ShapeToString(s)));
+    const size_t need = DTypeStorageBytes(want, NumElements(s));
+    if (t.dtype() != DType::kUInt8 || t.nbytes() != need)
+      throw py::value_error(StrCat(what, ": ", DTypeName(want), ShapeToString(s), " needs ", need,
+                                   " packed bytes (uint8), got ", DTypeName(t.dtype()), ShapeToString(t.shape())));
+    return Tensor(want, s, t.buffer(), t.byte_offset());
+  }
+  if (DTypeSize(want) != DTypeSize(t.dtype()))
+    throw py::value_error(StrCat(what, ": cannot view ", DTypeName(t.dtype()), " data as ", DTypeName(want)));
+  return Tensor(want, t.shape(), t.buffer(), t.byte_offset());
+}
+
+Tensor UnpackedCodes(const Tensor& t) {
+  if (!IsPackedDType(t.dtype())) {
+    if (DTypeSize(t.dtype()) != 1) throw py::value_error(StrCat(DTypeName(t.dtype()), " is not a one-byte type"));
+    return Tensor(DType::kUInt8, t.shape(), t.buffer(), t.byte_offset());
+  }
+  const bool is_signed = t.dtype() == DType::kInt4 || t.dtype() == DType::kInt2;
+  const int bits = DTypeBits(t.dtype());
+  Tensor out = Unwrap(Tensor::Allocate(is_signed ? DType::kInt8 : DType::kUInt8, t.shape(), CpuAllocator::Default()));
+  const uint8_t* src = t.data<uint8_t>();
+  uint8_t* dst = out.data<uint8_t>();
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const uint8_t code = LoadPackedCode(src, i, bits);
+    dst[i] = is_signed ? static_cast<uint8_t>(SignExtendCode(code, bits)) : code;
+  }
+  return out;
+}
+
 Tensor TensorFromNumpy(const py::array& array, const std::string& what) {
   const char kind = array.dtype().kind();
   if (kind == 'O' || kind == 'U' || kind == 'S') return StringTensorFromNumpy(array, what);
@@ -196,6 +259,15 @@ Tensor TensorFromNumpy(const py::array& array, const std::string& what) {
     throw py::value_error(StrCat(what, ": numpy dtype ", std::string(py::str(array.dtype())), " is not supported"));
   if (!(array.flags() & py::array::c_style)) throw py::value_error(StrCat(what, ": array must be C-contiguous"));
   Shape shape(array.shape(), array.shape() + array.ndim());
+  if (IsPackedDType(dtype)) {  // numpy holds one element per byte: pack them (a copy)
+    Tensor packed = Unwrap(Tensor::Allocate(dtype, shape, CpuAllocator::Default()));
+    const auto* src = static_cast<const uint8_t*>(array.data());
+    uint8_t* dst = packed.data<uint8_t>();
+    if (packed.nbytes() > 0) std::memset(dst, 0, packed.nbytes());
+    const int bits = DTypeBits(dtype);
+    for (int64_t i = 0; i < packed.numel(); ++i) StorePackedCode(dst, i, bits, src[i]);
+    return packed;
+  }
   auto* keep = new py::object(array);
   void* data = const_cast<void*>(array.data());
   auto buffer = std::make_shared<Buffer>(data, array.nbytes(), Device{}, [keep](void*) {
@@ -231,7 +303,7 @@ Tensor TensorFromDLPack(const py::capsule& capsule, const std::string& what) {
       if (shape[i] > 1 && dl.strides[i] != want[i])
         throw py::value_error(StrCat(what, ": tensor must be contiguous (call .contiguous())"));
   }
-  size_t bytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
+  size_t bytes = DTypeStorageBytes(dtype, NumElements(shape));
   void* data = static_cast<char*>(dl.data) + dl.byte_offset;
   // Consume the capsule: from now on we own `m` and call its deleter.
   PyCapsule_SetName(cap, "used_dltensor");

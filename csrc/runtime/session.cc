@@ -509,6 +509,8 @@ Status Session::FinishStep(const Step& step, std::vector<RuntimeValue>& slots,
     if (slots[s].is_tensor()) memory.outside.Hold(slots[s].tensor(), in_ptrs, *memory.allocator);
   memory.peak_live_bytes =
       std::max(memory.peak_live_bytes, memory.allocator->window_peak_bytes() + memory.outside.live());
+  memory.peak_held_bytes = std::max(
+      memory.peak_held_bytes, memory.arena_bytes + memory.allocator->base_window_peak_bytes() + memory.outside.live());
   for (int s : step.free_after) {
     if (slots[s].is_tensor()) memory.outside.Release(slots[s].tensor());
     slots[s] = RuntimeValue();
@@ -691,6 +693,7 @@ Status Session::RunBound(std::vector<RuntimeValue>& slots, const std::string& si
 
   RunMemory memory;
   memory.allocator = run_alloc.get();
+  memory.arena_bytes = pattern != nullptr ? pattern->plan.arena_bytes : 0;
   if (!donated_inputs.empty()) {
     memory.donated.assign(slots.size(), false);
     for (size_t i = 0; i < donated_inputs.size(); ++i) memory.donated[input_slots_[i]] = donated_inputs[i];
@@ -721,6 +724,7 @@ Status Session::RunBound(std::vector<RuntimeValue>& slots, const std::string& si
   if (stats) {
     stats->peak_bytes = run_alloc->peak_bytes();
     stats->peak_live_bytes = memory.peak_live_bytes;
+    stats->peak_held_bytes = memory.peak_held_bytes;
     stats->planned = run_alloc->planned();
     stats->arena_bytes = pattern ? pattern->plan.arena_bytes : 0;
     stats->plan_misses = run_alloc->plan_misses();

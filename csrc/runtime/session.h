@@ -54,6 +54,10 @@ struct RunStats {
   // Most bytes the run held at once: intermediates, scratch, tensors kernels allocated themselves
   // and the graph outputs made so far (graph inputs, states and constants are the caller's).
   size_t peak_live_bytes = 0;
+  // Most bytes the run made the process hold at once: peak_live_bytes with the planned arena
+  // counted whole, whatever its buffers hold at the time (its pages stay resident from their first
+  // touch to the end of the run). Equal to peak_live_bytes for an unplanned run.
+  size_t peak_held_bytes = 0;
   size_t arena_bytes = 0;  // size of the planned arena (0 for an unplanned run)
   bool planned = false;    // this run used a memory plan recorded by an earlier run
   int64_t plan_misses = 0;
@@ -176,7 +180,9 @@ class Session {
     RunAllocator* allocator = nullptr;
     LiveBytes outside;          // bytes held outside the run allocator
     std::vector<bool> donated;  // by slot: a graph input the caller donated (empty: none)
+    size_t arena_bytes = 0;     // the planned arena the run took, held whole (RunStats::peak_held_bytes)
     size_t peak_live_bytes = 0;
+    size_t peak_held_bytes = 0;
   };
   Status RunStep(Step& step, std::vector<RuntimeValue>& slots, const std::shared_ptr<Allocator>& run_alloc,
                  RunMemory& memory);

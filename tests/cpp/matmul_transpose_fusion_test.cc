@@ -4,6 +4,8 @@
 // The golden tests (Before / Expected) show the rewrite itself.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "graph_pass_test_util.h"
 #include "op_tester.h"
 #include "optimizer/passes.h"
@@ -109,21 +111,81 @@ TEST(OptimizerMatMulTransposeFusion, GoldenTransposesBecomeGemmFlags) {
   EXPECT_EQ(GraphToText(*before), GraphToText(expected));
 }
 
+TEST(OptimizerMatMulTransposeFusion, GoldenSixteenBitProductsToo) {
+  // Autocast's Linear backward in bfloat16 (opset 13 and later: Gemm takes bfloat16) and float16.
+  for (DType t : {DType::kBFloat16, DType::kFloat16}) {
+    Graph before;
+    testing::GraphBuilder b(before);
+    b.Input("dY", ValueType(t, Dims{6, 5})).Input("X", ValueType(t, Dims{6, 4}));
+    b.Op("Transpose", {"dY"}, {"dYt"}, {{"perm", Attribute::Ints({1, 0})}});
+    b.Op("MatMul", {"dYt", "X"}, {"dW"});
+    b.Output("dW");
+    EXPECT_TRUE(testing::RunPassWithBuiltins(CreateMatMulTransposeFusionPass(), before));
+
+    Graph expected;
+    testing::GraphBuilder e(expected);
+    e.Input("dY", ValueType(t, Dims{6, 5})).Input("X", ValueType(t, Dims{6, 4}));
+    e.Op("Transpose", {"dY"}, {"dYt"}, {{"perm", Attribute::Ints({1, 0})}});
+    e.Op("Gemm", {"dY", "X"}, {"dW"}, {{"transA", Attribute::Int(1)}, {"transB", Attribute::Int(0)}});
+    e.Output("dW");
+    EXPECT_EQ(GraphToText(before), GraphToText(expected)) << DTypeName(t);
+  }
+}
+
+TEST(OptimizerMatMulTransposeFusion, SixteenBitProductsMatchFloat64) {
+  // dW = (dY^T X)^T and Z = X W2^T + b in bfloat16: every Transpose folded, each result within one
+  // rounding to bfloat16 of the float64 product of the same (bfloat16) operands.
+  auto narrowed = [](const Tensor& f) {
+    std::vector<BFloat16> v;
+    for (int64_t i = 0; i < f.numel(); ++i) v.push_back(BFloat16(f.data<float>()[i]));
+    return Tensor::FromVector<BFloat16>(v, f.shape());
+  };
+  auto g = std::make_unique<Graph>();
+  testing::GraphBuilder b(*g, 17);
+  b.Input("dY", ValueType(DType::kBFloat16, Dims{6, 5})).Input("X", ValueType(DType::kBFloat16, Dims{6, 4}));
+  AttributeMap perm{{"perm", Attribute::Ints({1, 0})}};
+  b.Op("Transpose", {"dY"}, {"dYt"}, perm);
+  b.Op("MatMul", {"dYt", "X"}, {"dWt"});
+  b.Op("Transpose", {"dWt"}, {"dW"}, perm);
+  b.Output("dW");
+  const Tensor dy = narrowed(RandomTensor<float>({6, 5}, -1, 1, 1)),
+               x = narrowed(RandomTensor<float>({6, 4}, -1, 1, 2));
+  SessionOptions opts;
+  opts.intra_op_threads = 1;
+  auto s = Session::Create(std::move(g), opts);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  for (const Node* n : s.value()->graph().nodes()) EXPECT_NE(n->op_type(), "Transpose");
+  std::vector<Tensor> out;
+  ASSERT_TRUE(s.value()->Run({"dY", "X"}, {dy, x}, {}, &out).ok());
+  ASSERT_EQ(out[0].shape(), (Shape{4, 5}));
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 5; ++j) {
+      double ref = 0;
+      for (int r = 0; r < 6; ++r)
+        ref += double(float(dy.data<BFloat16>()[r * 5 + j])) * double(float(x.data<BFloat16>()[r * 4 + i]));
+      EXPECT_NEAR(float(out[0].data<BFloat16>()[i * 5 + j]), ref, std::abs(ref) * std::ldexp(1.0, -8) + 1e-6);
+    }
+}
+
 TEST(OptimizerMatMulTransposeFusion, GoldenMustNotFire) {
-  // A batched (3-D) MatMul, a Transpose that is not [1, 0], and an int64 MatMul stay as they are.
-  auto build = [](Graph& g) {
-    testing::GraphBuilder b(g);
+  // A batched (3-D) MatMul, a Transpose that is not [1, 0], and an int64 MatMul stay as they are;
+  // so does a bfloat16 MatMul at opset 12, where Gemm has no bfloat16.
+  auto build = [](Graph& g, int opset) {
+    testing::GraphBuilder b(g, opset);
     b.Input("A", testing::F32({2, 3, 4})).Input("B", testing::F32({2, 3, 5}));
     b.Input("I", ValueType(DType::kInt64, Dims{3, 4})).Input("J", ValueType(DType::kInt64, Dims{3, 2}));
+    b.Input("H", ValueType(DType::kBFloat16, Dims{3, 4})).Input("K", ValueType(DType::kBFloat16, Dims{3, 2}));
     b.Op("Transpose", {"A"}, {"At"}, {{"perm", Attribute::Ints({0, 2, 1})}});
     b.Op("MatMul", {"At", "B"}, {"P"});
     b.Op("Transpose", {"I"}, {"It"}, {{"perm", Attribute::Ints({1, 0})}});
     b.Op("MatMul", {"It", "J"}, {"Q"});
-    b.Output("P").Output("Q");
+    b.Op("Transpose", {"H"}, {"Ht"}, {{"perm", Attribute::Ints({1, 0})}});
+    b.Op("MatMul", {"Ht", "K"}, {"R"});
+    b.Output("P").Output("Q").Output("R");
   };
   Graph before, expected;
-  build(before);
-  build(expected);
+  build(before, 12);
+  build(expected, 12);
   EXPECT_FALSE(testing::RunPassWithBuiltins(CreateMatMulTransposeFusionPass(), before));
   EXPECT_EQ(GraphToText(before), GraphToText(expected));
 }

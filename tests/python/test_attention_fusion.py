@@ -192,6 +192,91 @@ def test_autocast_attention_is_fused_with_its_float32_mask():
     assert "FlashAttention" in engine_op_types(since)
 
 
+class RotaryAttention(nn.Module):
+    """LLaMA's shape under autocast: bfloat16 projections, a float32 rotation (cos, sin) that promotes
+    Q and K back to float32, V left in bfloat16, and HuggingFace's eager chain (softmax in float32,
+    cast to the query's dtype)."""
+
+    def forward(self, q, k, v, cos, sin, mask):
+        q, k, v = (t.to(torch.bfloat16) for t in (q, k, v))  # the projections autocast runs in bfloat16
+        q, k = q * cos + q.flip(-1) * sin, k * cos + k.flip(-1) * sin  # float32, by type promotion
+        scores = torch.matmul(q, k.transpose(2, 3)) * (1.0 / math.sqrt(q.shape[-1])) + mask
+        probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+        return torch.matmul(probs, v)
+
+
+def test_autocast_casts_of_float32_queries_are_written_out():
+    """Q and K float32 beside a bfloat16 V: the matmuls' bfloat16 results prove autocast cast them, so
+    the chain is fused with those casts written out. Output and the float32 gradients of Q, K, V
+    against float64, within twice eager autocast's own error plus one bfloat16 rounding."""
+    module = RotaryAttention()
+    q, k, v = (randn(2, 2, 13, 8, seed=i).requires_grad_() for i in range(3))
+    cos, sin = randn(1, 1, 13, 8, seed=4).cos(), randn(1, 1, 13, 8, seed=5).sin()
+    mask = _mask((2, 1, 13, 13), 7)
+    dy = randn(2, 2, 13, 8, seed=9)
+    since = fresh()
+    with torch.autocast("cpu", torch.bfloat16):
+        out = torch.compile(module, backend="ort", fullgraph=True)(q, k, v, cos, sin, mask)
+        ours = (out, *torch.autograd.grad(out, (q, k, v), dy))
+        eager_out = module(q, k, v, cos, sin, mask)
+        theirs = (eager_out, *torch.autograd.grad(eager_out, (q, k, v), dy))
+    assert out.dtype == torch.bfloat16
+    assert STATS.fused == 1 and STATS.autocast_casts == 1, STATS
+    assert {"FlashAttention", "FlashAttentionGrad"} <= engine_op_types(since)
+    # float64: the same function without autocast's roundings
+    ref_in = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    rq, rk = (t * cos.double() + t.flip(-1) * sin.double() for t in ref_in[:2])
+    ref_scores = rq @ rk.transpose(2, 3) / math.sqrt(8) + mask.double()
+    ref = torch.softmax(ref_scores, -1) @ ref_in[2]
+    exact = (ref, *torch.autograd.grad(ref, ref_in, dy.double()))
+    for name, got, eager, want in zip(("out", "dq", "dk", "dv"), ours, theirs, exact):
+        assert got.dtype == eager.dtype, name
+        got, eager, want = got.detach().double(), eager.detach().double(), want.detach()
+        err = float((got - want).norm() / want.norm())
+        eager_err = float((eager - want).norm() / want.norm())
+        assert err <= 2 * eager_err + 2 ** -8, (name, err, eager_err)
+
+
+def test_mixed_dtypes_without_autocast_proof_are_not_cast():
+    """The casts are written out only where the recorded dtypes prove autocast made them: outside
+    autocast (all float32) the chain is fused as it is, with no cast; and a chain whose matmul
+    recorded float32 beside a float32 query (no autocast at that op) gets none either."""
+    from torch_ort_backend import attention_fusion as af
+
+    q, k, v = (randn(1, 2, 9, 8, seed=i) for i in range(3))
+    cos, sin, mask = randn(1, 1, 9, 8, seed=4).cos(), randn(1, 1, 9, 8, seed=5).sin(), _mask((1, 1, 9, 9), 2)
+
+    class Float32Rotary(nn.Module):
+        def forward(self, q, k, v, cos, sin, mask):
+            q, k = q * cos + q.flip(-1) * sin, k * cos + k.flip(-1) * sin
+            scores = torch.matmul(q, k.transpose(2, 3)) * (1.0 / math.sqrt(q.shape[-1])) + mask
+            return torch.matmul(F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype), v)
+
+    fresh()
+    with torch.no_grad():
+        out = torch.compile(Float32Rotary(), backend="ort", fullgraph=True)(q, k, v, cos, sin, mask)
+        torch.testing.assert_close(out, Float32Rotary()(q, k, v, cos, sin, mask), rtol=1e-5, atol=1e-5)
+    assert STATS.fused == 1 and STATS.autocast_casts == 0, STATS
+
+    def meta(dtype):  # a node whose recorded (dynamo) value has this dtype
+        node = torch.fx.Graph().placeholder("x")
+        node.meta["example_value"] = torch.empty(1, 1, 2, 2, dtype=dtype, device="meta")
+        return node
+
+    f32, bf16 = torch.float32, torch.bfloat16
+    probs = meta(f32)
+    for q_dt, k_dt, v_dt, scores_dt, out_dt, want in [
+            (f32, f32, bf16, bf16, bf16, bf16),  # LLaMA under autocast
+            (bf16, bf16, bf16, bf16, bf16, None),  # nothing to cast
+            (f32, f32, bf16, f32, bf16, None),  # Q @ K^T recorded float32: no autocast there
+            (bf16, bf16, f32, bf16, f32, None),  # probs @ V recorded float32: no autocast there
+            (torch.float64, f32, bf16, bf16, bf16, None)]:  # autocast never casts float64
+        output = meta(out_dt)
+        output.args = (probs, meta(v_dt))
+        chain = af._Chain(meta(q_dt), meta(k_dt), output.args[1], meta(scores_dt), 1.0, None, None, output, [])
+        assert af._autocast_dtype(chain) == want, (q_dt, k_dt, v_dt, scores_dt, out_dt)
+
+
 def test_inference_runs_the_forward_only():
     module = EagerAttention(scale_by="div").eval()
     q, k, v = (randn(2, 2, 11, 8, seed=i) for i in range(3))

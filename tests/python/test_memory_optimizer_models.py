@@ -12,6 +12,7 @@ import functools
 import re
 
 import pytest
+import torch
 
 from torch_ort_backend.testing.models import bert_mlm_batch, causal_lm_batch, make_bert_mlm, make_gpt2, make_llama
 from memory_optimizer_harness import assert_identical, graph_memory, train
@@ -87,3 +88,64 @@ def test_level_1_peak_is_clearly_below_level_0_when_activations_dominate():
         bw, fw = graph_memory(run, "backward"), graph_memory(run, "forward")
         assert bw["step_peak_bytes"] == bw["saved_bytes"] - bw["donated_bytes"] + bw["peak_live_bytes"]
         assert fw["peak_live_bytes"] >= fw["peak_bytes"] > 0
+
+
+@pytest.mark.parametrize("name,dropouts_per_layer", [("gpt2", 3), ("llama", 1)])
+def test_a_recomputed_layer_stashes_its_output_alone(name, dropouts_per_layer):
+    """Level 1 recomputes every layer but the last, keeping only what enters the next one: one more
+    layer adds exactly its output ([batch, seq, hidden] floats) and the random-number state of each
+    of its replayed dropouts to what the backward reads (AOTAutograd hands the backward the
+    tensors themselves: their bytes are measured, not estimated). Nodes the backward alone reads (a
+    transposed operand of a matrix product's gradient) are not the forward's: counted as forward,
+    they made the attention's batched operands look like layer outputs, and GPT-2 stashed three of
+    them per recomputed layer."""
+    make_model, make_batch, _ = MODELS[name]
+    batch, seq, hidden = 2, 16, 32
+    saved = {}
+    for layers in (3, 4):
+        for g in live_graphs():  # graphs still alive from the previous size no longer report
+            g.memory.runs = 0
+        model = make_model(layers=layers)
+        model.config.use_cache = False  # else each layer's key/value cache is an output of the graph
+        run = train(model, functools.partial(make_batch, batch=batch, seq=seq), {"memory_opt_level": 1})
+        assert f"TransformerLayer:1:{layers - 1}" in run.reports[0].splitlines()[0], run.reports[0]
+        saved[layers] = graph_memory(run, "backward")["saved_bytes"]
+    rng_state = torch.get_rng_state().numel()
+    assert saved[4] - saved[3] == batch * seq * hidden * 4 + dropouts_per_layer * rng_state, saved
+
+
+def test_level_1_runs_without_an_arena_and_holds_less_than_with_one():
+    """At level 1 the training graphs allocate each intermediate when made and free it after its
+    last reader, instead of planning an arena whose pages stay resident to the end of each run: the
+    memory the engine makes the process hold over a step (step_held_bytes, an arena counted whole)
+    drops, the live peak (step_peak_bytes) stays, and no number changes."""
+    from torch_ort_backend.compiled_graph import CompiledGraph
+
+    model = make_gpt2(hidden=64, layers=4, heads=4, positions=128, dropout=0.1)
+
+    def batch(step):  # one batch: the backward's shapes (the count of real labels) stay, so it is planned
+        return causal_lm_batch(0, batch=4, seq=128)
+
+    without = train(model, batch, {"memory_opt_level": 1}, steps=3)
+    stats = {stage: graph_memory(without, stage) for stage in ("forward", "backward")}
+    runs = [g.session.last_run_stats() for g in live_graphs() if g.memory.runs]
+    assert len(runs) == 2
+    for last in runs:
+        assert not last["planned"] and last["arena_bytes"] == 0, last
+        assert last["peak_held_bytes"] == last["peak_live_bytes"], last
+    original = CompiledGraph._arena_policy
+    try:
+        # The arena as level 1 planned it before: taken for each run and freed after it.
+        CompiledGraph._arena_policy = lambda self: (True, self.stage in ("forward", "backward"))
+        with_arena = train(model, batch, {"memory_opt_level": 1}, steps=3)
+    finally:
+        CompiledGraph._arena_policy = original
+    assert_identical(with_arena, without, "level 1 with and without an arena")
+    arena = {stage: graph_memory(with_arena, stage) for stage in ("forward", "backward")}
+    planned = [g.session.last_run_stats() for g in live_graphs() if g.memory.runs]
+    assert len(planned) == 2 and all(last["planned"] and last["arena_bytes"] > 0 for last in planned), planned
+    for stage in ("forward", "backward"):
+        assert arena[stage]["peak_live_bytes"] == stats[stage]["peak_live_bytes"], stage
+        assert arena[stage]["peak_held_bytes"] > arena[stage]["peak_live_bytes"], arena[stage]
+        assert stats[stage]["step_held_bytes"] < arena[stage]["step_held_bytes"], (stage, stats, arena)
+    assert without.memory["step_held_bytes"] < with_arena.memory["step_held_bytes"]

@@ -58,6 +58,7 @@ class Occurrence:
     position: int  # forward position (of its last node): occurrences are counted in this order
     label: str = ""  # a layer's module path
     heavy_nodes: frozenset = frozenset()  # nodes of compute-bound ops (kept by a compromise)
+    outputs: frozenset = frozenset()  # a layer's nodes that the forward reads outside it (kept stashed)
 
     @property
     def nbytes(self) -> int:
@@ -210,13 +211,17 @@ def find_layers(forward_nodes: list) -> tuple[list[tuple[str, list]], str]:
     return layers, ", ".join(classes)
 
 
-def analyze(joint: torch.fx.GraphModule, saved_names: Iterable[str], forward_names: set) -> Candidates:
-    """Plans for `joint`, given the names of the values the level-0 partition saves and of the
-    forward nodes (those computable without tangents)."""
+def analyze(joint: torch.fx.GraphModule, saved_names: Iterable[str], forward_names: set,
+            reader_names: set | None = None) -> Candidates:
+    """Plans for `joint`, given the names of the values the level-0 partition saves, of the forward
+    nodes (those computable without tangents) and of the nodes that make a layer's value one of its
+    outputs by reading it (those the forward's outputs are computed from; default: every forward
+    node)."""
     nodes = list(joint.graph.nodes)
     position = {n: i for i, n in enumerate(nodes)}
     by_name = {n.name: n for n in nodes}
     forward = {n for n in nodes if n.name in forward_names and n.op == "call_function"}
+    readers = forward if reader_names is None else {n for n in nodes if n.name in reader_names}
     saved = [by_name[s] for s in saved_names if s in by_name]
     available = {alias_root(s) for s in saved}
 
@@ -258,9 +263,9 @@ def analyze(joint: torch.fx.GraphModule, saved_names: Iterable[str], forward_nam
         ordered = sorted(members, key=position.get)
         heavy = frozenset(n for n in ordered if packet(n.target) in COMPUTE_HEAVY
                           or (n.target is operator.getitem and packet(n.args[0].target) in COMPUTE_HEAVY))
-        outputs = set(layer_outputs(ordered, forward))
+        outputs = frozenset(layer_outputs(ordered, readers))
         covered = [activation_of(r) for r in stashed_roots if r in members and r not in outputs]
-        cands.layers.append(Occurrence(ordered, covered, max(position[n] for n in ordered), path, heavy))
+        cands.layers.append(Occurrence(ordered, covered, max(position[n] for n in ordered), path, heavy, outputs))
     return cands
 
 

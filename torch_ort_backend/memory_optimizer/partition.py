@@ -24,7 +24,7 @@ import torch
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch.utils.checkpoint import CheckpointPolicy
 
-from .analysis import Candidates, Occurrence, alias_root, analyze, layer_outputs, recomputable
+from .analysis import Candidates, Occurrence, alias_root, analyze, recomputable
 from .plans import LAYER_PLAN, RECOMPUTE, RECOMPUTE_WITH_COMPROMISE, PlanConfig
 from .report import log_report
 from .rng_replay import replace_rng_wrappers
@@ -72,14 +72,14 @@ def _tag(node: torch.fx.Node, policy: CheckpointPolicy) -> None:
         node.meta["tob_memopt_tag"] = True
 
 
-def _mark(cands: Candidates, sel: Selection, forward: set) -> int:
+def _mark(cands: Candidates, sel: Selection) -> int:
     """Tags the nodes of every applied occurrence; returns how many nodes must be recomputed."""
     marked = 0
     for name, occurrences in sel.applied.items():
         strategy = sel.configs[name].strategy
         for occ in occurrences:
             if name == LAYER_PLAN:
-                marked += _mark_layer(occ, cands.layers.index(occ), strategy, forward)
+                marked += _mark_layer(occ, cands.layers.index(occ), strategy)
                 continue
             for n in occ.nodes:
                 _tag(n, CheckpointPolicy.MUST_RECOMPUTE)
@@ -87,12 +87,11 @@ def _mark(cands: Candidates, sel: Selection, forward: set) -> int:
     return marked
 
 
-def _mark_layer(layer: Occurrence, index: int, strategy: int, forward: set) -> int:
-    outputs = set(layer_outputs(layer.nodes, forward))
+def _mark_layer(layer: Occurrence, index: int, strategy: int) -> int:
     marked = 0
     for n in layer.nodes:
         n.meta["ac_graph_id"] = 1_000_000 + index
-        if n in outputs:
+        if n in layer.outputs:
             _tag(n, CheckpointPolicy.MUST_SAVE)
         elif recomputable(n) and not (strategy == RECOMPUTE_WITH_COMPROMISE and n in layer.heavy_nodes):
             _tag(n, CheckpointPolicy.MUST_RECOMPUTE)
@@ -107,6 +106,23 @@ def _forward_names(joint: torch.fx.GraphModule) -> set:
         if (node.op == "placeholder" and "tangents" in node.name) or any(a in backward for a in node.all_input_nodes):
             backward.add(node)
     return {n.name for n in joint.graph.nodes if n not in backward and n.op != "output"}
+
+
+def _forward_reader_names(joint: torch.fx.GraphModule, num_fwd_outputs: int) -> set:
+    """The nodes the joint graph's forward outputs (the user's outputs, what the forward mutates)
+    are computed from: the readers that make a layer's value one of its outputs. A node that needs
+    no incoming gradient but feeds only the backward (the transposed operand of a matrix product's
+    gradient) is not one of them: counted, it made the values it reads look like layer outputs,
+    stashed instead of recomputed (GPT-2: the three batched operands of each attention)."""
+    output = next(iter(joint.graph.find_nodes(op="output")))
+    stack = [n for n in output.args[0][:num_fwd_outputs] if isinstance(n, torch.fx.Node)]
+    readers: set = set()
+    while stack:
+        n = stack.pop()
+        if n not in readers:
+            readers.add(n)
+            stack.extend(n.all_input_nodes)
+    return {n.name for n in readers if n.op != "output"}
 
 
 def saved_values(fw: torch.fx.GraphModule, num_fwd_outputs: int) -> list:
@@ -158,7 +174,8 @@ def _apply_plans(joint: torch.fx.GraphModule, joint_inputs: Any, fw: torch.fx.Gr
     if not saved:
         return fw, bw
     forward = _forward_names(joint)
-    cands = analyze(joint, [n.name for n in saved], forward)
+    readers = _forward_reader_names(joint, num_fwd_outputs)
+    cands = analyze(joint, [n.name for n in saved], forward, readers)
     if cands.empty():
         return fw, bw
     sel = select(cands, level, plans)
@@ -166,8 +183,7 @@ def _apply_plans(joint: torch.fx.GraphModule, joint_inputs: Any, fw: torch.fx.Gr
     if not sel.any_applied():
         log_report(cands, sel, before, None)
         return fw, bw
-    forward_nodes = {n for n in joint.graph.nodes if n.name in forward}
-    _mark(cands, sel, forward_nodes)
+    _mark(cands, sel)
     fw_plans, bw_plans = _min_cut(joint, joint_inputs, **kwargs)
     replace_rng_wrappers(fw_plans, bw_plans)
     log_report(cands, sel, before, stashed_bytes(fw_plans, num_fwd_outputs))

@@ -18,6 +18,8 @@ stashed activation is freed inside the run, as eager frees a saved tensor after 
     forward_peak_bytes   the most a forward run held (its intermediates and everything it returns)
     backward_peak_bytes  the most a backward run held, with the stash it reads
     step_peak_bytes      the larger: the engine's peak over one training step
+    step_held_bytes      the same with each run's planned arena counted whole (``peak_held_bytes``):
+                         the memory the engine makes the process hold, as its resident set sees it
 
 Parameters, inputs, optimizer state and memory torch holds on its side are not counted: they do not
 change with the memory optimizer's plans. With graph breaks, each graph is counted on its own.
@@ -67,6 +69,7 @@ class GraphMemory:
     runs: int = 0
     peak_bytes: int = 0
     peak_live_bytes: int = 0
+    peak_held_bytes: int = 0  # peak_live_bytes with the planned arena counted whole
     saved_bytes: int = 0  # backward: the stashed activations it read
     donated_bytes: int = 0  # backward: those of them donated to the run (counted in peak_live_bytes)
     _taken: bool = False  # take_donated ran for the current run
@@ -106,6 +109,7 @@ class GraphMemory:
         stats = session.last_run_stats()
         self.peak_bytes = int(stats["peak_bytes"])
         self.peak_live_bytes = int(stats["peak_live_bytes"])
+        self.peak_held_bytes = int(stats["peak_held_bytes"])
         if self._taken:
             self._taken = False
         elif self.saved_inputs:
@@ -118,21 +122,28 @@ class GraphMemory:
         # Donated activations are in peak_live_bytes while the run holds them; the rest, all along.
         return self.saved_bytes - self.donated_bytes + self.peak_live_bytes
 
+    @property
+    def step_held_bytes(self) -> int:
+        return self.saved_bytes - self.donated_bytes + self.peak_held_bytes
+
     def as_dict(self) -> dict:
         return {"stage": self.stage, "runs": self.runs, "peak_bytes": self.peak_bytes,
-                "peak_live_bytes": self.peak_live_bytes, "saved_bytes": self.saved_bytes,
-                "donated_bytes": self.donated_bytes, "step_peak_bytes": self.step_peak_bytes}
+                "peak_live_bytes": self.peak_live_bytes, "peak_held_bytes": self.peak_held_bytes,
+                "saved_bytes": self.saved_bytes, "donated_bytes": self.donated_bytes,
+                "step_peak_bytes": self.step_peak_bytes, "step_held_bytes": self.step_held_bytes}
 
 
 def memory_stats() -> dict:
     """The engine's memory at the last run of each compiled graph still alive (see the module
-    docstring): {"forward_peak_bytes", "backward_peak_bytes", "step_peak_bytes", "graphs": {name:
-    {"stage", "runs", "peak_bytes", "peak_live_bytes", "saved_bytes", "donated_bytes", "step_peak_bytes"}}}."""
+    docstring): {"forward_peak_bytes", "backward_peak_bytes", "step_peak_bytes", "step_held_bytes", "graphs":
+    {name: {"stage", "runs", "peak_bytes", "peak_live_bytes", "peak_held_bytes", "saved_bytes", "donated_bytes",
+    "step_peak_bytes", "step_held_bytes"}}}."""
     from ..compiled_graph import live_graphs
 
     graphs = {g.name: g.memory for g in live_graphs() if getattr(g, "memory", None) is not None and g.memory.runs}
     forward = max((m.step_peak_bytes for m in graphs.values() if m.stage == "forward"), default=0)
     backward = max((m.step_peak_bytes for m in graphs.values() if m.stage == "backward"), default=0)
+    held = max((m.step_held_bytes for m in graphs.values()), default=0)
     return {"forward_peak_bytes": forward, "backward_peak_bytes": backward,
-            "step_peak_bytes": max(forward, backward),
+            "step_peak_bytes": max(forward, backward), "step_held_bytes": held,
             "graphs": {name: m.as_dict() for name, m in graphs.items()}}

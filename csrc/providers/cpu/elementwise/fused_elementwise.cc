@@ -6,13 +6,19 @@
 // Numerics: each instruction is the unfused kernel's per-element math on float32 (the same
 // functors of math/elementwise_math.h and the same vector_math arrays), one instruction at a time
 // with its result stored as float32, so nothing is contracted across ops: the results equal the
-// unfused graph's bit for bit.
+// unfused graph's bit for bit. 16-bit registers follow the unfused 16-bit kernels, which widen
+// their operands to float32, compute there and round the result once: a float16/bfloat16 input is
+// widened as its block is loaded (exact), a 16-bit instruction's float32 result is rounded to its
+// type and kept widened (core/float_convert.h's rounding, the one the kernels and Cast use), and a
+// 16-bit output is narrowed as it is stored (exact, its values being representable). A Cast is
+// that rounding alone (none to float32).
 //
 // Broadcasting: a register holds kBlock values or one repeated value (stride 0). An input broadcast
 // along the inner dim (a scalar, a row's factor) stays one value through every instruction that
 // reads only such values, so a per-row computation is done once per row run, not per element.
 #include <cstring>
 
+#include "core/float_convert.h"
 #include "ops/fused_elementwise_program.h"
 #include "providers/cpu/elementwise/elementwise_type_sets.h"
 #include "providers/cpu/elementwise/vector_math.h"
@@ -52,6 +58,51 @@ Operand UnaryArray(void (*fn)(const float*, float*, int64_t), Operand x, float* 
   return {dst, x.stride};
 }
 
+// Rounds r's values to t (float16 or bfloat16) into dst, widened back to float32: what storing
+// them in a tensor of type t and reading them again gives.
+Operand RoundTo(DType t, Operand r, float* dst, int64_t n) {
+  const int64_t m = r.stride != 0 ? n : 1;
+  alignas(64) uint16_t bits[kBlock];
+  if (t == DType::kBFloat16) {
+    FromFloat(r.p, reinterpret_cast<BFloat16*>(bits), m);
+    ToFloat(reinterpret_cast<const BFloat16*>(bits), dst, m);
+  } else {
+    FromFloat(r.p, reinterpret_cast<Float16*>(bits), m);
+    ToFloat(reinterpret_cast<const Float16*>(bits), dst, m);
+  }
+  return {dst, r.stride};
+}
+
+// Widens m values of a float16/bfloat16 array into dst.
+void Widen(DType t, const void* src, float* dst, int64_t m) {
+  if (t == DType::kBFloat16) ToFloat(static_cast<const BFloat16*>(src), dst, m);
+  else ToFloat(static_cast<const Float16*>(src), dst, m);
+}
+
+// Stores n values of r (stride 0: one repeated) into y of type t, y's values all representable.
+void Store(DType t, Operand r, void* y, int64_t n) {
+  if (t == DType::kFloat32) {
+    float* yf = static_cast<float*>(y);
+    if (r.stride != 0) {
+      std::memcpy(yf, r.p, static_cast<size_t>(n) * sizeof(float));
+    } else {
+      const float v = r.p[0];
+      for (int64_t i = 0; i < n; ++i) yf[i] = v;
+    }
+    return;
+  }
+  uint16_t* y16 = static_cast<uint16_t*>(y);
+  if (r.stride != 0) {
+    if (t == DType::kBFloat16) FromFloat(r.p, reinterpret_cast<BFloat16*>(y16), n);
+    else FromFloat(r.p, reinterpret_cast<Float16*>(y16), n);
+    return;
+  }
+  uint16_t v = 0;
+  if (t == DType::kBFloat16) FromFloat(r.p, reinterpret_cast<BFloat16*>(&v), 1);
+  else FromFloat(r.p, reinterpret_cast<Float16*>(&v), 1);
+  for (int64_t i = 0; i < n; ++i) y16[i] = v;
+}
+
 Operand Select(const uint8_t* c, int64_t sc, Operand x, Operand y, float* dst, int64_t n) {
   if (sc == 0 && x.stride == 0 && y.stride == 0) {
     dst[0] = c[0] != 0 ? x.p[0] : y.p[0];
@@ -83,7 +134,7 @@ class FusedElementwiseKernel final : public OpKernel {
     std::array<const void*, kFusedMaxInputs> in{};
     for (int i = 0; i < num_inputs; ++i) {
       const Tensor* t = ctx.input(i);
-      const DType expected = program_.is_condition[i] ? DType::kBool : DType::kFloat32;
+      const DType expected = program_.types[i];
       if (t == nullptr || t->dtype() != expected)
         return ctx.Fail("input ", i, " must be ", DTypeName(expected), ", got ",
                         t == nullptr ? std::string("nothing") : std::string(DTypeName(t->dtype())));
@@ -91,13 +142,14 @@ class FusedElementwiseKernel final : public OpKernel {
       in[i] = t->raw_data();
     }
     const Shape& out_shape = ctx.output(0)->shape();
-    std::array<float*, kFusedMaxInstructions> out{};
+    std::array<void*, kFusedMaxInstructions> out{};
     for (int o = 0; o < ctx.num_outputs(); ++o) {
       Tensor& t = *ctx.output(o);
-      if (t.dtype() != DType::kFloat32 || t.shape() != out_shape)
-        return ctx.Fail("output ", o, " must be float32 of shape ", ShapeToString(out_shape), ", got ",
-                        DTypeName(t.dtype()), " ", ShapeToString(t.shape()));
-      out[o] = t.data<float>();
+      const DType expected = program_.types[program_.outputs[o]];
+      if (t.dtype() != expected || t.shape() != out_shape)
+        return ctx.Fail("output ", o, " must be ", DTypeName(expected), " of shape ", ShapeToString(out_shape),
+                        ", got ", DTypeName(t.dtype()), " ", ShapeToString(t.shape()));
+      out[o] = t.raw_data();
     }
     const int64_t numel = ctx.output(0)->numel();
     if (numel == 0) return Status::OK();
@@ -135,26 +187,35 @@ class FusedElementwiseKernel final : public OpKernel {
   // Output elements [o_off, o_off + count); input i's elements start at in_off[i] with stride[i].
   template <typename Offsets>
   void RunSpan(const std::array<const void*, kFusedMaxInputs>& in, const Offsets& in_off,
-               const std::array<int64_t, kFusedMaxInputs>& stride, const std::array<float*, kFusedMaxInstructions>& out,
+               const std::array<int64_t, kFusedMaxInputs>& stride, const std::array<void*, kFusedMaxInstructions>& out,
                int64_t o_off, int64_t count) const {
     alignas(64) float scratch[kFusedMaxInstructions][kBlock];
+    alignas(64) float widened[kFusedMaxInputs][kBlock];  // 16-bit inputs' blocks, as float32
     for (int64_t done = 0; done < count; done += kBlock) {
       const int64_t n = std::min(kBlock, count - done);
-      RunBlock(in, in_off, stride, done, scratch, n, out, o_off + done);
+      RunBlock(in, in_off, stride, done, scratch, widened, n, out, o_off + done);
     }
   }
 
   template <typename Offsets>
   void RunBlock(const std::array<const void*, kFusedMaxInputs>& in, const Offsets& in_off,
-                const std::array<int64_t, kFusedMaxInputs>& stride, int64_t done, float (*scratch)[kBlock], int64_t n,
-                const std::array<float*, kFusedMaxInstructions>& out, int64_t o_off) const {
+                const std::array<int64_t, kFusedMaxInputs>& stride, int64_t done, float (*scratch)[kBlock],
+                float (*widened)[kBlock], int64_t n, const std::array<void*, kFusedMaxInstructions>& out,
+                int64_t o_off) const {
     const int num_inputs = program_.num_inputs;
     std::array<Operand, kFusedMaxInputs + kFusedMaxInstructions> reg{};
     std::array<const uint8_t*, kFusedMaxInputs> cond{};
     for (int i = 0; i < num_inputs; ++i) {
       const int64_t at = in_off[i] + done * stride[i];
-      if (program_.is_condition[i]) cond[i] = static_cast<const uint8_t*>(in[i]) + at;
-      else reg[i] = {static_cast<const float*>(in[i]) + at, stride[i]};
+      const DType t = program_.types[i];
+      if (program_.is_condition[i]) {
+        cond[i] = static_cast<const uint8_t*>(in[i]) + at;
+      } else if (t == DType::kFloat32) {
+        reg[i] = {static_cast<const float*>(in[i]) + at, stride[i]};
+      } else {
+        Widen(t, static_cast<const uint16_t*>(in[i]) + at, widened[i], stride[i] != 0 ? n : 1);
+        reg[i] = {widened[i], stride[i]};
+      }
     }
     for (size_t k = 0; k < program_.code.size(); ++k) {
       const FusedInstruction& ins = program_.code[k];
@@ -185,18 +246,16 @@ class FusedElementwiseKernel final : public OpKernel {
           r = Select(cond[c], stride[c], b, reg[ins.src[2]], dst, n);
           break;
         }
+        case FusedOpCode::kCast: r = a; break;  // the rounding below is the whole of it
       }
+      const DType t = program_.types[num_inputs + k];
+      if (t != DType::kFloat32) r = RoundTo(t, r, dst, n);
       reg[num_inputs + k] = r;
     }
     for (size_t o = 0; o < program_.outputs.size(); ++o) {
-      const Operand r = reg[program_.outputs[o]];
-      float* y = out[o] + o_off;
-      if (r.stride != 0) {
-        std::memcpy(y, r.p, static_cast<size_t>(n) * sizeof(float));
-      } else {
-        const float v = r.p[0];
-        for (int64_t i = 0; i < n; ++i) y[i] = v;
-      }
+      const int r = program_.outputs[o];
+      const DType t = program_.types[r];
+      Store(t, reg[r], static_cast<char*>(out[o]) + o_off * static_cast<int64_t>(DTypeSize(t)), n);
     }
   }
 
@@ -211,7 +270,8 @@ namespace tob {
 
 void RegisterCpuFusedElementwiseKernels(KernelRegistry& registry) {
   using namespace ew;  // the kernel above
-  // Input types are checked by the schema and the kernel (float32 values, bool conditions).
+  // Input types are checked by the schema and the kernel (the program's register types: float32,
+  // float16, bfloat16 values, bool conditions).
   registry.Register(Def(kFusedElementwiseOp).Domain(kTobDomain).Versions(1).Kernel<FusedElementwiseKernel>());
 }
 

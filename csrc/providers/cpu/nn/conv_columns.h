@@ -16,8 +16,9 @@ namespace tob::conv_columns {
 
 // Rows (c * K + k) of the column matrix, K = kernel size, for input channel plane `x_plane`;
 // `col` points at this image's first column, rows are `ld` apart.
+// `pad` fills the positions in the padding (0; the zero point for the integer convolutions).
 template <typename T>
-void Im2Col2D(const T* x_plane, const WindowGeometry& g, int64_t c, T* col, int64_t ld) {
+void Im2Col2D(const T* x_plane, const WindowGeometry& g, int64_t c, T* col, int64_t ld, T pad = T(0)) {
   const int64_t H = g.in[0], W = g.in[1], OH = g.out[0], OW = g.out[1];
   const int64_t KH = g.kernel[0], KW = g.kernel[1];
   const int64_t sh = g.strides[0], sw = g.strides[1], dh = g.dilations[0], dw = g.dilations[1];
@@ -31,17 +32,17 @@ void Im2Col2D(const T* x_plane, const WindowGeometry& g, int64_t c, T* col, int6
         T* row = dst + oh * OW;
         const int64_t ih = oh * sh - g.pad_begin[0] + kh * dh;
         if (ih < 0 || ih >= H) {
-          std::fill(row, row + OW, T(0));
+          std::fill(row, row + OW, pad);
           continue;
         }
         const T* src = x_plane + ih * W;
-        std::fill(row, row + ow_lo, T(0));
+        std::fill(row, row + ow_lo, pad);
         if (sw == 1) {
           if (ow_hi > ow_lo) std::memcpy(row + ow_lo, src + ow_lo + w_off, sizeof(T) * (ow_hi - ow_lo));
         } else {
           for (int64_t ow = ow_lo; ow < ow_hi; ++ow) row[ow] = src[ow * sw + w_off];
         }
-        std::fill(row + ow_hi, row + OW, T(0));
+        std::fill(row + ow_hi, row + OW, pad);
       }
     }
   }
@@ -136,10 +137,10 @@ void ForEachTap(const WindowGeometry& g, Fn&& fn) {
 }
 
 template <typename T>
-void Im2ColND(const T* x_plane, const WindowGeometry& g, int64_t c, T* col, int64_t ld) {
+void Im2ColND(const T* x_plane, const WindowGeometry& g, int64_t c, T* col, int64_t ld, T pad = T(0)) {
   const int64_t ksize = g.kernel_size();
   ForEachTap(
-      g, [&](int64_t ki, int64_t oi, int64_t in) { col[(c * ksize + ki) * ld + oi] = in >= 0 ? x_plane[in] : T(0); });
+      g, [&](int64_t ki, int64_t oi, int64_t in) { col[(c * ksize + ki) * ld + oi] = in >= 0 ? x_plane[in] : pad; });
 }
 
 template <typename T>

@@ -1,0 +1,363 @@
+// ElementwiseFusion over float16/bfloat16 and the Casts between them (autocast's graphs). Golden
+// tests show what fuses and what must not; the kernel tests run fused and unfused sessions of the
+// same 16-bit graphs and require equal bits (each fused instruction rounds as the unfused kernel
+// stores), and compare both with float64 within the roundings the graph asks for.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "graph_pass_test_util.h"
+#include "op_tester.h"
+#include "ops/fused_elementwise_program.h"
+#include "optimizer/passes.h"
+#include "runtime/session.h"
+
+namespace tob {
+namespace {
+
+using testing::F32;
+using testing::GraphBuilder;
+using testing::RandomTensor;
+
+ValueType BF16(Dims dims) { return ValueType(DType::kBFloat16, std::move(dims)); }
+ValueType F16(Dims dims) { return ValueType(DType::kFloat16, std::move(dims)); }
+AttributeMap CastTo(DType t) { return {{"to", Attribute::Int(static_cast<int64_t>(t))}}; }
+constexpr int64_t kF32 = 1, kF16 = 10, kBF16 = 16;
+
+AttributeMap Program(std::vector<std::string> ops, std::vector<int64_t> operands, std::vector<int64_t> outputs,
+                     std::vector<int64_t> types) {
+  AttributeMap a{{"ops", Attribute::Strings(std::move(ops))},
+                 {"operands", Attribute::Ints(std::move(operands))},
+                 {"outputs", Attribute::Ints(std::move(outputs))}};
+  if (!types.empty()) a["types"] = Attribute::Ints(std::move(types));
+  return a;
+}
+
+std::string AfterPass(Graph& g) {
+  testing::RunPassWithBuiltins(CreateElementwiseFusionPass(), g);
+  return GraphToText(g);
+}
+
+// ---- golden ----
+
+TEST(OptimizerElementwiseFusionHalf, GoldenWidenedGemmOutputAndResidualAdd) {
+  // Autocast's residual: a bfloat16 GEMM output widened to float32 and added to the float32 stream.
+  Graph before;
+  GraphBuilder b(before);
+  b.Input("h", BF16({4, 8})).Input("res", F32({4, 8}));
+  b.Op("Cast", {"h"}, {"hf"}, CastTo(DType::kFloat32), "", "widen");
+  b.Op("Add", {"hf", "res"}, {"y"}, {}, "", "residual");
+  b.Output("y");
+
+  Graph expected;
+  GraphBuilder e(expected);
+  expected.SetOpset(kTobDomain, 1);
+  e.Input("h", BF16({4, 8})).Input("res", F32({4, 8}));
+  // Registers: 0 h (bfloat16), 1 res, 2 hf, 3 y.
+  e.Op(kFusedElementwiseOp, {"h", "res"}, {"y"},
+       Program({"Cast", "Add"}, {0, -1, -1, 2, 1, -1}, {3}, {kBF16, kF32, kF32, kF32}), kTobDomain,
+       "residual_fused__1");
+  e.Output("y");
+  EXPECT_EQ(AfterPass(before), GraphToText(expected));
+}
+
+TEST(OptimizerElementwiseFusionHalf, GoldenBfloat16GeluChainAndItsNarrowing) {
+  // GPT-2's tanh GELU as the exporter writes it under autocast, bfloat16 throughout, then a float32
+  // value rounded to bfloat16 and multiplied in (a Cast into the group).
+  Graph before;
+  GraphBuilder b(before);
+  b.Input("x", BF16({2, 8})).Input("c", BF16({})).Input("g", F32({2, 8}));
+  b.Op("Mul", {"x", "x"}, {"x2"}, {}, "", "square");
+  b.Op("Mul", {"x2", "c"}, {"t"}, {}, "", "scale");
+  b.Op("Tanh", {"t"}, {"th"}, {}, "", "tanh");
+  b.Op("Cast", {"g"}, {"gb"}, CastTo(DType::kBFloat16), "", "narrow");
+  b.Op("Mul", {"th", "gb"}, {"y"}, {}, "", "gate");
+  b.Output("y");
+
+  Graph expected;
+  GraphBuilder e(expected);
+  expected.SetOpset(kTobDomain, 1);
+  e.Input("x", BF16({2, 8})).Input("c", BF16({})).Input("g", F32({2, 8}));
+  // Registers: 0 x, 1 c, 2 g, 3 x2, 4 t, 5 th, 6 gb, 7 y.
+  e.Op(kFusedElementwiseOp, {"x", "c", "g"}, {"y"},
+       Program({"Mul", "Mul", "Tanh", "Cast", "Mul"}, {0, 0, -1, 3, 1, -1, 4, -1, -1, 2, -1, -1, 5, 6, -1}, {7},
+               {kBF16, kBF16, kF32, kBF16, kBF16, kBF16, kBF16, kBF16}),
+       kTobDomain, "gate_fused__1");
+  e.Output("y");
+  EXPECT_EQ(AfterPass(before), GraphToText(expected));
+}
+
+TEST(OptimizerElementwiseFusionHalf, GoldenMustNotFire) {
+  // Each pair is kept apart by one rule: a Cast from an integer, a Cast to float64, a Pow whose
+  // bfloat16 base has a float32 exponent (not one type), and a Cast beside a 16-bit node of another
+  // output shape.
+  auto build = [](Graph& g) {
+    GraphBuilder b(g);
+    b.Input("i", ValueType(DType::kInt32, Dims{4, 4})).Input("x", BF16({4, 4})).Input("e", F32({4, 4}));
+    b.Input("r", BF16({4, 1}));
+    b.Op("Cast", {"i"}, {"fi"}, CastTo(DType::kFloat32), "", "cast_int");
+    b.Op("Relu", {"fi"}, {"ri"}, {}, "", "relu");
+    b.Op("Cast", {"x"}, {"xd"}, CastTo(DType::kFloat64), "", "cast_f64");
+    b.Op("Neg", {"xd"}, {"nd"}, {}, "", "neg_f64");
+    b.Op("Pow", {"x", "e"}, {"p"}, {}, "", "pow_mixed");
+    b.Op("Neg", {"p"}, {"np"}, {}, "", "neg_pow");
+    b.Op("Cast", {"r"}, {"rf"}, CastTo(DType::kFloat32), "", "cast_row");
+    b.Op("Add", {"rf", "e"}, {"s"}, {}, "", "add_row");  // [4, 1] + [4, 4]: another shape
+    b.Output("ri").Output("nd").Output("np").Output("s");
+  };
+  Graph before, expected;
+  build(before);
+  build(expected);
+  ASSERT_TRUE(InferShapes(before, OpSchemaRegistry::Global()).ok());
+  PassContext ctx;
+  bool changed = true;
+  ASSERT_TRUE(CreateElementwiseFusionPass()->Run(before, ctx, &changed).ok());
+  EXPECT_FALSE(changed);
+  EXPECT_EQ(GraphToText(before), GraphToText(expected));
+}
+
+// ---- the kernel, through sessions ----
+
+struct Run {
+  std::vector<Tensor> outputs;
+  int fused_nodes = 0;
+};
+
+Run RunGraph(std::unique_ptr<Graph> g, OptLevel level, const std::vector<std::string>& names,
+             const std::vector<Tensor>& feeds, int threads) {
+  SessionOptions opts;
+  opts.optimization_level = level;
+  opts.intra_op_threads = threads;
+  auto s = Session::Create(std::move(g), opts);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  Run r;
+  if (!s.ok()) return r;
+  for (const Node* n : s.value()->graph().nodes()) r.fused_nodes += n->op_type() == kFusedElementwiseOp;
+  Status st = s.value()->Run(names, feeds, {}, &r.outputs);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return r;
+}
+
+template <typename T>
+Tensor Narrowed(const Tensor& f) {
+  std::vector<T> v(static_cast<size_t>(f.numel()));
+  for (int64_t i = 0; i < f.numel(); ++i) v[i] = T(f.data<float>()[i]);
+  return Tensor::FromVector<T>(v, f.shape());
+}
+
+template <typename T>
+double At(const Tensor& t, int64_t i) {
+  return static_cast<double>(static_cast<float>(t.data<T>()[i]));
+}
+
+// Over x [A, B, C, D] (bfloat16), res [A, B, C, D] (float32), row [D] (bfloat16), h [A, B, C, 1]
+// (float16), s [] (bfloat16) and a bool mask [1, 1, C, 1]:
+//   g = 0.5 x (1 + tanh(0.8 (x + 0.044715 x^3)))      bfloat16 ops (GPT-2's GELU)
+//   y = float32(g) + res                                float32 output
+//   w = Where(mask, g * row, -x / s)                    bfloat16 output
+//   q = float16(sigmoid(float32(x))) + h                float16 output
+std::unique_ptr<Graph> HalfGraph(const Shape& x_shape) {
+  auto g = std::make_unique<Graph>();
+  GraphBuilder b(*g, 20);
+  const int64_t A = x_shape[0], B = x_shape[1], C = x_shape[2], D = x_shape[3];
+  b.Input("x", BF16({A, B, C, D})).Input("res", F32({A, B, C, D})).Input("row", BF16({D}));
+  b.Input("h", F16({A, B, C, 1})).Input("s", BF16({})).Input("mask", ValueType(DType::kBool, Dims{1, 1, C, 1}));
+  for (auto [name, v] :
+       {std::pair<const char*, float>{"k_cube", 0.044715f}, {"k_scale", 0.8f}, {"k_half", 0.5f}, {"k_one", 1.f}})
+    EXPECT_TRUE(g->AddInitializer(name, Tensor::FromVector<BFloat16>({BFloat16(v)}, {})).ok());
+  b.Op("Mul", {"x", "x"}, {"x2"});
+  b.Op("Mul", {"x2", "x"}, {"x3"});
+  b.Op("Mul", {"x3", "k_cube"}, {"t1"});
+  b.Op("Add", {"x", "t1"}, {"t2"});
+  b.Op("Mul", {"t2", "k_scale"}, {"t3"});
+  b.Op("Tanh", {"t3"}, {"t4"});
+  b.Op("Add", {"t4", "k_one"}, {"t5"});
+  b.Op("Mul", {"x", "k_half"}, {"t6"});
+  b.Op("Mul", {"t6", "t5"}, {"gelu"});
+  b.Op("Cast", {"gelu"}, {"gf"}, CastTo(DType::kFloat32));
+  b.Op("Add", {"gf", "res"}, {"y"});
+  b.Op("Mul", {"gelu", "row"}, {"gr"});
+  b.Op("Neg", {"x"}, {"nx"});
+  b.Op("Div", {"nx", "s"}, {"nxs"});
+  b.Op("Where", {"mask", "gr", "nxs"}, {"w"});
+  b.Op("Cast", {"x"}, {"xf"}, CastTo(DType::kFloat32));
+  b.Op("Sigmoid", {"xf"}, {"sg"});
+  b.Op("Cast", {"sg"}, {"sgh"}, CastTo(DType::kFloat16));
+  b.Op("Add", {"sgh", "h"}, {"q"});
+  b.Output("y").Output("w").Output("q");
+  return g;
+}
+
+void CheckHalfGraph(const Shape& x_shape, int threads) {
+  const int64_t A = x_shape[0], B = x_shape[1], C = x_shape[2], D = x_shape[3];
+  const Tensor x = Narrowed<BFloat16>(RandomTensor<float>(x_shape, -3, 3, 1));
+  const Tensor res = RandomTensor<float>(x_shape, -2, 2, 2);
+  const Tensor row = Narrowed<BFloat16>(RandomTensor<float>({D}, -2, 2, 3));
+  const Tensor h = Narrowed<Float16>(RandomTensor<float>({A, B, C, 1}, -2, 2, 4));
+  const Tensor s = Tensor::FromVector<BFloat16>({BFloat16(1.75f)}, {});
+  Tensor mask = Tensor::Allocate(DType::kBool, {1, 1, C, 1}, CpuAllocator::Default()).value();
+  for (int64_t k = 0; k < C; ++k) mask.data<bool>()[k] = (k % 3) != 1;
+  const std::vector<std::string> names = {"x", "res", "row", "h", "s", "mask"};
+  const std::vector<Tensor> feeds = {x, res, row, h, s, mask};
+  Run fused = RunGraph(HalfGraph(x_shape), OptLevel::kAll, names, feeds, threads);
+  Run plain = RunGraph(HalfGraph(x_shape), OptLevel::kExtended, names, feeds, threads);
+  EXPECT_GE(fused.fused_nodes, 2);  // 19 nodes: more than one program's 16 instructions
+  EXPECT_EQ(plain.fused_nodes, 0);
+  ASSERT_EQ(fused.outputs.size(), 3u);
+  ASSERT_EQ(fused.outputs[0].dtype(), DType::kFloat32);
+  ASSERT_EQ(fused.outputs[1].dtype(), DType::kBFloat16);
+  ASSERT_EQ(fused.outputs[2].dtype(), DType::kFloat16);
+  // float64, without the intermediate roundings: the bfloat16 chain rounds about ten times (unit
+  // roundoff u = 2^-8 each) on values up to ~3, so its results sit within ~16 u of the exact ones.
+  double worst_y = 0, worst_w = 0, worst_q = 0;
+  for (int64_t a = 0; a < A; ++a)
+    for (int64_t bb = 0; bb < B; ++bb)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t d = 0; d < D; ++d) {
+          const int64_t i = ((a * B + bb) * C + c) * D + d, r = (a * B + bb) * C + c;
+          const double xv = At<BFloat16>(x, i);
+          const double gelu = 0.5 * xv * (1.0 + std::tanh(0.8 * (xv + 0.044715 * xv * xv * xv)));
+          const double y = gelu + res.data<float>()[i];
+          const double w = mask.data<bool>()[c] ? gelu * At<BFloat16>(row, d) : -xv / 1.75;
+          const double q = 1.0 / (1.0 + std::exp(-xv)) + At<Float16>(h, r);
+          worst_y = std::max(worst_y, std::abs(At<float>(fused.outputs[0], i) - y) / (1 + std::abs(y)));
+          worst_w = std::max(worst_w, std::abs(At<BFloat16>(fused.outputs[1], i) - w) / (1 + std::abs(w)));
+          worst_q = std::max(worst_q, std::abs(At<Float16>(fused.outputs[2], i) - q) / (1 + std::abs(q)));
+        }
+  EXPECT_LT(worst_y, 16 * std::ldexp(1.0, -8));
+  EXPECT_LT(worst_w, 16 * std::ldexp(1.0, -8));
+  EXPECT_LT(worst_q, 3 * std::ldexp(1.0, -11));  // float16: the sigmoid and the sum, each rounded once
+  // The unfused kernels' roundings, one by one: equal bits.
+  for (size_t o = 0; o < 3; ++o) {
+    const Tensor& f = fused.outputs[o];
+    const Tensor& p = plain.outputs[o];
+    ASSERT_EQ(f.dtype(), p.dtype());
+    ASSERT_EQ(f.numel(), p.numel());
+    ASSERT_EQ(std::memcmp(f.raw_data(), p.raw_data(), f.numel() * DTypeSize(f.dtype())), 0) << "output " << o;
+  }
+}
+
+TEST(FusedElementwiseKernelHalf, SixteenBitChainsEqualTheUnfusedKernelsBitForBit) { CheckHalfGraph({2, 3, 5, 7}, 1); }
+
+TEST(FusedElementwiseKernelHalf, LongRowsAcrossBlocksAndThreads) { CheckHalfGraph({2, 2, 3, 1300}, 2); }
+
+// Every instruction of the fused set, in float16 and bfloat16: u = op(x[, w]) then y = u + w, one
+// FusedElementwise node. Fused and unfused outputs must be equal bit for bit, and y must be within
+// the graph's two roundings of the float64 value: |y - (op + w)| <= u (|op| + |op + w|) (1 + u)
+// with unit roundoff u = 2^-8 (bfloat16: 8 significant bits) or 2^-11 (float16: 11), plus 2^-18
+// |op| for the float32 approximations of the transcendental functions (vector_math.h's, within a
+// few float32 ulps), which sit far below either 16-bit rounding.
+template <typename T>
+void CheckEveryOp(DType t, double unit) {
+  struct Case {
+    const char* op;
+    bool binary;
+    bool positive;  // the base of Sqrt, Log, Pow
+    double (*exact)(double, double);
+    AttributeMap attrs;
+  };
+  const std::vector<Case> cases = {
+      {"Add", true, false, [](double a, double b) { return a + b; }, {}},
+      {"Sub", true, false, [](double a, double b) { return a - b; }, {}},
+      {"Mul", true, false, [](double a, double b) { return a * b; }, {}},
+      {"Div", true, false, [](double a, double b) { return a / b; }, {}},
+      {"Pow", true, true, [](double a, double b) { return std::pow(a, b); }, {}},
+      {"Neg", false, false, [](double a, double) { return -a; }, {}},
+      {"Abs", false, false, [](double a, double) { return std::abs(a); }, {}},
+      {"Reciprocal", false, false, [](double a, double) { return 1 / a; }, {}},
+      {"Sqrt", false, true, [](double a, double) { return std::sqrt(a); }, {}},
+      {"Exp", false, false, [](double a, double) { return std::exp(a); }, {}},
+      {"Log", false, true, [](double a, double) { return std::log(a); }, {}},
+      {"Tanh", false, false, [](double a, double) { return std::tanh(a); }, {}},
+      {"Sigmoid", false, false, [](double a, double) { return 1 / (1 + std::exp(-a)); }, {}},
+      {"Erf", false, false, [](double a, double) { return std::erf(a); }, {}},
+      {"Relu", false, false, [](double a, double) { return std::max(a, 0.0); }, {}},
+      {"Gelu", false, false, [](double a, double) { return 0.5 * a * (1 + std::erf(a / std::sqrt(2.0))); }, {}},
+      {"Gelu",
+       false,
+       false,
+       [](double a, double) {
+         return 0.5 * a * (1 + std::tanh(std::sqrt(2 / 3.141592653589793) * (a + 0.044715 * a * a * a)));
+       },
+       {{"approximate", Attribute::String("tanh")}}},
+  };
+  const Shape shape{3, 257};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.op) + (c.attrs.empty() ? "" : " (tanh)") + " " + DTypeName(t));
+    auto build = [&] {
+      auto g = std::make_unique<Graph>();
+      GraphBuilder b(*g, 20);
+      b.Input("x", ValueType(t, Dims{3, 257})).Input("w", ValueType(t, Dims{257}));
+      if (c.binary) b.Op(c.op, {"x", "w"}, {"u"}, c.attrs);
+      else b.Op(c.op, {"x"}, {"u"}, c.attrs);
+      b.Op("Add", {"u", "w"}, {"y"});
+      b.Output("y");
+      return g;
+    };
+    const double lo = c.positive ? 0.25 : -2.5;
+    const Tensor x = Narrowed<T>(RandomTensor<float>(shape, lo, 2.5, 7, 0.25));
+    const Tensor w = Narrowed<T>(RandomTensor<float>({257}, -2.5, 2.5, 8, 0.25));
+    Run fused = RunGraph(build(), OptLevel::kAll, {"x", "w"}, {x, w}, 1);
+    Run plain = RunGraph(build(), OptLevel::kExtended, {"x", "w"}, {x, w}, 1);
+    ASSERT_EQ(fused.fused_nodes, 1);
+    ASSERT_EQ(plain.fused_nodes, 0);
+    ASSERT_EQ(fused.outputs.size(), 1u);
+    ASSERT_EQ(plain.outputs.size(), 1u);
+    ASSERT_EQ(fused.outputs[0].dtype(), t);
+    EXPECT_EQ(std::memcmp(fused.outputs[0].raw_data(), plain.outputs[0].raw_data(), fused.outputs[0].numel() * 2), 0);
+    double worst = 0;  // error over its bound
+    for (int64_t i = 0; i < fused.outputs[0].numel(); ++i) {
+      const double xv = At<T>(x, i), wv = At<T>(w, i % 257);
+      const double op = c.exact(xv, wv), ref = op + wv;
+      const double bound = unit * (std::abs(op) + std::abs(ref)) * (1 + unit) + std::ldexp(std::abs(op), -18);
+      worst = std::max(worst, std::abs(At<T>(fused.outputs[0], i) - ref) / bound);
+    }
+    EXPECT_LE(worst, 1.0);
+  }
+}
+
+TEST(FusedElementwiseKernelHalf, EveryInstructionInBfloat16) {
+  CheckEveryOp<BFloat16>(DType::kBFloat16, std::ldexp(1.0, -8));
+}
+
+TEST(FusedElementwiseKernelHalf, EveryInstructionInFloat16) {
+  CheckEveryOp<Float16>(DType::kFloat16, std::ldexp(1.0, -11));
+}
+
+TEST(FusedElementwiseKernelHalf, RejectsOperandsOfAnotherTypeThanTheResult) {
+  auto g = std::make_unique<Graph>();
+  GraphBuilder b(*g);
+  g->SetOpset(kTobDomain, 1);
+  b.Input("x", BF16({4})).Input("y", F32({4}));
+  b.Op(kFusedElementwiseOp, {"x", "y"}, {"z"}, Program({"Add"}, {0, 1, -1}, {2}, {kBF16, kF32, kBF16}), kTobDomain,
+       "bad");
+  b.Output("z");
+  auto s = Session::Create(std::move(g), SessionOptions{});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("instruction 0 (Add) computes bfloat16 but operand 1 (register 1) is float32"),
+            std::string::npos)
+      << s.status().ToString();
+}
+
+TEST(FusedElementwiseKernelHalf, RejectsTypesOfTheWrongLengthOrKind) {
+  for (const std::vector<int64_t>& types :
+       {std::vector<int64_t>{kBF16, kBF16}, std::vector<int64_t>{kBF16, 11, kBF16}}) {
+    auto g = std::make_unique<Graph>();
+    GraphBuilder b(*g);
+    g->SetOpset(kTobDomain, 1);
+    b.Input("x", BF16({4}));
+    b.Op(kFusedElementwiseOp, {"x"}, {"z"}, Program({"Cast", "Neg"}, {0, -1, -1, 1, -1, -1}, {2}, types), kTobDomain,
+         "bad");
+    b.Output("z");
+    auto s = Session::Create(std::move(g), SessionOptions{});
+    ASSERT_FALSE(s.ok());
+    const std::string want = types.size() == 2
+                                 ? "'types' must hold one element type per register (3), got 2"
+                                 : "register 1 has type 11 (float64), expected float32, float16 or bfloat16";
+    EXPECT_NE(s.status().message().find(want), std::string::npos) << s.status().ToString();
+  }
+}
+
+}  // namespace
+}  // namespace tob
