@@ -6,10 +6,14 @@ the arithmetic is nothing and every microsecond is the run path's.
 Runners, alternating in one process (round after round, each timing --calls calls), so that load
 from other processes hits all of them alike:
   eager       the nn.Module itself
+  floor       torch.compile with a backend whose code does nothing (hands back cached outputs):
+              TorchDynamo's own per-call cost, the floor under every backend
   dynamo      torch.compile(backend="eager"): TorchDynamo's guards and frame, the FX graph in Python
   aot_eager   torch.compile(backend="aot_eager"): dynamo plus AOTAutograd's runtime wrappers
   inductor    torch.compile(): Inductor's compiled code behind the same dynamo and AOTAutograd
-  ort         torch.compile(backend="ort")
+  ort_lean_off  torch.compile(backend="ort", options={"lean_call": False}): AOTAutograd's runtime
+              wrappers around our graphs on every call (the code before lean_call.py)
+  ort         torch.compile(backend="ort"), its default: lean_call.py's path where it applies
 Modes: infer (one forward under torch.no_grad()) and train (forward, then backward of out.sum()).
 Reported: the fastest round's microseconds per call (the least disturbed by other processes) and
 the median round's, and ort's ratio to each runner's fastest round.
@@ -17,9 +21,14 @@ the median round's, and ort's ratio to each runner's fastest round.
 "ort" by component, each measured by its own timer loop in the same process (best of --rounds):
   engine graphs    CompiledGraph.__call__ with the arguments AOTAutograd passed it (captured once):
                    everything of ours, per graph (forward and backward in train mode)
-  dynamo + AOT     the compiled call minus the engine graphs: TorchDynamo's guards and frame,
-                   AOTAutograd's wrappers and, in train mode, autograd's engine, out.sum() and its
-                   backward (the 'dynamo' runner's excess over eager bounds dynamo's share)
+  dynamo + wrapper the compiled call minus the engine graphs: TorchDynamo's guards and frame,
+                   the region's wrapper (lean_call.py's, else AOTAutograd's) and, in train mode,
+                   autograd's engine, out.sum() and its backward (the 'dynamo' runner's excess over
+                   eager bounds dynamo's share)
+  lean wrapper     lean_call.py's call (in train: its forward, the autograd.Function's apply) on
+                   the arguments the graph was given, minus the graph's own call
+  lean backward    train: a step through lean_call.py's call (forward, out.sum(), backward) minus
+                   its forward and minus out.sum().backward() on a leaf of the output's shape
   in each graph:
     capsules       torch's C-level DLPack export of the inputs (torch.utils.dlpack.to_dlpack)
     engine run     Session.run_positional minus the capsules: the binding (capsule import, the
@@ -53,12 +62,30 @@ def _best_us(fn: Callable[[], object], calls: int, rounds: int) -> float:
     return best
 
 
+def _floor_backend(gm, example_inputs):
+    """A backend whose compiled code does nothing: it hands back the outputs of its first call
+    (leaves, so that a training step's out.sum().backward() runs). What is left is TorchDynamo's own
+    cost per call, the floor of every backend: its guards, frame and torch._dynamo.disable wrapper."""
+    import torch
+
+    cache: list = []
+
+    def call(*args):
+        if not cache:
+            with torch.no_grad():
+                cache.extend(o.detach().requires_grad_(o.is_floating_point()) for o in gm(*args))
+        return tuple(cache)
+    return call
+
+
 def _runners(torch, model):
     return {
         "eager": model,
+        "floor": torch.compile(model, backend=_floor_backend),
         "dynamo": torch.compile(model, backend="eager"),
         "aot_eager": torch.compile(model, backend="aot_eager"),
         "inductor": torch.compile(model),
+        "ort_lean_off": torch.compile(model, backend="ort", options={"lean_call": False}),
         "ort": torch.compile(model, backend="ort"),
     }
 
@@ -106,6 +133,35 @@ def ort_components(torch, compiled, step: Callable, calls: int, rounds: int) -> 
     for g in graphs:
         del g._run_fast  # the class's method again
     out: dict = {"graphs": {}}
+    # lean_call.py's region wrapper alone: its lean call on the arguments its graph was given (no
+    # parameters are lifted when TorchDynamo inlines modules, so they are the region's arguments)
+    import gc
+
+    from torch_ort_backend.lean_call import live_regions
+
+    gc.collect()
+    regions = [r for r in live_regions() if r.lean[0] is not None]
+    for r in regions[-1:]:
+        g = r._graph("inference" if r.inference else "forward")
+        args = captured.get(id(g))
+        if args is None or r.params:
+            continue
+        lean = r.lean[0]
+        if r.inference:
+            with torch.no_grad():
+                total = _best_us(lambda: lean(tuple(args)), calls, rounds)
+                graph_us = _best_us(lambda: g(list(args)), calls, rounds)
+        else:
+            total = _best_us(lambda: lean(tuple(args)), calls, rounds)
+            graph_us = _best_us(lambda: g(list(args)), calls, rounds)
+            # the backward side: a step through the lean call minus its forward and minus the same
+            # out.sum().backward() on a leaf; what is left is autograd's engine running our
+            # autograd.Function's backward (its Python, the backward graph) and the gradients' accumulation
+            step = _best_us(lambda: lean(tuple(args))[0].sum().backward(), calls, rounds)
+            leaf = torch.zeros_like(lean(tuple(args))[0]).requires_grad_()
+            sum_backward = _best_us(lambda: leaf.sum().backward(), calls, rounds)
+            out["lean_backward_side_us"] = step - total - sum_backward
+        out["lean_wrapper_us"] = total - graph_us
     for g in graphs:
         args = captured.get(id(g))
         if args is None:
@@ -183,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
         graphs_us = sum(g.get("call_us", 0.0) for g in components["graphs"].values())
         components["dynamo_aot_us"] = ort - graphs_us
         components["dynamo_share_us"] = timings["dynamo"]["best_us"] - timings["eager"]["best_us"]
+        components["floor_us"] = timings["floor"]["median_us"]
+        components["ours_us"] = timings["ort"]["median_us"] - timings["floor"]["median_us"]
         results["modes"][mode] = {"runners": timings, "ort_components": components,
                                   "ort_vs": {k: ort / v["best_us"] for k, v in timings.items()}}
     results["dispatch"] = per_node_dispatch(torch, args.calls * 5, args.rounds)
@@ -195,8 +253,13 @@ def main(argv: list[str] | None = None) -> int:
         for name, t in r["runners"].items():
             print(f"  {name:10} {t['best_us']:7.1f} / {t['median_us']:7.1f}   ort / {name}: {r['ort_vs'][name]:.2f}")
         c = r["ort_components"]
-        print(f"  ort by component: dynamo + AOTAutograd (+ autograd in train) {c['dynamo_aot_us']:.1f} us "
-              f"(dynamo alone ~{c['dynamo_share_us']:.1f})")
+        print(f"  ort by component: dynamo + the region's wrapper (+ autograd in train) {c['dynamo_aot_us']:.1f} us "
+              f"(dynamo alone ~{c['dynamo_share_us']:.1f}; lean_call.py's wrapper (forward in train) "
+              f"{c.get('lean_wrapper_us', float('nan')):.2f})")
+        print(f"  ort above the floor (medians): {c['ours_us']:.1f} us of {r['runners']['ort']['median_us']:.1f}")
+        if "lean_backward_side_us" in c:
+            print(f"  lean backward side (autograd's engine, our Function's backward, the backward graph, "
+                  f"accumulation): {c['lean_backward_side_us']:.1f} us")
         for stage, g in c["graphs"].items():
             if "error" in g:
                 print(f"    {stage}: {g['error']}")

@@ -7,6 +7,7 @@ grads); each becomes a CompiledGraph: exported to ONNX and run by one engine ses
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Mapping
 
 import torch
@@ -18,6 +19,7 @@ from .autograd_function.graph_rewrite import prepare_graph
 from .compiled_graph import STATS, CompiledGraph, CompileStats
 from .compute_optimizer import trace_optimized
 from .decompositions import attention_kernels, decomposition_table
+from .lean_call import LeanRegion
 from .distributed import install_exit_guard, note_process_group
 from .errors import FallbackError, UnsupportedTorchModelError
 from .fallback import FallbackManager, FallbackPolicy
@@ -27,6 +29,8 @@ from .options import BackendOptions, resolve
 from .recompile_limit import install as install_recompile_limit_warning
 from .recompile_limit import note_compiled_function
 
+
+logger = logging.getLogger("torch_ort_backend")
 
 # torch.autograd.Function.apply in a region compiled by "ort" becomes a PythonOp (docs/python_op.md).
 install_capture()
@@ -54,11 +58,38 @@ def _unaliased_outputs() -> frozenset:
     return frozenset(offset + i for i in meta.unsafe_view_out_indices)
 
 
-def _compiler(opts: BackendOptions, stage: str) -> Callable:
+def _compiler(opts: BackendOptions, stage: str, graphs: list) -> Callable:
+    """The compiler of one stage; every graph it makes joins ``graphs`` (its region's, lean_call.py)
+    with AOTAutograd's metadata of the region."""
     def compile_graph(gm: torch.fx.GraphModule, example_inputs: Any) -> CompiledGraph:
-        return CompiledGraph(gm, stage, opts, _unaliased_outputs() if stage == "forward" else frozenset())
+        graph = CompiledGraph(gm, stage, opts, _unaliased_outputs() if stage == "forward" else frozenset())
+        graph.aot_meta = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
+        graphs.append(graph)
+        return graph
 
     return compile_graph
+
+
+def _lean_region(compiled: Callable, gm: torch.fx.GraphModule, example_inputs: list, graphs: list,
+                 opts: BackendOptions) -> Callable:
+    """The region's callable: lean_call.py's where it may apply, else AOTAutograd's as it came."""
+    stages = {g.stage for g in graphs}
+    if (not opts.lean_call or not stages or stages - {"forward", "inference"} or len(stages) != 1
+            or opts.fallback_policy & FallbackPolicy.FALLBACK_FORCE_TORCH_BACKWARD
+            or any(isinstance(x, (list, tuple, dict)) for x in example_inputs)):
+        return compiled
+    params = [*dict(gm.named_parameters(remove_duplicate=False)).values(),
+              *dict(gm.named_buffers(remove_duplicate=False)).values()]
+    # TorchDynamo wraps the region's callable in torch._dynamo.disable itself: AOTAutograd's own
+    # disable around its wrappers is a second one, not needed inside ours
+    aot_fn = getattr(compiled, "_torchdynamo_orig_callable", compiled)
+    region = LeanRegion(aot_fn, params, len(example_inputs), graphs, "inference" in stages,
+                        torch._C._is_any_autocast_enabled())
+    why = region.precheck()
+    if why is not None:
+        logger.debug("%s: AOTAutograd's runtime wrappers kept (%s)", graphs[0].name, why)
+        return compiled
+    return region.call
 
 
 def _partitioner(opts: BackendOptions) -> Callable:
@@ -93,11 +124,13 @@ def ort_backend(gm: torch.fx.GraphModule, example_inputs: list, options: Mapping
     policy = opts.fallback_policy
     if policy & FallbackPolicy.FALLBACK_FORCE_TORCH_FORWARD:
         return gm.forward
-    bw = _eager_backward if policy & FallbackPolicy.FALLBACK_FORCE_TORCH_BACKWARD else _compiler(opts, "backward")
+    graphs: list = []  # this region's compiled graphs (lean_call.py)
+    bw = (_eager_backward if policy & FallbackPolicy.FALLBACK_FORCE_TORCH_BACKWARD
+          else _compiler(opts, "backward", graphs))
     aot = aot_autograd(
-        fw_compiler=_compiler(opts, "forward"),
+        fw_compiler=_compiler(opts, "forward", graphs),
         bw_compiler=bw,
-        inference_compiler=_compiler(opts, "inference"),
+        inference_compiler=_compiler(opts, "inference", graphs),
         decompositions=decomposition_table(),
         partition_fn=_partitioner(opts),
         keep_inference_input_mutations=False,
@@ -117,7 +150,7 @@ def ort_backend(gm: torch.fx.GraphModule, example_inputs: list, options: Mapping
     try:
         with attention_kernels(opts.aten_sdpa_fallback):
             # the compute optimizer rewrites dynamo's graph first (compute_optimizer/, on by default)
-            return trace_optimized(aot, gm, example_inputs, opts)
+            compiled = trace_optimized(aot, gm, example_inputs, opts)
     except FallbackError:
         raise
     except Exception as e:
@@ -128,6 +161,7 @@ def ort_backend(gm: torch.fx.GraphModule, example_inputs: list, options: Mapping
             STATS.fallbacks += 1
             return gm.forward
         raise err from e
+    return _lean_region(compiled, gm, example_inputs, graphs, opts)
 
 
 def onnxrt_backend(gm: torch.fx.GraphModule, example_inputs: list, options: Mapping[str, Any] | None = None,

@@ -42,6 +42,7 @@ _to_dlpack = torch.utils.dlpack.to_dlpack
 _from_dlpack = getattr(torch._C, "_from_dlpack", torch.utils.dlpack.from_dlpack)
 # Where an output of the fast path comes from (CompiledGraph._fast_output_plan).
 _ENGINE, _INPUT, _SAME_AS, _CONSTANT = range(4)
+_DEBUG = logging.DEBUG
 
 
 def _load_engine():
@@ -112,6 +113,8 @@ class CompiledGraph:
         self.fallback = FallbackManager(opts.fallback_policy, opts.fallback_retry, f"the {stage} graph {self.name}")
         self.eager = False
         self._fast = False  # calls take _run_fast (set once the session exists)
+        self._donates = False
+        self.aot_meta = None  # AOTAutograd's ViewAndMutationMeta of this region (lean_call.py), set by the backend
         self.session = None
         self.exported: ExportedGraph | None = None
         self.memory = GraphMemory.for_graph(gm, stage)  # memory_stats() (memory_optimizer/step_memory.py)
@@ -155,6 +158,7 @@ class CompiledGraph:
         self._output_plan = self._fast_output_plan()
         self._plain_outputs = self._output_plan is not None and all(k == _ENGINE for k, _ in self._output_plan)
         self._fast = self._output_plan is not None
+        self._donates = bool(self.memory.donated_inputs)
         self._report()
 
     def _fast_output_plan(self) -> list[tuple[int, Any]] | None:
@@ -243,10 +247,42 @@ class CompiledGraph:
         if self.session is not None and logger.isEnabledFor(logging.DEBUG):
             logger.debug("engine partition for %s:\n%s", self.name, self.session.partition_report())
 
+    # ---- what the lean per-call path (lean_call.py) reads ----
+    @property
+    def num_inputs(self) -> int:
+        return sum(1 for n in self.gm.graph.nodes if n.op == "placeholder")
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.exported.output_kinds) if self.exported is not None else -1
+
+    def lean_ready(self) -> bool:
+        """Whether calls run on the engine's fast path (lean_call.py builds on it)."""
+        return self._fast and not self.eager and self.session is not None
+
+    def output_may_be_view(self, i: int) -> bool:
+        """Output i may be a torch view: anything but an engine output (an input handed back)."""
+        return self._output_plan is None or self._output_plan[i][0] != _ENGINE
+
+    def inputs_to_detach(self, meta: Any) -> list[int]:
+        """A backward graph's forward inputs that AOTAutograd detaches before the forward runs: those
+        that require grad, are not leaves and get no gradient (its _compute_indices_of_inps_to_detach,
+        for graphs without input mutations)."""
+        output = next(n for n in reversed(self.gm.graph.nodes) if n.op == "output")
+        grads = output.args[0]
+        if len(grads) != len(meta.input_info):
+            raise ValueError(f"{self.name} returns {len(grads)} gradients for {len(meta.input_info)} inputs")
+        return [i for i, g in enumerate(grads)
+                if g is None and meta.input_info[i].requires_grad and not meta.input_info[i].is_leaf]
+
     # ---- run ----
     def __call__(self, *call_args: Any) -> Any:
         # AOTAutograd calls forward graphs boxed (one list) and the dynamo-disabled backward unboxed.
         args = call_args[0] if len(call_args) == 1 and isinstance(call_args[0], list) else list(call_args)
+        return self.run_list(args)
+
+    def run_list(self, args: list) -> Any:
+        """One run on the arguments in ``args`` (a list this call owns: donated inputs leave it)."""
         if self.eager:
             return self._run_eager(args)
         fast_failed = False
@@ -280,11 +316,16 @@ class CompiledGraph:
         """The common case, as little Python as possible: DLPack capsules in graph-input order to
         the engine, its outputs back as torch tensors over engine memory (no copies)."""
         feeds = [_to_dlpack(a) for a in args]
+        if self.session._peaks_owner is not self.memory:  # memory_stats(): a shared session
+            self.memory.claim(self.session)
         # Donated stashed activations leave args here: the engine frees each after its last reader.
-        results = self.session._session.run_positional(feeds, self.memory.take_donated(args))
+        if self._donates:
+            results = self.session._session.run_positional(feeds, self.memory.take_donated(args))
+        else:
+            results = self.session._session.run_positional(feeds)
         self.state.stats.runs += 1
         self.memory.record(self.session, args)
-        if logger.isEnabledFor(logging.DEBUG):
+        if logger.isEnabledFor(_DEBUG):
             logger.debug("%s run: %s", self.name, self.session.last_run_stats())
         if self._plain_outputs:
             return [_from_dlpack(r) for r in results]
@@ -315,6 +356,8 @@ class CompiledGraph:
         a = None  # the loop's last input: no reference may stay here to a donated one
         if self.inspector is not None:
             self.inspector.before_run(args)
+        if self.session is not None:
+            self.memory.claim(self.session)  # memory_stats() (step_memory.py)
         donated = self.memory.take_donated(args) if self.session else []
         donate = [name for name, flag in zip(self._input_names, donated) if flag]
         try:

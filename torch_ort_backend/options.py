@@ -47,6 +47,9 @@ class BackendOptions:
     # eager attention (matmul / softmax / matmul) fused into scaled-dot-product attention on dynamo's
     # graph (attention_fusion.py); off in onnxruntime-training, on here: the fused kernel is exact to rounding
     use_efficient_attention: bool = True
+    # calls skip AOTAutograd's runtime wrappers where its metadata shows nothing for them to do
+    # (lean_call.py; ORTMODULE_LEAN_CALL=0 keeps them for every call)
+    lean_call: bool = True
     deepcopy_before_model_export: bool = True  # holds either way: dynamo never runs the module for export
     cache_dir: str = ""  # exported graphs cached on disk (model_cache.py); "" off
     print_input_density: bool = False  # runtime_inspector.py
@@ -214,6 +217,7 @@ SPEC: dict[str, tuple[str | None, Any]] = {
     "enable_label_sparse_optimizer": ("ORTMODULE_ENABLE_LABEL_SPARSE_OPTIMIZER", _bool),
     "enable_embedding_sparse_optimizer": ("ORTMODULE_ENABLE_EMBEDDING_SPARSE_OPTIMIZER", _bool),
     "use_efficient_attention": ("ORTMODULE_USE_EFFICIENT_ATTENTION", _bool),
+    "lean_call": ("ORTMODULE_LEAN_CALL", _bool),
     "enable_mem_efficient_grad_mgmt": ("ORTMODULE_ENABLE_MEM_EFFICIENT_GRAD_MGMT", _bool),
     "enable_tuning": ("ORTMODULE_ENABLE_TUNING", _bool),
     "max_tuning_duration_ms": ("ORTMODULE_MAX_TUNING_DURATION_MS", _int_in(0, 2**31 - 1)),

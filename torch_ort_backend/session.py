@@ -224,6 +224,8 @@ class InferenceSession:
         self._input_kinds = {a.name: k for a, k in zip(self._inputs, self._session.input_kinds())}
         self._opset_imports = {op.domain: op.version for op in proto.opset_import}
         self._state_is_torch: dict[str, bool] = {}
+        # The compiled graph whose last run last_run_stats() describes (memory_stats(), step_memory.py)
+        self._peaks_owner = None
         if self._options.optimized_model_filepath:
             self._save_optimized(proto)
 
