@@ -78,8 +78,20 @@ ONNX_TYPE_NAMES = {
     28: "tensor(float6e3m2)",
 }
 
-SUPPORTED = set(ONNX_TO_NUMPY) | {BFLOAT16} | set(LOW_PRECISION_TO_NUMPY)
+STRING = TensorProto.STRING
+# Strings are numpy object arrays of str (bytes accepted in feeds); not in ONNX_TO_NUMPY, which
+# lists the types whose bytes numpy views without a copy.
+SUPPORTED = set(ONNX_TO_NUMPY) | {BFLOAT16, STRING} | set(LOW_PRECISION_TO_NUMPY)
 
 
 def onnx_type_name(code: int) -> str:
     return ONNX_TYPE_NAMES.get(code, f"tensor(<{code}>)")
+
+
+def value_type_name(code: int, kind: int = 0, optional: bool = False) -> str:
+    """onnxruntime's name of a value type: 'tensor(float)', 'seq(tensor(float))',
+    'optional(tensor(int64))', 'optional(seq(tensor(string)))'."""
+    name = onnx_type_name(code)
+    if kind == 1:
+        name = f"seq({name})"
+    return f"optional({name})" if optional else name

@@ -89,6 +89,8 @@ def _tensor_to_array(t: TensorProto, what: str) -> tuple[np.ndarray, int]:
     if t.data_location == TensorProto.EXTERNAL:
         raise InvalidModelError(f"{what}: external data was not loaded (load the model from its path)")
     dims = tuple(t.dims)
+    if t.data_type == TensorProto.STRING:
+        return _string_tensor_to_array(t, dims, what), t.data_type
     if t.data_type in dtypes.PACKED:
         return _low_precision_bytes(t, what), t.data_type  # packed: the binding takes dims separately
     if t.data_type in dtypes.FLOAT8:
@@ -119,6 +121,22 @@ def _tensor_to_array(t: TensorProto, what: str) -> tuple[np.ndarray, int]:
     return (arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)), t.data_type
 
 
+def _string_tensor_to_array(t: TensorProto, dims: tuple, what: str) -> np.ndarray:
+    """A string tensor's elements (bytes, as ONNX stores them) as a numpy object array (a copy)."""
+    if t.HasField("raw_data"):
+        raise InvalidModelError(f"{what}: a string tensor keeps its strings in string_data, not raw_data")
+    if any(d < 0 for d in dims):
+        raise InvalidModelError(f"{what}: negative dimension in shape {list(dims)}")
+    count = int(np.prod(dims, dtype=np.int64))
+    if len(t.string_data) != count:
+        raise InvalidModelError(
+            f"{what}: string_data holds {len(t.string_data)} strings but shape {list(dims)} needs {count}"
+        )
+    arr = np.empty(count, dtype=object)
+    arr[:] = list(t.string_data)
+    return arr.reshape(dims)
+
+
 def _attribute_value(node: onnx.NodeProto, a: AttributeProto, depth: int):
     what = f"node '{node.name}' ({node.op_type}) attribute '{a.name}'"
     if a.type == AttributeProto.FLOAT:
@@ -140,30 +158,26 @@ def _attribute_value(node: onnx.NodeProto, a: AttributeProto, depth: int):
         return _build_subgraph(a.g, what, depth + 1)
     if a.type == AttributeProto.GRAPHS:
         return [_build_subgraph(g, f"{what}[{i}]", depth + 1) for i, g in enumerate(a.graphs)]
+    if a.type == AttributeProto.TYPE_PROTO:
+        # (ONNX element type, dims, kind, optional), as _value_info reads a value's type.
+        elem, dims, kind, optional = _type_proto(a.tp, what)
+        if elem == 0:
+            raise InvalidModelError(f"{what} is a type proto without a type")
+        return (elem, dims, kind, optional)
     raise NotImplementedOpError(
-        f"{what} has type {AttributeProto.AttributeType.Name(a.type)}: tensor lists, sparse tensors and "
-        "type protos are not supported by the engine"
+        f"{what} has type {AttributeProto.AttributeType.Name(a.type)}: sparse tensors and tensor lists "
+        "are not supported by the engine"
     )
 
 
-def _value_info(vi: onnx.ValueInfoProto, what: str) -> tuple[int, list | None]:
-    t = vi.type
-    kind = t.WhichOneof("value")
-    if kind is None:
-        return 0, None
-    if kind != "tensor_type":
-        raise NotImplementedOpError(
-            f"{what} '{vi.name}' is a {kind.replace('_type', '')}; the engine supports tensors only"
-        )
-    elem = t.tensor_type.elem_type
+def _tensor_type(tt: onnx.TypeProto.Tensor, what: str) -> tuple[int, list | None]:
+    elem = tt.elem_type
     if elem not in dtypes.SUPPORTED:
-        raise NotImplementedOpError(
-            f"{what} '{vi.name}' has dtype {dtypes.onnx_type_name(elem)}, which the engine does not support"
-        )
-    if not t.tensor_type.HasField("shape"):
+        raise NotImplementedOpError(f"{what} has dtype {dtypes.onnx_type_name(elem)}, which the engine does not support")
+    if not tt.HasField("shape"):
         return elem, None
     dims = []
-    for d in t.tensor_type.shape.dim:
+    for d in tt.shape.dim:
         if d.HasField("dim_value"):
             dims.append(int(d.dim_value))
         elif d.HasField("dim_param") and d.dim_param:
@@ -171,6 +185,43 @@ def _value_info(vi: onnx.ValueInfoProto, what: str) -> tuple[int, list | None]:
         else:
             dims.append(None)
     return elem, dims
+
+
+def _value_info(vi: onnx.ValueInfoProto, what: str) -> tuple[int, list | None, int, bool]:
+    """(ONNX element type, dims, kind, optional) of a declared value: kind 0 for a tensor, 1 for a
+    sequence of tensors (its dims: the shape its tensors share); optional wraps either. 0, None for
+    a value without a type. Maps, sparse tensors and nested sequences or optionals are refused."""
+    return _type_proto(vi.type, f"{what} '{vi.name}'")
+
+
+def _type_proto(t: onnx.TypeProto, what: str) -> tuple[int, list | None, int, bool]:
+    """_value_info's answer for a TypeProto (a value's type, or a TYPE_PROTO attribute)."""
+    kind = t.WhichOneof("value")
+    if kind is None:
+        return 0, None, 0, False
+    optional = kind == "optional_type"
+    if optional:
+        t = t.optional_type.elem_type
+        kind = t.WhichOneof("value")
+        if kind is None:
+            raise InvalidModelError(f"{what} is an optional of no declared type")
+    if kind == "tensor_type":
+        return (*_tensor_type(t.tensor_type, what), 0, optional)
+    if kind == "sequence_type":
+        elem = t.sequence_type.elem_type
+        elem_kind = elem.WhichOneof("value")
+        if elem_kind != "tensor_type":
+            inner = "no declared type" if elem_kind is None else elem_kind.replace("_type", "")
+            raise NotImplementedOpError(
+                f"{what} is a sequence of {inner}; the engine supports sequences of tensors only"
+            )
+        return (*_tensor_type(elem.tensor_type, f"{what} (a sequence)"), 1, optional)
+    inner = kind.replace("_type", "")
+    inner = f"{'an' if inner[0] in 'aeiou' else 'a'} {inner}"
+    raise NotImplementedOpError(
+        f"{what} is {f'an optional of {inner}' if optional else inner}; the engine supports tensors, sequences "
+        "of tensors and optionals of either"
+    )
 
 
 def _check_names_are_text(g: onnx.GraphProto, depth: int = 0) -> None:
@@ -194,8 +245,11 @@ def _check_names_are_text(g: onnx.GraphProto, depth: int = 0) -> None:
     for kind, infos in (("input", g.input), ("output", g.output), ("value_info", g.value_info)):
         for vi in infos:
             check(vi.name, f"graph {kind} name")
-            if vi.type.WhichOneof("value") == "tensor_type":
-                for d in vi.type.tensor_type.shape.dim:
+            t = vi.type
+            while t.WhichOneof("value") in ("optional_type", "sequence_type"):
+                t = getattr(t, t.WhichOneof("value")).elem_type
+            if t.WhichOneof("value") == "tensor_type":
+                for d in t.tensor_type.shape.dim:
                     check(d.dim_param, f"graph {kind} '{vi.name}' dimension name")
     for t in g.initializer:
         check(t.name, "initializer name")
@@ -242,18 +296,19 @@ def _fill(b, g: onnx.GraphProto, depth: int) -> None:
     for vi in g.input:
         if vi.name in init_names:
             continue
-        elem, dims = _value_info(vi, "graph input")
-        b.add_input(vi.name, elem, dims)
+        elem, dims, kind, optional = _value_info(vi, "graph input")
+        b.add_input(vi.name, elem, dims, kind, optional)
     for i, n in enumerate(g.node):
         name = n.name or f"{n.op_type}_{i}" if depth == 0 else n.name
         attrs = [(a.name, int(a.type), _attribute_value(n, a, depth)) for a in n.attribute]
         recompute = any(p.key == RECOMPUTE_KEY and p.value == "1" for p in n.metadata_props)
         b.add_node(n.op_type, n.domain, list(n.input), list(n.output), attrs, name, recompute)
     for vi in g.value_info:
-        if vi.type.WhichOneof("value") != "tensor_type" or vi.type.tensor_type.elem_type not in dtypes.SUPPORTED:
+        try:
+            elem, dims, kind, optional = _value_info(vi, "value_info")
+        except (InvalidModelError, NotImplementedOpError):
             continue  # a declaration we cannot use is no error: inference decides
-        elem, dims = _value_info(vi, "value_info")
-        b.declare_value_type(vi.name, elem, dims)
+        b.declare_value_type(vi.name, elem, dims, kind, optional)
     for vi in g.output:
-        elem, dims = _value_info(vi, "graph output")
-        b.add_output(vi.name, elem, dims)
+        elem, dims, kind, optional = _value_info(vi, "graph output")
+        b.add_output(vi.name, elem, dims, kind, optional)

@@ -13,7 +13,12 @@ from ._engine import MS_DOMAIN
 
 def _array(t) -> tuple[np.ndarray, int]:
     """(values, ONNX type code) of an engine tensor, or of a DLPack capsule of one (tensor attributes
-    come back as capsules, which carry no dtype attribute of their own)."""
+    come back as capsules, which carry no dtype attribute of their own); string tensors come back
+    as numpy arrays of str (attributes) or engine tensors of dtype STRING (initializers)."""
+    if isinstance(t, np.ndarray):
+        return t, dtypes.STRING
+    if getattr(t, "dtype", None) == dtypes.STRING:
+        return t.strings(), dtypes.STRING
     import torch
 
     tt = torch.from_dlpack(t)
@@ -29,6 +34,8 @@ def _tensor_proto(name: str, t) -> onnx.TensorProto:
         proto = onnx.TensorProto(name=name, data_type=code, dims=list(arr.shape))
         proto.raw_data = arr.tobytes()
         return proto
+    if code == dtypes.STRING:
+        return helper.make_tensor(name, code, list(arr.shape), [s.encode("utf-8", "surrogateescape") for s in arr.flat])
     return numpy_helper.from_array(arr, name)
 
 
@@ -45,13 +52,23 @@ def _attribute(name: str, kind: int, value) -> onnx.AttributeProto:
         return helper.make_attribute(name, [int(v) for v in value], attr_type=onnx.AttributeProto.INTS)
     if kind == onnx.AttributeProto.STRINGS:
         return helper.make_attribute(name, list(value), attr_type=onnx.AttributeProto.STRINGS)
+    if kind == onnx.AttributeProto.TYPE_PROTO:
+        return helper.make_attribute(name, _type_proto(*value), attr_type=onnx.AttributeProto.TYPE_PROTO)
     return helper.make_attribute(name, value)
 
 
-def _value_info(name: str, code: int, dims) -> onnx.ValueInfoProto:
+def _type_proto(code: int, dims, kind: int = 0, optional: bool = False) -> onnx.TypeProto:
+    """A value's type: a tensor, or (kind 1) a sequence of tensors, either one optional."""
+    t = helper.make_tensor_type_proto(code, dims)
+    if kind == 1:
+        t = helper.make_sequence_type_proto(t)
+    return helper.make_optional_type_proto(t) if optional else t
+
+
+def _value_info(name: str, code: int, dims, kind: int = 0, optional: bool = False) -> onnx.ValueInfoProto:
     if code == 0:  # a subgraph's value whose type nothing knows: declared without one, as onnx allows
         return onnx.ValueInfoProto(name=name)
-    return helper.make_tensor_value_info(name, code, dims)
+    return helper.make_value_info(name, _type_proto(code, dims, kind, optional))
 
 
 def _graph(graph: dict, name: str) -> onnx.GraphProto:
@@ -65,19 +82,18 @@ def _graph(graph: dict, name: str) -> onnx.GraphProto:
         nodes.append(node)
     # Outputs re-pointed by passes are renamed back with an Identity.
     outputs = []
-    types = {name: (code, dims) for name, code, dims in graph["values"]}
-    types.update({name: (code, dims) for name, code, dims in graph["inputs"]})
+    # (code, dims, kind, optional) by value name: kind 1 is a sequence (docs/architecture.md).
+    inputs_typed = [(name, code, dims, *kind) for (name, code, dims), kind in zip(graph["inputs"], graph["input_kinds"])]
+    types = {v[0]: v[1:] for v in graph["values"]}
+    types.update({v[0]: v[1:] for v in inputs_typed})
     for external, internal in graph["outputs"]:
         if external != internal:
             nodes.append(helper.make_node("Identity", [internal], [external], name=f"{external}_rename"))
-        code, dims = types.get(internal, (0, None))
-        outputs.append(_value_info(external, code, dims))
-    inputs = [_value_info(name, code, dims) for name, code, dims in graph["inputs"]]
+        outputs.append(_value_info(external, *types.get(internal, (0, None))))
+    inputs = [_value_info(*v) for v in inputs_typed]
     inits = [_tensor_proto(name, t) for name, t in graph["initializers"]]
     value_info = [
-        _value_info(name, code, dims)
-        for name, code, dims in graph["values"]
-        if code != 0 and name not in {o.name for o in outputs}
+        _value_info(*v) for v in graph["values"] if v[1] != 0 and v[0] not in {o.name for o in outputs}
     ]
     return helper.make_graph(nodes, name, inputs, outputs, inits, value_info=value_info)
 

@@ -212,8 +212,16 @@ class InferenceSession:
         self._session = C.Session(build_graph(proto), engine_options)
         for line in self._session.log():
             logger.debug("%s", line)
-        self._inputs = [NodeArg(n, dtypes.onnx_type_name(t), s) for n, t, s in self._session.inputs()]
-        self._outputs = [NodeArg(n, dtypes.onnx_type_name(t), s) for n, t, s in self._session.outputs()]
+        self._inputs = [
+            NodeArg(n, dtypes.value_type_name(t, kind, opt), s)
+            for (n, t, s), (kind, opt) in zip(self._session.inputs(), self._session.input_kinds())
+        ]
+        self._outputs = [
+            NodeArg(n, dtypes.value_type_name(t, kind, opt), s)
+            for (n, t, s), (kind, opt) in zip(self._session.outputs(), self._session.output_kinds())
+        ]
+        # (kind, optional) of each input by name: sequences are fed as lists, optionals may be None.
+        self._input_kinds = {a.name: k for a, k in zip(self._inputs, self._session.input_kinds())}
         self._opset_imports = {op.domain: op.version for op in proto.opset_import}
         self._state_is_torch: dict[str, bool] = {}
         # The compiled graph whose last run last_run_stats() describes (memory_stats(), step_memory.py)
@@ -304,6 +312,12 @@ class InferenceSession:
         is False, and by default torch tensors when any feed or bound state is one. This is the one
         run path: the compiled graphs of the "ort" backend (compiled_graph.py) call it too.
 
+        String tensors are numpy arrays of dtype object holding str (bytes are accepted in feeds;
+        an output is a copy); torch has no string tensors, so a string output with torch outputs is
+        an error naming it. A sequence input takes a list of arrays or tensors and a sequence output
+        is a list; an optional input takes None for "no value", and an optional output without one
+        is None.
+
         ``donate`` names feeds the caller hands over: they are taken out of ``input_feed``, and the
         engine drops its reference after the feed's last reader in the graph, so the memory goes
         then if nothing else holds the tensor (docs/memory_optimizer.md, "Donated inputs").
@@ -312,7 +326,15 @@ class InferenceSession:
             raise TypeError(f"input_feed must be a dict of name -> tensor, got {type(input_feed).__name__}")
         names, values, any_torch = [], [], any(self._state_is_torch.values())
         for name, value in input_feed.items():
-            engine_value, is_torch = _to_engine_value(name, value)
+            kind, optional = self._input_kinds.get(name, (0, False))
+            if value is None and optional:
+                engine_value, is_torch = None, False
+            elif kind == 1 and isinstance(value, (list, tuple)):
+                converted = [_to_engine_value(f"{name}[{i}]", v) for i, v in enumerate(value)]
+                engine_value = [c[0] for c in converted]
+                is_torch = any(c[1] for c in converted)
+            else:
+                engine_value, is_torch = _to_engine_value(name, value)
             any_torch = any_torch or is_torch
             names.append(name)
             values.append(engine_value)
@@ -329,7 +351,8 @@ class InferenceSession:
             as_torch = any_torch
         fetch = [] if output_names is None else list(output_names)
         results = self._session.run(names, values, fetch, donated)
-        return [_from_engine(r, as_torch) for r in results]
+        fetched_names = fetch or [o.name for o in self._outputs]
+        return [_from_engine_value(n, r, as_torch) for n, r in zip(fetched_names, results)]
 
 
 def _to_engine_value(name: str, value: Any, as_state: bool = False):
@@ -340,8 +363,10 @@ def _to_engine_value(name: str, value: Any, as_state: bool = False):
     """
     kind = "state" if as_state else "input"
     if isinstance(value, np.ndarray):
-        if value.dtype == object or value.dtype.kind in "USO":
-            raise InvalidArgumentError(f"{kind} '{name}': numpy dtype {value.dtype} is not supported")
+        if value.dtype.kind in "USO":
+            if as_state:
+                raise InvalidArgumentError(f"state '{name}': a string tensor cannot be bound as state")
+            return _string_array(name, value), False
         if as_state and not (value.flags.c_contiguous and value.flags.writeable):
             raise InvalidArgumentError(
                 f"state '{name}': the numpy array must be C-contiguous and writeable (runs update it in place)"
@@ -362,7 +387,7 @@ def _to_engine_value(name: str, value: Any, as_state: bool = False):
                 )
             t = t.contiguous()
         return t.__dlpack__(), True
-    if isinstance(value, (int, float, bool, list, tuple, np.generic)):
+    if isinstance(value, (int, float, bool, str, bytes, list, tuple, np.generic)):
         if as_state:
             raise InvalidArgumentError(
                 f"state '{name}': expected a torch tensor or numpy array (runs update it in place), "
@@ -374,6 +399,18 @@ def _to_engine_value(name: str, value: Any, as_state: bool = False):
     )
 
 
+def _string_array(name: str, value: np.ndarray) -> np.ndarray:
+    """A numpy array of str or bytes as the engine takes it (the engine copies the strings)."""
+    if value.dtype.kind == "O":
+        for i, item in enumerate(value.flat):
+            if not isinstance(item, (str, bytes)):
+                raise InvalidArgumentError(
+                    f"input '{name}': element {i} of the object array is a {type(item).__name__}; a string "
+                    "tensor is fed as a numpy array of str or bytes"
+                )
+    return value
+
+
 def _c_contiguous(a: np.ndarray) -> np.ndarray:
     # np.ascontiguousarray would turn a 0-d array into shape (1,): only copy when needed.
     return a if a.flags.c_contiguous else np.ascontiguousarray(a)
@@ -381,6 +418,22 @@ def _c_contiguous(a: np.ndarray) -> np.ndarray:
 
 def _torch_if_loaded():
     return sys.modules.get("torch")
+
+
+def _from_engine_value(name: str, value, as_torch: bool):
+    """A fetched value for the caller: a tensor, a list of them for a sequence, None for none."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return [_from_engine_value(f"{name}[{i}]", t, as_torch) for i, t in enumerate(value)]
+    if value.dtype == dtypes.STRING:
+        if as_torch:
+            raise InvalidArgumentError(
+                f"output '{name}' is a string tensor, which torch cannot hold: run with as_torch=False to get "
+                "it as a numpy array of str"
+            )
+        return value.strings()
+    return _from_engine(value, as_torch)
 
 
 def _from_engine(t: "C.EngineTensor", as_torch: bool):

@@ -22,6 +22,7 @@ size_t DTypeSize(DType t) {
     case DType::kFloat8E5M2:
     case DType::kFloat8E5M2FNUZ:
     case DType::kFloat8E8M0: return 1;
+    case DType::kString: return sizeof(std::string);
     default: return 0;
   }
 }
@@ -157,6 +158,15 @@ const std::vector<DType>& AllTypes() {
   static const std::vector<DType> v = [] {
     std::vector<DType> r = NumericTypes();
     r.push_back(DType::kBool);
+    return r;
+  }();
+  return v;
+}
+
+const std::vector<DType>& AllTypesAndString() {
+  static const std::vector<DType> v = [] {
+    std::vector<DType> r = AllTypes();
+    r.push_back(DType::kString);
     return r;
   }();
   return v;

@@ -43,8 +43,10 @@ enum class DType : int32_t {
   kInt2 = 26,
 };
 
-// Bytes per element: 0 for undefined/string and for the packed sub-byte types, whose elements
-// have no byte of their own. Buffers are sized with DTypeStorageBytes.
+// Bytes per element: 0 for undefined and for the packed sub-byte types, whose elements have no
+// byte of their own (buffers are sized with DTypeStorageBytes). A string element is a std::string
+// object (the tensor owns it: Tensor::Allocate constructs and its buffer destroys them), so string
+// data is never moved by memcpy (core/tensor.h, CopyTensorData).
 size_t DTypeSize(DType t);
 // Bits per element (4 and 2 for the packed types, 8 * DTypeSize otherwise).
 int DTypeBits(DType t);
@@ -83,6 +85,7 @@ TOB_DTYPE_TRAIT(uint32_t, kUInt32)
 TOB_DTYPE_TRAIT(int64_t, kInt64)
 TOB_DTYPE_TRAIT(uint64_t, kUInt64)
 TOB_DTYPE_TRAIT(bool, kBool)
+TOB_DTYPE_TRAIT(std::string, kString)
 #undef TOB_DTYPE_TRAIT
 
 template <typename T>
@@ -91,10 +94,11 @@ constexpr DType DTypeOf() {
 }
 
 // Type sets used by kernel registrations.
-const std::vector<DType>& FloatTypes();    // float32, float64, float16, bfloat16
-const std::vector<DType>& IntegerTypes();  // int8..int64, uint8..uint64
-const std::vector<DType>& NumericTypes();  // FloatTypes + IntegerTypes
-const std::vector<DType>& AllTypes();      // NumericTypes + bool
+const std::vector<DType>& FloatTypes();         // float32, float64, float16, bfloat16
+const std::vector<DType>& IntegerTypes();       // int8..int64, uint8..uint64
+const std::vector<DType>& NumericTypes();       // FloatTypes + IntegerTypes
+const std::vector<DType>& AllTypes();           // NumericTypes + bool
+const std::vector<DType>& AllTypesAndString();  // AllTypes + string (the data-movement ops)
 // The low-precision types an op takes from `opset` on (Cast, QuantizeLinear, ...): float8 from 19,
 // uint4/int4 from 21, float4e2m1 from 23, float8e8m0 from 24, uint2/int2 from 25.
 std::vector<DType> LowPrecisionTypesAt(int opset);

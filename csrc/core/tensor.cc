@@ -1,5 +1,8 @@
 #include "core/tensor.h"
 
+#include <cstring>
+#include <new>
+
 #include "core/low_precision.h"
 
 namespace tob {
@@ -22,15 +25,56 @@ std::vector<int64_t> ContiguousStrides(const Shape& shape) {
   return strides;
 }
 
+namespace {
+
+// The elements of a string tensor are objects: constructed here, destroyed with the buffer. They
+// live on the host heap, never in a run's arena: the arena hands out raw bytes that a later buffer
+// reuses without running destructors, and the characters are heap allocations of their own anyway.
+StatusOr<Tensor> AllocateStrings(const Shape& shape) {
+  const int64_t n = NumElements(shape);
+  const std::shared_ptr<CpuAllocator>& heap = CpuAllocator::Default();
+  const size_t bytes = static_cast<size_t>(n) * sizeof(std::string);
+  void* p = heap->Alloc(bytes == 0 ? 1 : bytes);
+  if (p == nullptr) return Status(StatusCode::kOutOfMemory, StrCat("out of memory allocating ", n, " strings"));
+  auto* strings = static_cast<std::string*>(p);
+  for (int64_t i = 0; i < n; ++i) new (strings + i) std::string();
+  auto buffer = std::make_shared<Buffer>(p, bytes, Device{}, [heap, n](void* data) {
+    auto* s = static_cast<std::string*>(data);
+    for (int64_t i = 0; i < n; ++i) s[i].~basic_string();
+    heap->Free(data);
+  });
+  return Tensor(DType::kString, shape, std::move(buffer));
+}
+
+}  // namespace
+
 StatusOr<Tensor> Tensor::Allocate(DType dtype, const Shape& shape, const std::shared_ptr<Allocator>& allocator) {
   for (int64_t d : shape)
     if (d < 0) return InvalidArgument("cannot allocate a tensor of shape ", ShapeToString(shape));
+  if (dtype == DType::kString) {
+    if (allocator->device().type != DeviceType::kCPU)
+      return InvalidArgument("string tensors live in host memory; cannot allocate one on ", allocator->name());
+    return AllocateStrings(shape);
+  }
   const size_t bytes = DTypeStorageBytes(dtype, NumElements(shape));
   auto buffer = AllocateBuffer(allocator, bytes);
   if (!buffer)
     return Status(StatusCode::kOutOfMemory,
                   StrCat("out of memory allocating ", bytes, " bytes on ", allocator->name()));
   return Tensor(dtype, shape, std::move(buffer));
+}
+
+void CopyTensorData(const Tensor& src, Tensor& dst) {
+  TOB_ENFORCE(src.dtype() == dst.dtype() && src.numel() == dst.numel(), "CopyTensorData: ", DTypeName(src.dtype()),
+              ShapeToString(src.shape()), " into ", DTypeName(dst.dtype()), ShapeToString(dst.shape()));
+  if (src.SharesDataWith(dst) || src.numel() == 0) return;
+  if (src.dtype() == DType::kString) {
+    const std::string* s = src.data<std::string>();
+    std::string* d = dst.data<std::string>();
+    for (int64_t i = 0; i < src.numel(); ++i) d[i] = s[i];
+    return;
+  }
+  std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes());
 }
 
 double Tensor::ElementAsDouble(int64_t i) const {

@@ -1,9 +1,13 @@
 // A dense, contiguous, row-major tensor: dtype + concrete shape + a view into a shared Buffer.
+// A string tensor's elements are std::string objects that its Buffer owns: Allocate constructs
+// them (always in host heap memory, never in a run's arena) and the Buffer's deleter destroys
+// them; CopyTensorData copies them one by one (docs/architecture.md, "String tensors").
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/allocator.h"
@@ -25,7 +29,9 @@ class Tensor {
   Tensor(DType dtype, Shape shape, std::shared_ptr<Buffer> buffer, size_t byte_offset = 0)
       : dtype_(dtype), shape_(std::move(shape)), buffer_(std::move(buffer)), offset_(byte_offset) {}
 
-  // Allocates a tensor from `allocator`; kOutOfMemory status on failure.
+  // Allocates a tensor from `allocator`; kOutOfMemory status on failure. A string tensor is
+  // allocated on the host heap whatever `allocator` is (InvalidArgument for a device allocator),
+  // its elements constructed empty.
   static StatusOr<Tensor> Allocate(DType dtype, const Shape& shape, const std::shared_ptr<Allocator>& allocator);
   // A CPU tensor holding a copy of `values` (for tests, constants and scalars).
   template <typename T>
@@ -71,14 +77,27 @@ class Tensor {
   size_t offset_ = 0;
 };
 
+// dst's elements = src's (same dtype and element count; host tensors for strings): one memcpy,
+// or for strings one assignment per element. No-op when both share their data.
+void CopyTensorData(const Tensor& src, Tensor& dst);
+
 template <typename T>
 Tensor Tensor::FromVector(const std::vector<T>& values, const Shape& shape) {
-  auto buffer = AllocateBuffer(CpuAllocator::Default(), values.size() * sizeof(T));
-  TOB_ENFORCE(buffer != nullptr, "out of host memory");
-  TOB_ENFORCE(static_cast<int64_t>(values.size()) == NumElements(shape), "FromVector size mismatch");
-  T* dst = static_cast<T*>(buffer->data());
-  for (size_t i = 0; i < values.size(); ++i) dst[i] = values[i];
-  return Tensor(DTypeOf<T>(), shape, std::move(buffer));
+  if constexpr (std::is_same_v<T, std::string>) {
+    TOB_ENFORCE(static_cast<int64_t>(values.size()) == NumElements(shape), "FromVector size mismatch");
+    StatusOr<Tensor> t = Allocate(DType::kString, shape, CpuAllocator::Default());
+    TOB_ENFORCE(t.ok(), "out of host memory");
+    std::string* dst = t.value().template data<std::string>();
+    for (size_t i = 0; i < values.size(); ++i) dst[i] = values[i];
+    return std::move(t).value();
+  } else {
+    auto buffer = AllocateBuffer(CpuAllocator::Default(), values.size() * sizeof(T));
+    TOB_ENFORCE(buffer != nullptr, "out of host memory");
+    TOB_ENFORCE(static_cast<int64_t>(values.size()) == NumElements(shape), "FromVector size mismatch");
+    T* dst = static_cast<T*>(buffer->data());
+    for (size_t i = 0; i < values.size(); ++i) dst[i] = values[i];
+    return Tensor(DTypeOf<T>(), shape, std::move(buffer));
+  }
 }
 
 }  // namespace tob

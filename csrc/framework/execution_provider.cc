@@ -9,9 +9,18 @@ std::vector<DType> InputDTypes(const Node& node) {
   return r;
 }
 
+bool TakesOrMakesNonTensors(const Node& node) {
+  for (const Value* v : node.inputs())
+    if (v != nullptr && !v->type().is_tensor()) return true;
+  for (const Value* v : node.outputs())
+    if (!v->type().is_tensor()) return true;
+  return false;
+}
+
 bool ExecutionProvider::CanRun(const Node& node, int opset, const KernelRegistry& registry,
                                std::string* why_not) const {
-  return registry.Find(name(), node.domain(), node.op_type(), opset, InputDTypes(node), why_not) != nullptr;
+  return registry.Find(name(), node.domain(), node.op_type(), opset, InputDTypes(node), why_not,
+                       TakesOrMakesNonTensors(node)) != nullptr;
 }
 
 StatusOr<std::unique_ptr<OpKernel>> ExecutionProvider::CreateKernel(const KernelDef& def, const Node& node,

@@ -40,7 +40,10 @@ class ExecutionProvider {
                                                            const KernelPermissions& permissions) const;
 };
 
-// The dtypes of a node's inputs (kUndefined for omitted inputs or unknown types).
+// The dtypes of a node's inputs (kUndefined for omitted inputs or unknown types); a sequence's or
+// an optional's is its element type.
 std::vector<DType> InputDTypes(const Node& node);
+// Whether an input or output of `node` is a sequence or an optional (only value kernels run it).
+bool TakesOrMakesNonTensors(const Node& node);
 
 }  // namespace tob

@@ -10,6 +10,7 @@
 #include "core/allocator.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "framework/runtime_value.h"
 #include "framework/thread_pool.h"
 #include "ir/graph.h"
 
@@ -50,6 +51,22 @@ class KernelContext {
   // KernelDef::KernelAllocatesOutputs, an undefined Tensor the kernel assigns.
   Tensor* output(int i) { return i < num_outputs() ? outputs_[i] : nullptr; }
   ThreadPool* thread_pool() const { return pool_; }
+
+  // Value kernels (KernelDef::ValueKernel) see every input as a value of any kind (tensor,
+  // sequence, none) and set every output themselves, tensors included: input(i) is then the
+  // tensor of a tensor input (nullptr for the other kinds) and output(i) is nullptr.
+  void SetValues(std::vector<const RuntimeValue*> inputs, std::vector<RuntimeValue*> outputs) {
+    input_values_ = std::move(inputs);
+    output_values_ = std::move(outputs);
+  }
+  // nullptr for an omitted input (or in a context without values).
+  const RuntimeValue* input_value(int i) const {
+    return i < static_cast<int>(input_values_.size()) ? input_values_[i] : nullptr;
+  }
+  // nullptr for an output nobody reads (or in a context without values).
+  RuntimeValue* output_value(int i) {
+    return i < static_cast<int>(output_values_.size()) ? output_values_[i] : nullptr;
+  }
   // Temporary memory for this Compute call (freed when the returned tensor dies).
   StatusOr<Tensor> AllocateScratch(DType dtype, const Shape& shape) const {
     return Tensor::Allocate(dtype, shape, scratch_);
@@ -76,6 +93,8 @@ class KernelContext {
   ThreadPool* pool_;
   std::shared_ptr<Allocator> scratch_;
   std::vector<const SubgraphRunner*> subgraphs_;
+  std::vector<const RuntimeValue*> input_values_;
+  std::vector<RuntimeValue*> output_values_;
 };
 
 class OpKernel {

@@ -61,6 +61,11 @@ struct KernelDef {
   // The kernel skips outputs it is given as nullptr: the executor then passes nullptr for outputs
   // nobody reads (omitted in the model, or dead), so gradient kernels compute only what is used.
   bool skips_unused_outputs = false;
+  // A value kernel reads inputs of any kind (sequences, optionals that may be none) through
+  // KernelContext::input_value and sets every output itself through output_value (like
+  // kernel_allocates_outputs, the executor allocates nothing and checks what it got). Only value
+  // kernels run nodes that take or make sequences or optionals (ExecutionProvider::CanRun).
+  bool value_kernel = false;
   KernelFactory factory;
 
   // Fluent construction, used by every registration.
@@ -99,6 +104,10 @@ struct KernelDef {
   }
   KernelDef& SkipsUnusedOutputs() {
     skips_unused_outputs = true;
+    return *this;
+  }
+  KernelDef& ValueKernel() {
+    value_kernel = true;
     return *this;
   }
   bool IsHostOutput(int output) const {
@@ -146,8 +155,11 @@ class KernelRegistry {
   void BeginFamily(std::string family) { family_ = std::move(family); }
   // The def that runs `node` on `provider` at `opset` with these input dtypes, or nullptr with
   // the reason in *why_not (op unknown to this provider, opset out of range, dtype not accepted).
+  // non_tensor_values: the node takes or makes sequences or optionals, so only a value kernel
+  // (KernelDef::value_kernel) will do.
   const KernelDef* Find(const std::string& provider, const std::string& domain, const std::string& op_type, int opset,
-                        const std::vector<DType>& input_types, std::string* why_not = nullptr) const;
+                        const std::vector<DType>& input_types, std::string* why_not = nullptr,
+                        bool non_tensor_values = false) const;
   const std::vector<KernelDef>& defs() const { return defs_; }
 
  private:

@@ -1,5 +1,6 @@
 #include "ir/attribute.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace tob {
@@ -17,6 +18,7 @@ const char* AttrTypeName(AttrType t) {
     case AttrType::kStrings: return "STRINGS";
     case AttrType::kTensors: return "TENSORS";
     case AttrType::kGraphs: return "GRAPHS";
+    case AttrType::kTypeProto: return "TYPE_PROTO";
   }
   return "UNKNOWN";
 }
@@ -32,9 +34,18 @@ bool Attribute::operator==(const Attribute& o) const {
              std::memcmp(floats.data(), o.floats.data(), floats.size() * sizeof(float)) == 0;
     case AttrType::kInts: return ints == o.ints;
     case AttrType::kStrings: return strings == o.strings;
-    case AttrType::kTensor:
-      return t.dtype() == o.t.dtype() && t.shape() == o.t.shape() &&
-             std::memcmp(t.raw_data(), o.t.raw_data(), t.nbytes()) == 0;
+    case AttrType::kTensor: {
+      if (t.dtype() != o.t.dtype() || t.shape() != o.t.shape()) return false;
+      if (t.dtype() != DType::kString) return std::memcmp(t.raw_data(), o.t.raw_data(), t.nbytes()) == 0;
+      const std::string* a = t.data<std::string>();
+      const std::string* b = o.t.data<std::string>();
+      return std::equal(a, a + t.numel(), b);
+    }
+    case AttrType::kTypeProto: {
+      const ValueType& a = type_proto;
+      const ValueType& b = o.type_proto;
+      return a.dtype == b.dtype && a.kind == b.kind && a.optional == b.optional && a.shape == b.shape;
+    }
     default: return false;  // graphs/tensor lists are never considered equal
   }
 }
@@ -53,6 +64,7 @@ std::string Attribute::ToString() const {
     case AttrType::kInts: return join(ints);
     case AttrType::kStrings: return join(strings);
     case AttrType::kTensor: return StrCat("tensor<", DTypeName(t.dtype()), ShapeToString(t.shape()), ">");
+    case AttrType::kTypeProto: return StrCat("type<", type_proto.ToString(), ">");
     default: return AttrTypeName(type);
   }
 }

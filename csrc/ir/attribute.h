@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "ir/value_type.h"
 
 namespace tob {
 
@@ -24,6 +25,7 @@ enum class AttrType : int32_t {
   kStrings = 8,
   kTensors = 9,
   kGraphs = 10,
+  kTypeProto = 13,  // a type (Optional's `type`): a ValueType
 };
 
 const char* AttrTypeName(AttrType t);
@@ -42,6 +44,7 @@ struct Attribute {
   // a node never shares a subgraph with another.
   std::shared_ptr<Graph> g;
   std::vector<std::shared_ptr<Graph>> graphs;
+  ValueType type_proto;
 
   static Attribute Float(float v) {
     Attribute a;
@@ -85,6 +88,12 @@ struct Attribute {
     a.strings = std::move(v);
     return a;
   }
+  static Attribute TypeProto(ValueType v) {
+    Attribute a;
+    a.type = AttrType::kTypeProto;
+    a.type_proto = std::move(v);
+    return a;
+  }
 
   static Attribute Subgraph(std::shared_ptr<Graph> v) {
     Attribute a;
@@ -100,8 +109,8 @@ struct Attribute {
   }
   bool is_graph() const { return type == AttrType::kGraph || type == AttrType::kGraphs; }
 
-  // Structural equality (used by CSE); tensors compare by dtype, shape and bytes; subgraphs are
-  // never equal (a node with one is never merged).
+  // Structural equality (used by CSE); tensors compare by dtype, shape and bytes (strings by
+  // value); subgraphs are never equal (a node with one is never merged).
   bool operator==(const Attribute& o) const;
   std::string ToString() const;
 };

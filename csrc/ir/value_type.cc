@@ -31,7 +31,15 @@ std::optional<Shape> ConcreteShape(const Dims& dims) {
 }
 
 std::string ValueType::ToString() const {
-  return StrCat(DTypeName(dtype), shape ? DimsToString(*shape) : std::string("[rank unknown]"));
+  std::string t = StrCat(
+      DTypeName(dtype), shape ? DimsToString(*shape) : std::string(kind == ValueKind::kTensor ? "[rank unknown]" : ""));
+  if (kind == ValueKind::kSequence) t = StrCat("seq(", t, ")");
+  return optional ? StrCat("optional(", t, ")") : t;
+}
+
+const char* ValueType::KindName() const {
+  if (kind == ValueKind::kSequence) return optional ? "optional sequence" : "sequence";
+  return optional ? "optional tensor" : "tensor";
 }
 
 }  // namespace tob

@@ -34,14 +34,21 @@ Status InferConstant(InferenceContext& ctx) {
   }
   if (found == nullptr) return ctx.Fail("needs one of value, value_float(s), value_int(s)");
   std::string which = found;
-  if (which == "sparse_value" || which == "value_string" || which == "value_strings")
-    return NotImplemented(node.Describe(), ": Constant with '", which, "' is not supported");
+  if (which == "sparse_value") return NotImplemented(node.Describe(), ": Constant with '", which, "' is not supported");
   if (which == "value") {
     Tensor t;
     TOB_RETURN_IF_ERROR(node.GetAttr("value", &t));
-    if (t.dtype() == DType::kString || t.dtype() == DType::kUndefined)
+    if (t.dtype() == DType::kUndefined)
       return NotImplemented(node.Describe(), ": Constant of dtype ", DTypeName(t.dtype()), " is not supported");
     ctx.set_output(0, ValueType::OfTensor(t));
+  } else if (which == "value_string") {
+    std::string text;
+    TOB_RETURN_IF_ERROR(node.GetAttr("value_string", &text));
+    ctx.set_output(0, ValueType(DType::kString, Dims{}));
+  } else if (which == "value_strings") {
+    std::vector<std::string> texts;
+    TOB_RETURN_IF_ERROR(node.GetAttr("value_strings", &texts));
+    ctx.set_output(0, ValueType(DType::kString, Dims{static_cast<int64_t>(texts.size())}));
   } else if (which == "value_float") {
     ctx.set_output(0, ValueType(DType::kFloat32, Dims{}));
   } else if (which == "value_int") {

@@ -47,6 +47,11 @@ Status OpSchemaRegistry::Infer(InferenceContext& ctx) const {
     return ctx.Fail("expects ", schema->min_outputs, "..", schema->max_outputs, " outputs, got ", n_out);
   for (int i = 0; i < schema->min_inputs && i < n_in; ++i)
     if (!ctx.has_input(i)) return ctx.Fail("required input ", i, " is missing");
+  if (!schema->non_tensor_values)
+    for (int i = 0; i < n_in; ++i)
+      if (ctx.has_input(i) && !ctx.input_type(i)->is_tensor())
+        return ctx.Fail("input ", i, " '", node.inputs()[i]->name(), "' is a ", ctx.input_type(i)->KindName(), " (",
+                        ctx.input_type(i)->ToString(), "); ", node.op_type(), " takes tensors");
   return schema->infer(ctx);
 }
 

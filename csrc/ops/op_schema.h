@@ -49,8 +49,11 @@ class InferenceContext {
   // nullptr for an omitted optional input.
   const ValueType* input_type(int i) const { return has_input(i) ? input_types_[i] : nullptr; }
   // The input's value when known: a constant at compile time, every input at run time (on CPU).
+  // Shape functions read small numeric tensors (shapes, axes, sizes); a string tensor's value is
+  // never handed to them (nullptr, as for an unknown value), so none reads strings as numbers.
   const Tensor* input_value(int i) const {
-    return i < static_cast<int>(input_values_.size()) ? input_values_[i] : nullptr;
+    const Tensor* v = i < static_cast<int>(input_values_.size()) ? input_values_[i] : nullptr;
+    return v != nullptr && v->dtype() == DType::kString ? nullptr : v;
   }
   void set_output(int i, ValueType t) { output_types_[i] = std::move(t); }
   const std::vector<ValueType>& output_types() const { return output_types_; }
@@ -104,6 +107,9 @@ struct OpSchema {
   // Talks to the outside world (Python callbacks, the training yield point): never folded,
   // merged or removed, even when nothing reads its outputs.
   bool side_effects = false;
+  // Takes or makes sequences or optionals (Identity, the Sequence* and Optional* ops): its shape
+  // function sees their types. Every other op's inputs must be plain tensors, which Infer checks.
+  bool non_tensor_values = false;
   // The op family of the file that registered it (ops/op_families.inc).
   std::string family;
 };

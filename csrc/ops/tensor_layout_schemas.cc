@@ -237,27 +237,24 @@ Status InferSpaceToDepth(InferenceContext& ctx) {
   return Status::OK();
 }
 
-// ReverseSequence: X's shape; batch_axis and time_axis are 0 and 1 (either way round), and
-// sequence_lens is int64 [batch].
+// ReverseSequence(input [T, B, ...] or [B, T, ...], sequence_lens int64 [B]): the input's type.
 Status InferReverseSequence(InferenceContext& ctx) {
-  const ValueType& x = *ctx.input_type(0);
-  const ValueType& lens = *ctx.input_type(1);
   int64_t batch_axis = 1, time_axis = 0;
   TOB_RETURN_IF_ERROR(ctx.node().GetAttr("batch_axis", &batch_axis, int64_t{1}));
   TOB_RETURN_IF_ERROR(ctx.node().GetAttr("time_axis", &time_axis, int64_t{0}));
-  if (!((batch_axis == 0 && time_axis == 1) || (batch_axis == 1 && time_axis == 0)))
-    return ctx.Fail("batch_axis and time_axis must be 0 and 1 (either way round), got ", batch_axis, " and ",
-                    time_axis);
-  if (lens.dtype != DType::kInt64) return ctx.Fail("sequence_lens must be int64, got ", DTypeName(lens.dtype));
-  if (x.has_rank() && x.rank() < 2) return ctx.Fail("input must have rank >= 2, got ", x.ToString());
-  if (lens.has_rank() && lens.rank() != 1) return ctx.Fail("sequence_lens must be 1-D, got ", lens.ToString());
-  if (x.has_rank() && lens.has_rank()) {
-    const Dim &b = (*x.shape)[batch_axis], &n = (*lens.shape)[0];
-    if (b.is_known() && n.is_known() && b.value != n.value)
-      return ctx.Fail("sequence_lens has ", n.value, " entries for a batch of ", b.value);
-  }
-  ctx.set_output(0, x);
-  return Status::OK();
+  if ((batch_axis != 0 && batch_axis != 1) || (time_axis != 0 && time_axis != 1) || batch_axis == time_axis)
+    return ctx.Fail("batch_axis and time_axis must be 0 and 1 in some order, got ", batch_axis, " and ", time_axis);
+  const DType lens_type = InputDType(ctx, 1);
+  if (lens_type != DType::kUndefined && lens_type != DType::kInt64)
+    return ctx.Fail("sequence_lens must be int64, got ", DTypeName(lens_type));
+  const Dims* in = InputDims(ctx, 0);
+  const Dims* lens = InputDims(ctx, 1);
+  if (in != nullptr && in->size() < 2) return ctx.Fail("input must have rank >= 2, got ", DimsToString(*in));
+  if (lens != nullptr && lens->size() != 1) return ctx.Fail("sequence_lens must be 1-D, got ", DimsToString(*lens));
+  if (in != nullptr && lens != nullptr && (*in)[batch_axis].is_known() && (*lens)[0].is_known() &&
+      (*in)[batch_axis].value != (*lens)[0].value)
+    return ctx.Fail("sequence_lens has ", (*lens)[0].value, " lengths for a batch of ", (*in)[batch_axis].value);
+  return PropagateType(ctx);
 }
 
 }  // namespace

@@ -225,7 +225,9 @@ void RegisterTensorReshapeSchemas(OpSchemaRegistry& registry) {
   registry.Register(OpSchema{"", "Flatten", 1, 1, 1, 1, InferFlatten});
   registry.Register(OpSchema{"", "Squeeze", 1, 2, 1, 1, InferSqueeze});
   registry.Register(OpSchema{"", "Unsqueeze", 1, 2, 1, 1, InferUnsqueeze});
-  registry.Register(OpSchema{"", "Identity", 1, 1, 1, 1, [](InferenceContext& ctx) { return PropagateType(ctx); }});
+  OpSchema identity{"", "Identity", 1, 1, 1, 1, [](InferenceContext& ctx) { return PropagateType(ctx); }};
+  identity.non_tensor_values = true;  // sequences from opset 14, optionals from 16
+  registry.Register(identity);
   registry.Register(OpSchema{"", "Shape", 1, 1, 1, 1, InferShape});
   registry.Register(OpSchema{"", "Size", 1, 1, 1, 1, [](InferenceContext& ctx) {
                                ctx.set_output(0, ValueType(DType::kInt64, Dims{}));

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "framework/execution_provider.h"
 #include "framework/kernel_registry.h"
 #include "optimizer/node_traits.h"
 #include "optimizer/passes.h"
@@ -73,7 +74,7 @@ bool AllInputsConstant(const Node& node) {
 // here (no kernel, shape not concrete, kernel error): the executor will run it and report.
 std::optional<std::vector<Tensor>> Evaluate(const Graph& graph, const PassContext& ctx, const Node& node) {
   if (node.outputs().empty() || !AllInputsConstant(node) || HasSideEffects(node, *ctx.schemas) || HasSubgraph(node) ||
-      IsNonDeterministic(graph, node, *ctx.schemas))
+      TakesOrMakesNonTensors(node) || IsNonDeterministic(graph, node, *ctx.schemas))
     return std::nullopt;
   const int opset = NodeOpset(graph, node);
   std::vector<const ValueType*> types;
@@ -99,7 +100,7 @@ std::optional<std::vector<Tensor>> Evaluate(const Graph& graph, const PassContex
   }
   if (out_bytes > in_bytes + kMaxFoldGrowthBytes && !FeedsOnlyParameterSlots(node)) return std::nullopt;
   const KernelDef* def = ctx.kernels->Find(ctx.fold_provider, node.domain(), node.op_type(), opset, dtypes);
-  if (def == nullptr) return std::nullopt;
+  if (def == nullptr || def->value_kernel) return std::nullopt;  // value kernels run in the executor only
   auto kernel = def->factory(node);
   if (!kernel.ok()) return std::nullopt;
   std::vector<Tensor> outputs;

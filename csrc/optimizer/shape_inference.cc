@@ -16,7 +16,8 @@ namespace {
 bool SameDim(const Dim& a, const Dim& b) { return a.value == b.value && a.symbol == b.symbol; }
 
 bool SameType(const ValueType& a, const ValueType& b) {
-  if (a.dtype != b.dtype || a.shape.has_value() != b.shape.has_value()) return false;
+  if (a.dtype != b.dtype || a.kind != b.kind || a.optional != b.optional || a.shape.has_value() != b.shape.has_value())
+    return false;
   if (!a.shape) return true;
   if (a.shape->size() != b.shape->size()) return false;
   for (size_t i = 0; i < a.shape->size(); ++i)

@@ -37,6 +37,18 @@ Tensor ToTensor(const py::handle& obj, const std::string& what) {
       StrCat(what, ": expected a numpy array or a DLPack capsule, got ", std::string(py::str(obj.get_type()))));
 }
 
+std::optional<Dims> ToDims(const py::object& dims);
+
+// A type from the loader: ONNX dtype, dims, kind (0 tensor, 1 sequence) and whether it is optional.
+ValueType ToValueType(int dtype, const py::object& dims, int kind, bool optional) {
+  if (kind != 0 && kind != 1)
+    throw py::value_error(StrCat("value kind must be 0 (tensor) or 1 (sequence), got ", kind));
+  ValueType t(DTypeFromOnnx(dtype), ToDims(dims));
+  t.kind = kind == 1 ? ValueKind::kSequence : ValueKind::kTensor;
+  t.optional = optional;
+  return t;
+}
+
 std::optional<Dims> ToDims(const py::object& dims) {
   if (dims.is_none()) return std::nullopt;
   Dims out;
@@ -117,6 +129,14 @@ Attribute ToAttribute(const std::string& node, const std::string& name, int type
       for (const py::handle& g : v.cast<py::list>()) graphs.push_back(TakeSubgraph(node, name, g));
       return Attribute::Subgraphs(std::move(graphs));
     }
+    case AttrType::kTypeProto: {
+      // (onnx dtype, dims, kind, optional), as the loader reads a value's type.
+      auto tup = v.cast<py::tuple>();
+      if (tup.size() != 4)
+        Raise(InvalidModel("node '", node, "': attribute '", name, "' must be (dtype, dims, kind, optional)"));
+      return Attribute::TypeProto(ToValueType(tup[0].cast<int>(), py::reinterpret_borrow<py::object>(tup[1]),
+                                              tup[2].cast<int>(), tup[3].cast<bool>()));
+    }
     default:
       Raise(NotImplemented("node '", node, "': attribute '", name, "' has type ",
                            AttrTypeName(static_cast<AttrType>(type)),
@@ -144,7 +164,10 @@ py::object FromAttribute(const Attribute& a) {
       for (const auto& s : a.strings) l.append(py::bytes(s));
       return l;
     }
-    case AttrType::kTensor: return TensorToDLPack(a.t);
+    case AttrType::kTensor: return a.t.dtype() == DType::kString ? StringTensorToNumpy(a.t) : TensorToDLPack(a.t);
+    case AttrType::kTypeProto:
+      return py::make_tuple(static_cast<int>(a.type_proto.dtype), FromDims(a.type_proto.shape),
+                            static_cast<int>(a.type_proto.kind), a.type_proto.optional);
     default: return py::none();
   }
 }
@@ -183,10 +206,14 @@ py::dict GraphDict(const Graph& g) {
   py::list values;
   for (const Node* n : order.value())
     for (const Value* v : n->outputs())
-      values.append(py::make_tuple(v->name(), static_cast<int>(v->type().dtype), FromDims(v->type().shape)));
+      values.append(py::make_tuple(v->name(), static_cast<int>(v->type().dtype), FromDims(v->type().shape),
+                                   static_cast<int>(v->type().kind), v->type().optional));
   py::list inputs;
   for (const Value* v : g.inputs())
     inputs.append(py::make_tuple(v->name(), static_cast<int>(v->type().dtype), FromDims(v->type().shape)));
+  py::list input_kinds;  // (kind, optional) of each input
+  for (const Value* v : g.inputs())
+    input_kinds.append(py::make_tuple(static_cast<int>(v->type().kind), v->type().optional));
   py::list outputs;
   for (size_t i = 0; i < g.outputs().size(); ++i)
     outputs.append(py::make_tuple(g.output_names()[i], DefinedName(g.outputs()[i])));
@@ -195,9 +222,43 @@ py::dict GraphDict(const Graph& g) {
   d["initializers"] = inits;
   d["values"] = values;
   d["inputs"] = inputs;
+  d["input_kinds"] = input_kinds;
   d["outputs"] = outputs;
   d["opsets"] = g.opsets();
   return d;
+}
+
+// A feed for graph input `type`: None is an optional's "no value", a list (or tuple) is a
+// sequence of tensors, anything else a tensor.
+RuntimeValue ToValue(const py::handle& obj, const ValueType& type, const std::string& what) {
+  if (obj.is_none()) {
+    if (!type.optional)
+      throw py::value_error(StrCat(what, " is ", type.ToString(), ": None is only a value of optional inputs"));
+    return RuntimeValue::None(type);
+  }
+  if (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) {
+    if (type.kind != ValueKind::kSequence)
+      throw py::value_error(StrCat(what, " is ", type.ToString(), "; a list is a value of sequence inputs"));
+    std::vector<Tensor> tensors;
+    size_t k = 0;
+    for (const py::handle& item : obj) tensors.push_back(ToTensor(item, StrCat(what, " tensor ", k++)));
+    const DType dtype = tensors.empty() ? type.dtype : tensors.front().dtype();
+    if (dtype == DType::kUndefined)
+      throw py::value_error(StrCat(what, ": an empty sequence for an input whose element type is not declared"));
+    return RuntimeValue::OfSequence(dtype, std::move(tensors));
+  }
+  return ToTensor(obj, what);
+}
+
+// A fetched value for Python: an EngineTensor, a list of them for a sequence, None for none.
+py::object FromValue(RuntimeValue v) {
+  if (v.is_none()) return py::none();
+  if (v.is_sequence()) {
+    py::list l;
+    for (const Tensor& t : v.sequence().tensors) l.append(PyTensor{t});
+    return l;
+  }
+  return py::cast(PyTensor{std::move(v.mutable_tensor())});
 }
 
 py::dict StatsDict(const RunStats& s) {
@@ -230,25 +291,38 @@ class PySession {
     for (const IOInfo& io : session_->inputs()) input_labels_.push_back(StrCat("input '", io.name, "'"));
   }
 
-  std::vector<PyTensor> Run(const std::vector<std::string>& feed_names, const py::list& feeds,
-                            const std::vector<std::string>& fetch_names, const std::vector<bool>& donated) {
+  // Feeds of any kind (ToValue); each fetch an EngineTensor, a list of them, or None.
+  py::list Run(const std::vector<std::string>& feed_names, const py::list& feeds,
+               const std::vector<std::string>& fetch_names, const std::vector<bool>& donated) {
     if (feed_names.size() != feeds.size())
       throw py::value_error(StrCat("got ", feed_names.size(), " feed names and ", feeds.size(), " values"));
-    std::vector<Tensor> tensors;
-    tensors.reserve(feeds.size());
-    for (size_t i = 0; i < feeds.size(); ++i)
-      tensors.push_back(ToTensor(feeds[i], StrCat("input '", feed_names[i], "'")));
-    std::vector<Tensor> fetches;
+    std::vector<RuntimeValue> values;
+    values.reserve(feeds.size());
+    for (size_t i = 0; i < feeds.size(); ++i) {
+      const py::handle feed = feeds[i];
+      const std::string what = StrCat("input '", feed_names[i], "'");
+      // Only None and lists need the input's declared type (the common case, a tensor, does not).
+      const bool needs_type = feed.is_none() || py::isinstance<py::list>(feed) || py::isinstance<py::tuple>(feed);
+      const IOInfo* io = needs_type ? FindIO(feed_names[i]) : nullptr;
+      if (io == nullptr) values.push_back(ToTensor(feed, what));  // the run names an unknown input
+      else values.push_back(ToValue(feed, io->type, what));
+    }
+    std::vector<RuntimeValue> fetches;
     Status st;
     {
       py::gil_scoped_release release;
-      st = session_->Run(feed_names, std::move(tensors), fetch_names, &fetches, &last_stats_, donated);
+      st = session_->RunValues(feed_names, std::move(values), fetch_names, &fetches, &last_stats_, donated);
     }
     Check(st);
-    std::vector<PyTensor> out;
-    out.reserve(fetches.size());
-    for (auto& t : fetches) out.push_back(PyTensor{std::move(t)});
+    py::list out;
+    for (RuntimeValue& v : fetches) out.append(FromValue(std::move(v)));
     return out;
+  }
+
+  const IOInfo* FindIO(const std::string& name) const {
+    for (const IOInfo& io : session_->inputs())
+      if (io.name == name) return &io;
+    return nullptr;
   }
 
   // The compiled-graph fast path (compiled_graph.py): feeds (DLPack capsules or numpy arrays) in
@@ -278,12 +352,20 @@ class PySession {
       l.append(py::make_tuple(io.name, static_cast<int>(io.type.dtype), FromDims(io.type.shape)));
     return l;
   }
+  // (kind, optional) of each input or output: kind 0 tensor, 1 sequence.
+  py::list IOKinds(bool inputs) const {
+    py::list l;
+    for (const IOInfo& io : inputs ? session_->inputs() : session_->outputs())
+      l.append(py::make_tuple(static_cast<int>(io.type.kind), io.type.optional));
+    return l;
+  }
 
   // The optimised graph, for saving as an ONNX model from Python (GraphDict); its inputs are the
   // session's, as the user declared them.
   py::dict OptimizedGraph() const {
     py::dict d = GraphDict(session_->graph());
     d["inputs"] = IO(true);
+    d["input_kinds"] = IOKinds(true);
     return d;
   }
 
@@ -371,6 +453,14 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("dtype", [](const PyTensor& t) { return static_cast<int>(t.tensor.dtype()); })
       .def("data_ptr", [](const PyTensor& t) { return reinterpret_cast<uintptr_t>(t.tensor.raw_data()); })
       .def(
+          "strings",
+          [](const PyTensor& t) {
+            if (t.tensor.dtype() != DType::kString)
+              throw py::type_error(StrCat("strings(): the tensor is ", DTypeName(t.tensor.dtype()), ", not string"));
+            return StringTensorToNumpy(t.tensor);
+          },
+          "A string tensor as a numpy array of dtype object holding str (a copy).")
+      .def(
           "unpacked_codes", [](const PyTensor& t) { return PyTensor{UnpackedCodes(t.tensor)}; },
           "One element per byte of a low-precision tensor (float8: its own bytes as uint8; the packed types: "
           "their codes in a new uint8 tensor, int8 sign-extended for int4/int2), for numpy's ml_dtypes view.")
@@ -388,10 +478,12 @@ PYBIND11_MODULE(_C, m) {
            "A builder for a subgraph (the value of a GRAPH attribute): names it reads but does not define are values "
            "of the enclosing graphs.")
       .def("set_opset", [](GraphBuilder& b, const std::string& domain, int v) { b.graph().SetOpset(domain, v); })
-      .def("add_input",
-           [](GraphBuilder& b, const std::string& name, int dtype, const py::object& dims) {
-             Unwrap(b.graph().AddInput(name, ValueType(DTypeFromOnnx(dtype), ToDims(dims))));
-           })
+      .def(
+          "add_input",
+          [](GraphBuilder& b, const std::string& name, int dtype, const py::object& dims, int kind, bool optional) {
+            Unwrap(b.graph().AddInput(name, ToValueType(dtype, dims, kind, optional)));
+          },
+          py::arg("name"), py::arg("dtype"), py::arg("dims"), py::arg("kind") = 0, py::arg("optional") = false)
       .def(
           "add_initializer",
           [](GraphBuilder& b, const std::string& name, const py::object& value, int dtype,
@@ -425,20 +517,25 @@ PYBIND11_MODULE(_C, m) {
           },
           py::arg("op_type"), py::arg("domain"), py::arg("inputs"), py::arg("outputs"), py::arg("attributes"),
           py::arg("name") = "", py::arg("recompute") = false)
-      .def("declare_value_type",
-           [](GraphBuilder& b, const std::string& name, int dtype, const py::object& dims) {
-             // value_info: a type the model states for a node output. Inference refines it; ops
-             // that cannot infer (ATen) take it as theirs. Names no node produces are ignored, as
-             // onnxruntime does.
-             Value* v = b.graph().FindValue(name);
-             if (v != nullptr && v->producer() != nullptr && dtype != 0)
-               v->Declare(ValueType(DTypeFromOnnx(dtype), ToDims(dims)));
-           })
-      .def("add_output", [](GraphBuilder& b, const std::string& name, int dtype, const py::object& dims) {
-        std::optional<ValueType> declared;
-        if (dtype != 0) declared = ValueType(DTypeFromOnnx(dtype), ToDims(dims));
-        Check(b.graph().AddOutput(name, declared));
-      });
+      .def(
+          "declare_value_type",
+          [](GraphBuilder& b, const std::string& name, int dtype, const py::object& dims, int kind, bool optional) {
+            // value_info: a type the model states for a node output. Inference refines it; ops
+            // that cannot infer (ATen) take it as theirs. Names no node produces are ignored, as
+            // onnxruntime does.
+            Value* v = b.graph().FindValue(name);
+            if (v != nullptr && v->producer() != nullptr && dtype != 0)
+              v->Declare(ToValueType(dtype, dims, kind, optional));
+          },
+          py::arg("name"), py::arg("dtype"), py::arg("dims"), py::arg("kind") = 0, py::arg("optional") = false)
+      .def(
+          "add_output",
+          [](GraphBuilder& b, const std::string& name, int dtype, const py::object& dims, int kind, bool optional) {
+            std::optional<ValueType> declared;
+            if (dtype != 0) declared = ToValueType(dtype, dims, kind, optional);
+            Check(b.graph().AddOutput(name, declared));
+          },
+          py::arg("name"), py::arg("dtype"), py::arg("dims"), py::arg("kind") = 0, py::arg("optional") = false);
 
   py::class_<SessionOptions>(m, "SessionOptions")
       .def(py::init<>())
@@ -495,6 +592,8 @@ PYBIND11_MODULE(_C, m) {
            "donated: as run's.")
       .def("inputs", [](const PySession& s) { return s.IO(true); })
       .def("outputs", [](const PySession& s) { return s.IO(false); })
+      .def("input_kinds", [](const PySession& s) { return s.IOKinds(true); })
+      .def("output_kinds", [](const PySession& s) { return s.IOKinds(false); })
       .def("optimized_graph", &PySession::OptimizedGraph)
       .def("partition_report", [](PySession& s) { return s.session().partition_report().ToString(); })
       .def("partition",
@@ -532,14 +631,20 @@ PYBIND11_MODULE(_C, m) {
     }
     return l;
   });
-  m.def("find_kernel", [](const std::string& provider, const std::string& domain, const std::string& op_type, int opset,
-                          const std::vector<int>& input_dtypes) {
-    std::vector<DType> types;
-    for (int t : input_dtypes) types.push_back(DTypeFromOnnx(t));
-    std::string why;
-    const KernelDef* d = KernelRegistry::Global().Find(provider, domain, op_type, opset, types, &why);
-    return py::make_tuple(d != nullptr, why);
-  });
+  m.def(
+      "find_kernel",
+      [](const std::string& provider, const std::string& domain, const std::string& op_type, int opset,
+         const std::vector<int>& input_dtypes, bool non_tensor_values) {
+        std::vector<DType> types;
+        for (int t : input_dtypes) types.push_back(DTypeFromOnnx(t));
+        std::string why;
+        const KernelDef* d =
+            KernelRegistry::Global().Find(provider, domain, op_type, opset, types, &why, non_tensor_values);
+        return py::make_tuple(d != nullptr, why);
+      },
+      py::arg("provider"), py::arg("domain"), py::arg("op_type"), py::arg("opset"), py::arg("input_dtypes"),
+      py::arg("non_tensor_values") = false,
+      "non_tensor_values: the node takes or makes sequences or optionals (only value kernels run it).");
   m.def("has_schema", [](const std::string& domain, const std::string& op_type) {
     return OpSchemaRegistry::Global().Find(domain, op_type) != nullptr;
   });

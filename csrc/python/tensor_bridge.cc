@@ -171,6 +171,51 @@ DType DTypeFromNumpy(const py::dtype& dt) {
   return DType::kUndefined;
 }
 
+namespace {
+
+Tensor StringTensorFromNumpy(const py::array& array, const std::string& what) {
+  Shape shape(array.shape(), array.shape() + array.ndim());
+  StatusOr<Tensor> made = Tensor::Allocate(DType::kString, shape, CpuAllocator::Default());
+  if (!made.ok()) throw std::bad_alloc();
+  Tensor t = std::move(made).value();
+  std::string* out = t.data<std::string>();
+  // ravel() walks any layout in C order; tolist() gives str for str_ arrays, bytes for bytes_.
+  py::list items = array.attr("ravel")().attr("tolist")();
+  for (size_t i = 0; i < items.size(); ++i) {
+    PyObject* item = items[i].ptr();
+    if (PyUnicode_Check(item)) {
+      py::object encoded =
+          py::reinterpret_steal<py::object>(PyUnicode_AsEncodedString(item, "utf-8", "surrogateescape"));
+      if (!encoded) throw py::error_already_set();
+      out[i].assign(PyBytes_AS_STRING(encoded.ptr()), static_cast<size_t>(PyBytes_GET_SIZE(encoded.ptr())));
+    } else if (PyBytes_Check(item)) {
+      out[i].assign(PyBytes_AS_STRING(item), static_cast<size_t>(PyBytes_GET_SIZE(item)));
+    } else {
+      throw py::type_error(StrCat(what, ": element ", i, " of the string array is a ",
+                                  std::string(py::str(py::type::handle_of(py::handle(item)).attr("__name__"))),
+                                  "; a string tensor holds str or bytes"));
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+py::object StringTensorToNumpy(const Tensor& tensor) {
+  const std::string* in = tensor.data<std::string>();
+  py::list items(static_cast<size_t>(tensor.numel()));
+  for (int64_t i = 0; i < tensor.numel(); ++i) {
+    PyObject* text = PyUnicode_DecodeUTF8(in[i].data(), static_cast<Py_ssize_t>(in[i].size()), "surrogateescape");
+    if (text == nullptr) throw py::error_already_set();
+    items[static_cast<size_t>(i)] = py::reinterpret_steal<py::object>(text);
+  }
+  py::module_ np = py::module_::import("numpy");
+  py::object flat = np.attr("array")(items, py::arg("dtype") = "object");
+  py::tuple shape(tensor.shape().size());
+  for (size_t d = 0; d < tensor.shape().size(); ++d) shape[d] = py::int_(tensor.shape()[d]);
+  return flat.attr("reshape")(shape);
+}
+
 Tensor RelabelTensor(const Tensor& t, DType want, const std::optional<Shape>& shape, const std::string& what) {
   if (want == DType::kUndefined || want == DType::kString)
     throw py::value_error(StrCat(what, ": ONNX dtype ", static_cast<int>(want), " is not supported"));
@@ -207,6 +252,8 @@ Tensor UnpackedCodes(const Tensor& t) {
 }
 
 Tensor TensorFromNumpy(const py::array& array, const std::string& what) {
+  const char kind = array.dtype().kind();
+  if (kind == 'O' || kind == 'U' || kind == 'S') return StringTensorFromNumpy(array, what);
   DType dtype = DTypeFromNumpy(array.dtype());
   if (dtype == DType::kUndefined)
     throw py::value_error(StrCat(what, ": numpy dtype ", std::string(py::str(array.dtype())), " is not supported"));

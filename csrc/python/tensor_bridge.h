@@ -14,9 +14,15 @@
 namespace tob::python {
 
 // A C-contiguous numpy array as a Tensor sharing its memory (the array is kept alive). ml_dtypes
-// arrays give the low-precision types: float8 arrays are shared too, the 4-bit and 2-bit types
-// (one element per byte in numpy) are packed into a new buffer.
+// arrays give the low-precision types: float8 arrays are shared too, the 4-bit and 2-bit types (one
+// element per byte in numpy) are packed into a new buffer. An array of strings (numpy dtype object holding str or
+// bytes, or a str_ / bytes_ dtype) becomes a string tensor holding a copy of each element: str as UTF-8
+// (surrogateescape, so str made from any bytes goes back to the same bytes), bytes as they are; any other object raises
+// TypeError naming it.
 Tensor TensorFromNumpy(const pybind11::array& array, const std::string& what);
+// A string tensor as a numpy array of dtype object holding str: each element decoded from UTF-8
+// with surrogateescape (bytes that are not UTF-8 survive a round trip).
+pybind11::object StringTensorToNumpy(const Tensor& tensor);
 // `t`'s bytes under ONNX dtype `want` (bfloat16 and float8 arrive from the loader as uint8 /
 // uint16 arrays): same-sized elements keep t's shape; a packed `want` takes t's bytes (uint8,
 // onnx's packed layout) as a tensor of `shape`. ValueError naming `what` when they do not fit.

@@ -19,6 +19,20 @@ constexpr size_t kMaxMemoryPatterns = 16;
 
 std::string OpsetLabel(const Graph& g, const Node& n) { return StrCat("opset ", g.Opset(n.domain())); }
 
+// A string tensor reached input i of a kernel chosen while that input's type was unknown: only a
+// kernel whose constraints name strings there may take it (its elements are objects, not bytes).
+Status CheckStringInput(const Node& node, const KernelDef& def, bool takes_strings,
+                        const std::vector<const Tensor*>& inputs, size_t i) {
+  std::string why = StrCat("input ", i, " is a string tensor, which this kernel does not take");
+  if (takes_strings) {
+    std::vector<DType> types(inputs.size(), DType::kUndefined);
+    for (size_t k = 0; k < inputs.size(); ++k)
+      if (inputs[k] != nullptr) types[k] = inputs[k]->dtype();
+    if (def.Accepts(types, &why)) return Status::OK();
+  }
+  return RuntimeError(node.Describe(), " (", def.Describe(), "): ", why);
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<Session>> Session::Create(std::unique_ptr<Graph> graph, SessionOptions options) {
@@ -156,11 +170,15 @@ Status Session::BuildPlan() {
     step.provider = ep_it->second;
     std::string why;
     step.def = KernelRegistry::Global().Find(node->provider(), node->domain(), node->op_type(), step.opset,
-                                             InputDTypes(*node), &why);
+                                             InputDTypes(*node), &why, TakesOrMakesNonTensors(*node));
     if (step.def == nullptr) return NotImplemented(node->Describe(), " (", OpsetLabel(g, *node), "): ", why);
     auto kernel = step.provider->CreateKernel(*step.def, *node, permissions);
     if (!kernel.ok()) return kernel.status();
     step.kernel = std::move(kernel).value();
+    step.takes_strings = step.def->value_kernel;
+    for (const TypeConstraint& c : step.def->constraints)
+      step.takes_strings =
+          step.takes_strings || std::find(c.allowed.begin(), c.allowed.end(), DType::kString) != c.allowed.end();
     // Constant inputs are offered to the kernel once, here, before any run (OpKernel::PrePack).
     for (size_t i = 0; i < node->inputs().size(); ++i) {
       const Value* in = node->inputs()[i];
@@ -199,6 +217,18 @@ Status Session::BuildPlan() {
   for (int i = 0; i < static_cast<int>(steps_.size()); ++i)
     for (int s : steps_[i].outputs) producer_step[s] = i;
   std::vector<int> pending(output_slots_.begin(), output_slots_.end());
+  // The tensor inputs of value kernels too: a sequence or an optional made from a tensor keeps it
+  // for as long as the value lives, which the arena's plan does not know (a later buffer of the
+  // run, or the next run, could overwrite it), so such tensors are allocated outside the arena.
+  for (const Step& step : steps_) {
+    if (!step.def->value_kernel) continue;
+    for (size_t i = 0; i < step.inputs.size(); ++i) {
+      const int src = step.inputs[i];
+      if (src < 0 || owns_output_memory_[src] || !step.node->inputs()[i]->type().is_tensor()) continue;
+      owns_output_memory_[src] = true;
+      pending.push_back(src);
+    }
+  }
   while (!pending.empty()) {
     const int s = pending.back();
     pending.pop_back();
@@ -253,10 +283,39 @@ int Session::FindInput(const std::string& name) const {
   return -1;
 }
 
-Status Session::CheckInput(size_t index, const char* kind, const Tensor& t,
+Status Session::CheckInput(size_t index, const char* kind, const RuntimeValue& v,
                            std::unordered_map<std::string, int64_t>* symbols) const {
   const std::string& name = input_info_[index].name;
   const ValueType& want = input_info_[index].type;
+  if (v.is_tensor() && want.kind == ValueKind::kTensor) return CheckInputTensor(index, kind, v.tensor(), want, symbols);
+  if (v.is_none()) {
+    if (!want.optional)
+      return InvalidArgument(kind, " '", name, "' is ", want.ToString(), ", which cannot be none (only optionals can)");
+    return Status::OK();
+  }
+  if (v.is_sequence() && want.kind == ValueKind::kSequence) {
+    const TensorSequence& seq = v.sequence();
+    if (want.dtype != DType::kUndefined && seq.dtype != want.dtype)
+      return InvalidArgument(kind, " '", name, "': expected a sequence of ", DTypeName(want.dtype),
+                             " tensors, got one of ", DTypeName(seq.dtype));
+    // Dims a sequence declares are the same for all its tensors, but not symbols bound across inputs.
+    for (size_t k = 0; k < seq.tensors.size(); ++k) {
+      const std::string element = StrCat(kind, " '", name, "' tensor ", k);
+      if (seq.tensors[k].dtype() != seq.dtype)
+        return InvalidArgument(element, " is ", DTypeName(seq.tensors[k].dtype()), " in a sequence of ",
+                               DTypeName(seq.dtype));
+      TOB_RETURN_IF_ERROR(CheckInputTensor(index, element.c_str(), seq.tensors[k], want, nullptr));
+    }
+    return Status::OK();
+  }
+  if (!v.defined()) return InvalidArgument(kind, " '", name, "' has no value");
+  return InvalidArgument(kind, " '", name, "': expected ", want.KindName(), " ", want.ToString(), ", got ",
+                         v.Describe());
+}
+
+Status Session::CheckInputTensor(size_t index, const char* kind, const Tensor& t, const ValueType& want,
+                                 std::unordered_map<std::string, int64_t>* symbols) const {
+  const std::string name = input_info_[index].name;
   if (t.device() != Device{})
     return InvalidArgument(kind, " '", name, "' is on ", t.device().ToString(),
                            "; this session takes host (cpu) tensors");
@@ -282,8 +341,8 @@ Status Session::CheckInput(size_t index, const char* kind, const Tensor& t,
   return Status::OK();
 }
 
-Status Session::BindFeeds(const std::vector<std::string>& names, std::vector<Tensor>& feeds, std::vector<Tensor>& slots,
-                          std::string* signature) const {
+Status Session::BindFeeds(const std::vector<std::string>& names, std::vector<RuntimeValue>& feeds,
+                          std::vector<RuntimeValue>& slots, std::string* signature) const {
   if (names.size() != feeds.size())
     return InvalidArgument("got ", names.size(), " feed names but ", feeds.size(), " tensors");
   const Graph& g = *graph_;
@@ -308,6 +367,10 @@ Status Session::BindFeeds(const std::vector<std::string>& names, std::vector<Ten
   }
   for (size_t i = 0; i < bound.size(); ++i) {
     if (bound[i]) continue;
+    if (!bound_states_[i].defined() && input_info_[i].type.optional) {  // an optional not fed has no value
+      slots[input_slots_[i]] = RuntimeValue::None(input_info_[i].type);
+      continue;
+    }
     if (!bound_states_[i].defined())
       return InvalidArgument("missing input '", g.inputs()[i]->name(), "' (", input_info_[i].type.ToString(), ")");
     TOB_RETURN_IF_ERROR(CheckInput(i, "state", bound_states_[i], &symbols));
@@ -319,17 +382,25 @@ Status Session::BindFeeds(const std::vector<std::string>& names, std::vector<Ten
 }
 
 // The memory-pattern key of one input: dtype and dims as raw bytes (built on every run, so no
-// number formatting).
-void Session::AppendSignature(const Tensor& t, std::string* signature) {
-  const int32_t header[2] = {static_cast<int32_t>(t.dtype()), static_cast<int32_t>(t.rank())};
-  signature->append(reinterpret_cast<const char*>(header), sizeof(header));
-  signature->append(reinterpret_cast<const char*>(t.shape().data()), t.shape().size() * sizeof(int64_t));
+// number formatting); a sequence's count and the key of each tensor, -1 for none.
+void Session::AppendSignature(const RuntimeValue& v, std::string* signature) {
+  auto append_tensor = [signature](const Tensor& t) {
+    const int32_t header[2] = {static_cast<int32_t>(t.dtype()), static_cast<int32_t>(t.rank())};
+    signature->append(reinterpret_cast<const char*>(header), sizeof(header));
+    signature->append(reinterpret_cast<const char*>(t.shape().data()), t.shape().size() * sizeof(int64_t));
+  };
+  if (v.is_tensor()) return append_tensor(v.tensor());
+  const int32_t marker[2] = {-1, v.is_sequence() ? static_cast<int32_t>(v.sequence().tensors.size()) : -1};
+  signature->append(reinterpret_cast<const char*>(marker), sizeof(marker));
+  if (v.is_sequence())
+    for (const Tensor& t : v.sequence().tensors) append_tensor(t);
 }
 
 namespace {
 
 bool SameValueType(const ValueType& a, const ValueType& b) {
-  if (a.dtype != b.dtype || a.shape.has_value() != b.shape.has_value()) return false;
+  if (a.dtype != b.dtype || a.kind != b.kind || a.optional != b.optional || a.shape.has_value() != b.shape.has_value())
+    return false;
   if (!a.shape) return true;
   if (a.shape->size() != b.shape->size()) return false;
   for (size_t d = 0; d < a.shape->size(); ++d)
@@ -421,23 +492,28 @@ class BoundSubgraph final : public SubgraphRunner {
 
 }  // namespace
 
-Status Session::RunStep(Step& step, std::vector<Tensor>& slots, const std::shared_ptr<Allocator>& run_alloc,
+Status Session::RunStep(Step& step, std::vector<RuntimeValue>& slots, const std::shared_ptr<Allocator>& run_alloc,
                         RunMemory& memory) {
   const Node& node = *step.node;
+  if (step.def->value_kernel) return RunValueStep(step, slots, run_alloc, memory);
+  // The node's explicit inputs, then the implicit ones (values of enclosing graphs its subgraphs read).
   const size_t n_all = step.inputs.size();
   const size_t n_in = step.num_inputs;
   std::vector<const Tensor*> in_ptrs(n_all, nullptr);
   for (size_t i = 0; i < n_all; ++i) {
     int s = step.inputs[i];
     if (s < 0) continue;
-    const Tensor& t = slots[s];
-    if (!t.defined()) {
+    const RuntimeValue& v = slots[s];
+    if (!v.is_tensor()) {
+      const std::string what =
+          v.defined() ? StrCat("is ", v.Describe(), ", not a tensor") : std::string("has no value");
       if (i >= n_in)
-        return RuntimeError(node.Describe(), ": '", slot_values_[s]->name(),
-                            "', which its subgraphs read, has no value");
-      return RuntimeError(node.Describe(), ": input ", i, " '", slot_values_[s]->name(), "' has no value");
+        return RuntimeError(node.Describe(), ": '", slot_values_[s]->name(), "', which its subgraphs read, ", what);
+      return RuntimeError(node.Describe(), ": input ", i, " '", slot_values_[s]->name(), "' ", what);
     }
-    in_ptrs[i] = &t;
+    in_ptrs[i] = &v.tensor();
+    if (i < n_in && v.tensor().dtype() == DType::kString)
+      TOB_RETURN_IF_ERROR(CheckStringInput(node, *step.def, step.takes_strings, in_ptrs, i));
   }
   // The kernel and the shape function take the explicit inputs; the implicit ones reach the
   // subgraphs through their runners.
@@ -451,9 +527,9 @@ Status Session::RunStep(Step& step, std::vector<Tensor>& slots, const std::share
   const bool kernel_allocates = step.def->kernel_allocates_outputs;
   std::vector<Tensor*> out_ptrs(step.outputs.size(), nullptr);
   for (size_t j = 0; kernel_allocates && j < step.outputs.size(); ++j) {
-    Tensor& out = slots[step.outputs[j]];
+    RuntimeValue& out = slots[step.outputs[j]];
     out = Tensor();
-    out_ptrs[j] = &out;
+    out_ptrs[j] = &out.mutable_tensor();
   }
   for (size_t j = 0; !kernel_allocates && j < step.outputs.size(); ++j) {
     if (step.unused[j]) continue;  // the kernel skips it (out_ptrs[j] stays nullptr)
@@ -462,7 +538,8 @@ Status Session::RunStep(Step& step, std::vector<Tensor>& slots, const std::share
     if (!shape || t.dtype == DType::kUndefined)
       return RuntimeError(node.Describe(), ": could not determine output ", j, " (", t.ToString(), ") from the inputs");
     const int s = step.outputs[j];
-    Tensor& out = slots[s];
+    slots[s] = Tensor();
+    Tensor& out = slots[s].mutable_tensor();
     if (const int u = step.inplace_update[j]; u >= 0 && bound_states_[planned_updates_[u].input_index].defined()) {
       // A state update written into the bound state's own memory (PlanStateUpdates). A state
       // input that is fed instead of bound is never written.
@@ -481,8 +558,9 @@ Status Session::RunStep(Step& step, std::vector<Tensor>& slots, const std::share
     bool aliased = false;
     for (const auto& [ai, ao] : step.def->aliases) {
       if (ao != static_cast<int>(j) || ai >= static_cast<int>(n_in) || in_ptrs[ai] == nullptr) continue;
-      // A graph output may only view memory that is itself output memory (see BuildPlan).
-      if (is_output_slot_[s] && !owns_output_memory_[step.inputs[ai]]) continue;
+      // Output memory (graph outputs, tensors sequences keep) may only view memory that is itself
+      // output memory (see BuildPlan).
+      if (owns_output_memory_[s] && !owns_output_memory_[step.inputs[ai]]) continue;
       const Tensor& src = *in_ptrs[ai];
       if (src.dtype() == t.dtype && src.numel() == NumElements(*shape)) {
         out = src.Reshaped(*shape);
@@ -521,24 +599,32 @@ Status Session::RunStep(Step& step, std::vector<Tensor>& slots, const std::share
     profiler_->Record(
         ProfileEvent{node.name(), "Node", node.op_type(), node.provider(), shapes, t0, profiler_->NowUs() - t0});
   }
-  for (int s : step.outputs)
-    if (slots[s].defined()) memory.outside.Hold(slots[s], in_ptrs, *memory.allocator);
   // A subgraph's runs held their own memory on top of what this run held while the step ran.
   size_t nested_peak = 0;
   for (const BoundSubgraph& b : bound) nested_peak = std::max(nested_peak, b.peak_live_bytes());
+  return FinishStep(step, slots, in_ptrs, memory, nested_peak);
+}
+
+// After a step: the memory it holds counted (with `nested_peak`, the most its subgraphs' runs
+// held), the values whose last reader it was released. Sequences are not counted (their tensors
+// are outside the arena, docs/architecture.md).
+Status Session::FinishStep(const Step& step, std::vector<RuntimeValue>& slots,
+                           const std::vector<const Tensor*>& in_ptrs, RunMemory& memory, size_t nested_peak) {
+  for (int s : step.outputs)
+    if (slots[s].is_tensor()) memory.outside.Hold(slots[s].tensor(), in_ptrs, *memory.allocator);
   memory.peak_live_bytes =
       std::max(memory.peak_live_bytes, memory.allocator->window_peak_bytes() + memory.outside.live() + nested_peak);
   memory.peak_held_bytes =
       std::max(memory.peak_held_bytes,
                memory.arena_bytes + memory.allocator->base_window_peak_bytes() + memory.outside.live() + nested_peak);
   for (int s : step.free_after) {
-    memory.outside.Release(slots[s]);
-    slots[s] = Tensor();
+    if (slots[s].is_tensor()) memory.outside.Release(slots[s].tensor());
+    slots[s] = RuntimeValue();
   }
   for (int s : step.donated_free_after) {
     if (memory.donated.empty() || !memory.donated[s]) continue;
-    memory.outside.Release(slots[s]);
-    slots[s] = Tensor();  // the last reference, unless the caller kept one
+    if (slots[s].is_tensor()) memory.outside.Release(slots[s].tensor());
+    slots[s] = RuntimeValue();  // the last reference, unless the caller kept one
   }
   return Status::OK();
 }
@@ -558,51 +644,80 @@ bool Overlaps(const Tensor& t, const Buffer& b) {
 // model declares (the shape function's answer). A graph output that views the memory of an
 // intermediate or a constant is copied out: the intermediate may live in the arena the next run
 // reuses, and the caller must not be able to write into the model's constants.
-Status Session::AdoptKernelOutputs(const Step& step, const std::vector<ValueType>& declared,
-                                   const std::vector<const Tensor*>& inputs, std::vector<Tensor>& slots) {
+Status Session::AdoptKernelOutput(const Step& step, size_t j, const ValueType& want,
+                                  const std::vector<const Tensor*>& inputs, std::vector<RuntimeValue>& slots) {
   const Node& node = *step.node;
-  for (size_t j = 0; j < step.outputs.size(); ++j) {
-    const int s = step.outputs[j];
-    Tensor& out = slots[s];
-    const Value* value = slot_values_[s];
-    if (!out.defined()) {
-      if (value->uses().empty() && !value->is_graph_output()) continue;
-      return RuntimeError(node.Describe(), ": output ", j, " '", value->name(),
-                          "' was not produced by the kernel but the graph reads it");
-    }
-    const ValueType& want = declared[j];
-    if (want.dtype != DType::kUndefined && out.dtype() != want.dtype)
+  const int s = step.outputs[j];
+  const Value* value = slot_values_[s];
+  if (!slots[s].defined()) {
+    if (value->uses().empty() && !value->is_graph_output()) return Status::OK();
+    return RuntimeError(node.Describe(), ": output ", j, " '", value->name(),
+                        "' was not produced by the kernel but the graph reads it");
+  }
+  if (!slots[s].is_tensor()) {
+    const ValueType got = slots[s].Type();
+    const bool kind_ok = slots[s].is_none() ? want.optional && got.kind == want.kind : got.kind == want.kind;
+    if (!kind_ok || (want.dtype != DType::kUndefined && got.dtype != want.dtype))
       return RuntimeError(node.Describe(), ": output ", j, " '", value->name(), "' is declared ", want.ToString(),
-                          " but the kernel produced ", DTypeName(out.dtype()), ShapeToString(out.shape()));
-    if (want.shape) {
-      bool match = static_cast<int64_t>(want.shape->size()) == out.rank();
-      for (size_t d = 0; match && d < want.shape->size(); ++d)
-        match = !(*want.shape)[d].is_known() || (*want.shape)[d].value == out.shape()[d];
-      if (!match)
-        return RuntimeError(node.Describe(), ": output ", j, " '", value->name(), "' is declared ", want.ToString(),
-                            " but the kernel produced shape ", ShapeToString(out.shape()));
+                          " but the kernel produced ", slots[s].Describe());
+    return Status::OK();
+  }
+  Tensor& out = slots[s].mutable_tensor();
+  if (want.kind != ValueKind::kTensor || (want.dtype != DType::kUndefined && out.dtype() != want.dtype))
+    return RuntimeError(node.Describe(), ": output ", j, " '", value->name(), "' is declared ", want.ToString(),
+                        " but the kernel produced ", DTypeName(out.dtype()), ShapeToString(out.shape()));
+  if (want.shape) {
+    bool match = static_cast<int64_t>(want.shape->size()) == out.rank();
+    for (size_t d = 0; match && d < want.shape->size(); ++d)
+      match = !(*want.shape)[d].is_known() || (*want.shape)[d].value == out.shape()[d];
+    if (!match)
+      return RuntimeError(node.Describe(), ": output ", j, " '", value->name(), "' is declared ", want.ToString(),
+                          " but the kernel produced shape ", ShapeToString(out.shape()));
+  }
+  if (out.device().type != DeviceType::kCPU) return Status::OK();
+  // A control-flow node hands a value through unchanged when a loop runs no iteration or a
+  // subgraph returns what it was fed: the output is then one of the node's inputs (explicit or
+  // implicit). Such an output is copied once here, so no value outlives the memory the plan
+  // gave its input (whether it does depends on the data, which a memory plan cannot know).
+  bool passes_input_through = false;
+  for (size_t i = 0; !step.subgraphs.empty() && i < inputs.size(); ++i)
+    if (inputs[i] != nullptr && inputs[i]->buffer() && Overlaps(out, *inputs[i]->buffer())) passes_input_through = true;
+  if (!owns_output_memory_[s] && !passes_input_through) return Status::OK();
+  bool views_engine_memory = passes_input_through;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const int in_slot = step.inputs[i];
+    if (inputs[i] != nullptr && !slot_values_[in_slot]->is_graph_input() && inputs[i]->buffer() &&
+        Overlaps(out, *inputs[i]->buffer()))
+      views_engine_memory = true;
+  }
+  if (!views_engine_memory) return Status::OK();
+  TOB_ASSIGN_OR_RETURN(Tensor copy, Tensor::Allocate(out.dtype(), out.shape(), CpuAllocator::Default()));
+  CopyTensorData(out, copy);
+  out = std::move(copy);
+  return Status::OK();
+}
+
+Status Session::AdoptKernelOutputs(const Step& step, const std::vector<ValueType>& declared,
+                                   const std::vector<const Tensor*>& inputs, std::vector<RuntimeValue>& slots) {
+  for (size_t j = 0; j < step.outputs.size(); ++j)
+    TOB_RETURN_IF_ERROR(AdoptKernelOutput(step, j, declared[j], inputs, slots));
+  return Status::OK();
+}
+
+Status Session::FetchSlots(const std::vector<std::string>& fetch_names, std::vector<int>* fetch_slots) const {
+  const auto& out_names = graph_->output_names();
+  if (fetch_names.empty()) {
+    *fetch_slots = output_slots_;
+    return Status::OK();
+  }
+  for (const std::string& name : fetch_names) {
+    auto it = std::find(out_names.begin(), out_names.end(), name);
+    if (it == out_names.end()) {
+      std::string all;
+      for (const auto& n : out_names) all += (all.empty() ? "" : ", ") + n;
+      return InvalidArgument("unknown output '", name, "'; the model's outputs are: ", all);
     }
-    if (out.device().type != DeviceType::kCPU) continue;
-    // A control-flow node hands a value through unchanged when a loop runs no iteration or a
-    // subgraph returns what it was fed: the output is then one of the node's inputs (explicit or
-    // implicit). Such an output is copied once here, so no value outlives the memory the plan
-    // gave its input (whether it does depends on the data, which a memory plan cannot know).
-    bool passes_input_through = false;
-    for (size_t i = 0; !step.subgraphs.empty() && i < inputs.size(); ++i)
-      if (inputs[i] != nullptr && inputs[i]->buffer() && Overlaps(out, *inputs[i]->buffer()))
-        passes_input_through = true;
-    if (!is_output_slot_[s] && !passes_input_through) continue;
-    bool views_engine_memory = passes_input_through;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      const int in_slot = step.inputs[i];
-      if (inputs[i] != nullptr && !slot_values_[in_slot]->is_graph_input() && inputs[i]->buffer() &&
-          Overlaps(out, *inputs[i]->buffer()))
-        views_engine_memory = true;
-    }
-    if (!views_engine_memory) continue;
-    TOB_ASSIGN_OR_RETURN(Tensor copy, Tensor::Allocate(out.dtype(), out.shape(), CpuAllocator::Default()));
-    if (out.nbytes() > 0) std::memcpy(copy.raw_data(), out.raw_data(), out.nbytes());
-    out = std::move(copy);
+    fetch_slots->push_back(output_slots_[it - out_names.begin()]);
   }
   return Status::OK();
 }
@@ -610,26 +725,25 @@ Status Session::AdoptKernelOutputs(const Step& step, const std::vector<ValueType
 Status Session::Run(const std::vector<std::string>& feed_names, std::vector<Tensor> feeds,
                     const std::vector<std::string>& fetch_names, std::vector<Tensor>* fetches, RunStats* stats,
                     const std::vector<bool>& donated) {
+  std::vector<RuntimeValue> values(std::make_move_iterator(feeds.begin()), std::make_move_iterator(feeds.end()));
+  feeds.clear();
+  std::vector<RuntimeValue> fetched;
+  TOB_RETURN_IF_ERROR(RunValues(feed_names, std::move(values), fetch_names, &fetched, stats, donated));
+  std::vector<int> fetch_slots;
+  TOB_RETURN_IF_ERROR(FetchSlots(fetch_names, &fetch_slots));
+  return FetchedTensors(fetch_slots, fetched, fetches);
+}
+
+Status Session::RunValues(const std::vector<std::string>& feed_names, std::vector<RuntimeValue> feeds,
+                          const std::vector<std::string>& fetch_names, std::vector<RuntimeValue>* fetches,
+                          RunStats* stats, const std::vector<bool>& donated) {
   // Resolve fetches first so a typo fails before any work.
   std::vector<int> fetch_slots;
-  const auto& out_names = graph_->output_names();
-  if (fetch_names.empty()) {
-    fetch_slots = output_slots_;
-  } else {
-    for (const std::string& name : fetch_names) {
-      auto it = std::find(out_names.begin(), out_names.end(), name);
-      if (it == out_names.end()) {
-        std::string all;
-        for (const auto& n : out_names) all += (all.empty() ? "" : ", ") + n;
-        return InvalidArgument("unknown output '", name, "'; the model's outputs are: ", all);
-      }
-      fetch_slots.push_back(output_slots_[it - out_names.begin()]);
-    }
-  }
+  TOB_RETURN_IF_ERROR(FetchSlots(fetch_names, &fetch_slots));
 
   std::lock_guard<std::mutex> lock(run_mu_);
   const int64_t t0 = profiler_->NowUs();
-  std::vector<Tensor> slots = constants_;
+  std::vector<RuntimeValue> slots = constants_;
   std::string signature;
   TOB_RETURN_IF_ERROR(BindFeeds(feed_names, feeds, slots, &signature));
   std::vector<bool> donated_inputs;  // by graph input; BindFeeds checked the names
@@ -655,15 +769,18 @@ Status Session::RunPositional(std::vector<Tensor> feeds, std::vector<Tensor>* fe
     return InvalidArgument("got ", feeds.size(), " inputs; the model takes ", input_slots_.size());
   std::lock_guard<std::mutex> lock(run_mu_);
   const int64_t t0 = profiler_->NowUs();
-  std::vector<Tensor> slots = constants_;
+  std::vector<RuntimeValue> slots = constants_;
   std::string signature;
   std::unordered_map<std::string, int64_t> symbols;
   for (size_t i = 0; i < feeds.size(); ++i) {
-    TOB_RETURN_IF_ERROR(CheckInput(i, "input", feeds[i], &symbols));
-    AppendSignature(feeds[i], &signature);
-    slots[input_slots_[i]] = std::move(feeds[i]);
+    RuntimeValue& slot = slots[input_slots_[i]];
+    slot = std::move(feeds[i]);
+    TOB_RETURN_IF_ERROR(CheckInput(i, "input", slot, &symbols));
+    AppendSignature(slot, &signature);
   }
-  return RunBound(slots, signature, output_slots_, fetches, stats, t0, donated);
+  std::vector<RuntimeValue> fetched;
+  TOB_RETURN_IF_ERROR(RunBound(slots, signature, output_slots_, &fetched, stats, t0, donated));
+  return FetchedTensors(output_slots_, fetched, fetches);
 }
 
 Status Session::RunNested(std::vector<Tensor> feeds, std::vector<Tensor>* fetches, size_t* peak_live_bytes) {
@@ -673,33 +790,37 @@ Status Session::RunNested(std::vector<Tensor> feeds, std::vector<Tensor>* fetche
                            " (its inputs and the values it reads from enclosing graphs)");
   std::lock_guard<std::mutex> lock(run_mu_);
   const int64_t t0 = profiler_->NowUs();
-  std::vector<Tensor> slots = constants_;
+  std::vector<RuntimeValue> slots = constants_;
   std::string signature;
   std::unordered_map<std::string, int64_t> symbols;
   for (size_t i = 0; i < feeds.size(); ++i) {
-    Status st = CheckInput(i, "input", feeds[i], &symbols);
+    RuntimeValue& slot = slots[input_slots_[i]];
+    slot = std::move(feeds[i]);
+    Status st = CheckInput(i, "input", slot, &symbols);
     if (!st.ok()) return st.WithContext("feeding " + graph_->Describe());
-    AppendSignature(feeds[i], &signature);
-    slots[input_slots_[i]] = std::move(feeds[i]);
+    AppendSignature(slot, &signature);
   }
   RunStats stats;
-  Status st = RunBound(slots, signature, output_slots_, fetches, &stats, t0, {});
+  std::vector<RuntimeValue> fetched;
+  Status st = RunBound(slots, signature, output_slots_, &fetched, &stats, t0, {});
   if (!st.ok()) return st.WithContext("in " + graph_->Describe());
+  TOB_RETURN_IF_ERROR(FetchedTensors(output_slots_, fetched, fetches));
   if (peak_live_bytes != nullptr) *peak_live_bytes = stats.peak_live_bytes;
   // A constant handed out would let the caller write into the subgraph's constants.
   for (size_t i = 0; i < fetches->size(); ++i) {
     Tensor& t = (*fetches)[i];
-    if (!constants_[output_slots_[i]].defined() || !t.SharesDataWith(constants_[output_slots_[i]])) continue;
+    const RuntimeValue& c = constants_[output_slots_[i]];
+    if (!c.is_tensor() || !t.SharesDataWith(c.tensor())) continue;
     TOB_ASSIGN_OR_RETURN(Tensor copy, Tensor::Allocate(t.dtype(), t.shape(), CpuAllocator::Default()));
-    if (t.nbytes() > 0) std::memcpy(copy.raw_data(), t.raw_data(), t.nbytes());
+    CopyTensorData(t, copy);
     t = std::move(copy);
   }
   return Status::OK();
 }
 
-Status Session::RunBound(std::vector<Tensor>& slots, const std::string& signature, const std::vector<int>& fetch_slots,
-                         std::vector<Tensor>* fetches, RunStats* stats, int64_t t0,
-                         const std::vector<bool>& donated_inputs) {
+Status Session::RunBound(std::vector<RuntimeValue>& slots, const std::string& signature,
+                         const std::vector<int>& fetch_slots, std::vector<RuntimeValue>* fetches, RunStats* stats,
+                         int64_t t0, const std::vector<bool>& donated_inputs) {
   const std::shared_ptr<Allocator> host = CpuAllocator::Default();
   std::shared_ptr<RunAllocator> run_alloc;
   MemoryPattern* pattern = nullptr;
@@ -729,9 +850,11 @@ Status Session::RunBound(std::vector<Tensor>& slots, const std::string& signatur
   // Inputs, bound states and constants are the caller's and not counted, except donated inputs:
   // the run holds those until their last reader.
   for (size_t s = 0; s < slots.size(); ++s) {
-    if (!slots[s].defined()) continue;
-    if (!memory.donated.empty() && memory.donated[s]) memory.outside.Hold(slots[s], {}, *run_alloc);
-    else memory.outside.Exclude(slots[s]);
+    if (slots[s].is_sequence())  // a fed sequence: its tensors are the caller's too
+      for (const Tensor& t : slots[s].sequence().tensors) memory.outside.Exclude(t);
+    if (!slots[s].is_tensor()) continue;
+    if (!memory.donated.empty() && memory.donated[s]) memory.outside.Hold(slots[s].tensor(), {}, *run_alloc);
+    else memory.outside.Exclude(slots[s].tensor());
   }
   for (size_t i = 0; i < steps_.size(); ++i) {
     run_alloc->StartWindow();

@@ -15,6 +15,7 @@
 
 #include "core/status.h"
 #include "framework/kernel_registry.h"
+#include "framework/runtime_value.h"
 #include "framework/thread_pool.h"
 #include "ir/graph.h"
 #include "memory/buffer_plan.h"
@@ -95,6 +96,12 @@ class Session {
   // takes names (Run).
   Status RunPositional(std::vector<Tensor> feeds, std::vector<Tensor>* fetches, RunStats* stats = nullptr,
                        const std::vector<bool>& donated = {});
+  // Run with feeds and fetches of any kind: tensors, sequences (RuntimeValue::OfSequence) and
+  // optionals (none: RuntimeValue::None). Run and RunPositional take and give tensors only (a
+  // model whose inputs or fetched outputs are sequences or optionals runs through this one).
+  Status RunValues(const std::vector<std::string>& feed_names, std::vector<RuntimeValue> feeds,
+                   const std::vector<std::string>& fetch_names, std::vector<RuntimeValue>* fetches,
+                   RunStats* stats = nullptr, const std::vector<bool>& donated = {});
 
   // Session state (docs/architecture.md, "State values"). BindState binds graph input
   // `input_name` to `t` (checked like a feed) for every later run: feeds then omit it, and a run
@@ -139,6 +146,9 @@ class Session {
     std::vector<int> donated_free_after;  // graph-input slots whose last reader is this step (if donated)
     std::vector<int> inplace_update;      // per output: the planned update it writes in place, or -1
     std::vector<int> inplace_input;       // per such output: the input whose memory it is written into
+    // The kernel declares string inputs (a type constraint allowing strings, or a value kernel):
+    // any other kernel is refused a string tensor at run time (its types were unknown when chosen).
+    bool takes_strings = false;
     // Shape inference at run time (InferStep). An op whose output types follow from its input
     // types alone (not from the values of computed inputs) keeps its last answer, reused while its
     // inputs' dtypes and shapes stay the same. -1: not decided yet; 0: inferred every run; 1: cached.
@@ -161,20 +171,28 @@ class Session {
   StatusOr<std::unique_ptr<Session>> CreateNested(Graph& sub) const;
   // Builds the nested sessions of `step`'s subgraphs (BuildPlan).
   Status PlanSubgraphs(Step& step);
-  Status BindFeeds(const std::vector<std::string>& names, std::vector<Tensor>& feeds, std::vector<Tensor>& slots,
-                   std::string* signature) const;
+  Status BindFeeds(const std::vector<std::string>& names, std::vector<RuntimeValue>& feeds,
+                   std::vector<RuntimeValue>& slots, std::string* signature) const;
+  // The fetch slots of `fetch_names` (all outputs when empty); InvalidArgument for an unknown name.
+  Status FetchSlots(const std::vector<std::string>& fetch_names, std::vector<int>* fetch_slots) const;
   // Run's work once the input slots are bound: the steps, the fetches, the memory pattern.
-  Status RunBound(std::vector<Tensor>& slots, const std::string& signature, const std::vector<int>& fetch_slots,
-                  std::vector<Tensor>* fetches, RunStats* stats, int64_t t0, const std::vector<bool>& donated_inputs);
-  static void AppendSignature(const Tensor& t, std::string* signature);
-  // Checks a feed or state `t` for graph input `index` against its declared type; `symbols`
+  Status RunBound(std::vector<RuntimeValue>& slots, const std::string& signature, const std::vector<int>& fetch_slots,
+                  std::vector<RuntimeValue>* fetches, RunStats* stats, int64_t t0,
+                  const std::vector<bool>& donated_inputs);
+  // Tensors of `values` into *tensors; InvalidArgument naming the output that is not a tensor.
+  Status FetchedTensors(const std::vector<int>& fetch_slots, std::vector<RuntimeValue>& values,
+                        std::vector<Tensor>* tensors) const;
+  static void AppendSignature(const RuntimeValue& v, std::string* signature);
+  // Checks a feed or state `v` for graph input `index` against its declared type; `symbols`
   // (when given) binds symbolic dims across the inputs of one run.
-  Status CheckInput(size_t index, const char* kind, const Tensor& t,
+  Status CheckInput(size_t index, const char* kind, const RuntimeValue& v,
                     std::unordered_map<std::string, int64_t>* symbols) const;
+  Status CheckInputTensor(size_t index, const char* kind, const Tensor& t, const ValueType& want,
+                          std::unordered_map<std::string, int64_t>* symbols) const;
   int FindInput(const std::string& name) const;
   // session_state.cc: the update plan (after the steps are built), the writes after a run.
   Status PlanStateUpdates();
-  Status WriteBackStates(std::vector<Tensor>& slots, std::vector<Tensor>* fetches);
+  Status WriteBackStates(std::vector<RuntimeValue>& slots, std::vector<RuntimeValue>* fetches);
   Status StateFailure(Status failed, size_t failed_step) const;
   // What one run's memory accounting carries from step to step (RunStats::peak_live_bytes).
   struct RunMemory {
@@ -185,12 +203,26 @@ class Session {
     size_t peak_live_bytes = 0;
     size_t peak_held_bytes = 0;
   };
-  Status RunStep(Step& step, std::vector<Tensor>& slots, const std::shared_ptr<Allocator>& run_alloc,
+  Status RunStep(Step& step, std::vector<RuntimeValue>& slots, const std::shared_ptr<Allocator>& run_alloc,
                  RunMemory& memory);
+  // A step of a value kernel (KernelDef::value_kernel): inputs of any kind, outputs the kernel
+  // sets (session_values.cc).
+  Status RunValueStep(Step& step, std::vector<RuntimeValue>& slots, const std::shared_ptr<Allocator>& run_alloc,
+                      RunMemory& memory);
+  Status FinishStep(const Step& step, std::vector<RuntimeValue>& slots, const std::vector<const Tensor*>& in_ptrs,
+                    RunMemory& memory, size_t nested_peak = 0);
+  // A value kernel's output that is (or becomes, through aliases) a graph output holds no tensor
+  // that shares memory with a constant, a feed or a bound state: such tensors are copied, as the
+  // tensor kernels' outputs are (session_values.cc).
+  Status DetachFromCallerMemory(RuntimeValue& value, const std::vector<RuntimeValue>& slots) const;
   // Sets step.output_types for `inputs` (this run's values of the step's inputs).
   Status InferStep(Step& step, const std::vector<const Tensor*>& inputs) const;
+  // Checks an output a kernel made itself against its declared type; copies a graph output that
+  // views engine memory (session_values.cc).
+  Status AdoptKernelOutput(const Step& step, size_t j, const ValueType& declared,
+                           const std::vector<const Tensor*>& inputs, std::vector<RuntimeValue>& slots);
   Status AdoptKernelOutputs(const Step& step, const std::vector<ValueType>& declared,
-                            const std::vector<const Tensor*>& inputs, std::vector<Tensor>& slots);
+                            const std::vector<const Tensor*>& inputs, std::vector<RuntimeValue>& slots);
 
   SessionOptions options_;
   std::unique_ptr<Graph> owned_graph_;  // the main graph; a nested session's graph is its node's
@@ -205,9 +237,9 @@ class Session {
 
   std::map<const Value*, int> slot_of_;
   std::vector<const Value*> slot_values_;
-  std::vector<Tensor> constants_;  // by slot; defined for initializers
-  std::vector<int> input_slots_;   // graph inputs, in order
-  std::vector<int> output_slots_;  // graph outputs, in order
+  std::vector<RuntimeValue> constants_;  // by slot; defined for initializers
+  std::vector<int> input_slots_;         // graph inputs, in order
+  std::vector<int> output_slots_;        // graph outputs, in order
   std::vector<bool> is_output_slot_;
   std::vector<bool> owns_output_memory_;  // outputs, and values outputs alias (allocated outside the arena)
   std::vector<Step> steps_;

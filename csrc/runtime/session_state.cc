@@ -132,7 +132,7 @@ Status Session::StateFailure(Status failed, size_t failed_step) const {
 // After the last step: the updates not written in place are copied into their states. All are
 // checked before any is written, and fetched outputs that view a state about to be overwritten
 // are copied first, so every fetch shows the value the run computed.
-Status Session::WriteBackStates(std::vector<Tensor>& slots, std::vector<Tensor>* fetches) {
+Status Session::WriteBackStates(std::vector<RuntimeValue>& slots, std::vector<RuntimeValue>* fetches) {
   std::vector<std::pair<const Tensor*, Tensor*>> copies;  // (update, state)
   for (size_t u = 0; u < planned_updates_.size(); ++u) {
     const PlannedUpdate& p = planned_updates_[u];
@@ -140,7 +140,7 @@ Status Session::WriteBackStates(std::vector<Tensor>& slots, std::vector<Tensor>*
     const StateUpdate& declared = options_.state_updates[u];
     Tensor& state = bound_states_[p.input_index];
     if (!state.defined()) continue;  // fed, not bound: nothing persists
-    const Tensor& update = slots[p.update_slot];
+    const Tensor& update = slots[p.update_slot].tensor();
     if (!update.defined())
       return RuntimeError("state '", declared.state_input, "': its update '", declared.update_output,
                           "' was not computed; no state was changed");
@@ -153,18 +153,18 @@ Status Session::WriteBackStates(std::vector<Tensor>& slots, std::vector<Tensor>*
                           update.device().ToString(), ", not on the host; no state was changed");
     copies.emplace_back(&update, &state);
   }
-  for (Tensor& f : *fetches) {
+  for (RuntimeValue& fetched : *fetches) {
+    if (!fetched.is_tensor()) continue;
+    Tensor& f = fetched.mutable_tensor();
     bool views_state = false;
     for (const auto& [update, state] : copies)
       views_state = views_state || (!f.SharesDataWith(*update) && SharesMemory(f, *state));
     if (!views_state) continue;
     TOB_ASSIGN_OR_RETURN(Tensor copy, Tensor::Allocate(f.dtype(), f.shape(), CpuAllocator::Default()));
-    std::memcpy(copy.raw_data(), f.raw_data(), f.nbytes());
+    CopyTensorData(f, copy);
     f = std::move(copy);
   }
-  for (const auto& [update, state] : copies)
-    if (!update->SharesDataWith(*state) && update->nbytes() > 0)
-      std::memcpy(state->raw_data(), update->raw_data(), update->nbytes());
+  for (const auto& [update, state] : copies) CopyTensorData(*update, *state);
   return Status::OK();
 }
 

@@ -12,8 +12,9 @@
 namespace tob {
 namespace {
 
-const std::set<std::string> kFamilies = {"elementwise", "tensor",    "nn",   "reduction", "signal",   "runtime",
-                                         "controlflow", "generator", "aten", "python",    "training", "ml"};
+const std::set<std::string> kFamilies = {"elementwise", "tensor",      "nn",        "reduction", "signal",
+                                         "runtime",     "controlflow", "generator", "aten",      "python",
+                                         "training",    "string",      "sequence",  "ml"};
 
 TEST(OpFamilies, EverySchemaHasAKnownFamily) {
   for (const OpSchema* schema : OpSchemaRegistry::Global().All())

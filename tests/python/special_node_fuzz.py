@@ -1,5 +1,5 @@
-"""Fuzz worker for test_bad_input.py: ATen, PythonOp and subgraph-bearing nodes with mutated
-attributes, inputs and bytes. Runs in its own process (a crash of a torch kernel would otherwise take
+"""Fuzz worker for test_bad_input.py: ATen, PythonOp, subgraph-bearing, sequence / optional and
+string nodes with mutated attributes, inputs, value types and bytes. Runs in its own process (a crash of a torch kernel would otherwise take
 pytest with it) and prints one JSON line: per family, how many cases raised an expected error and how
 many ran, plus any unexpected exception. The parent asserts a clean exit and the counts.
 
@@ -17,7 +17,7 @@ from typing import Callable
 import numpy as np
 import onnx
 import torch
-from onnx import TensorProto, helper
+from onnx import TensorProto, TypeProto, helper
 
 import torch_ort_backend as tob
 from aten_model_builder import ModelBuilder
@@ -359,7 +359,112 @@ def subgraph_case(rng: random.Random) -> None:
         raise
 
 
-FAMILIES = {"aten": aten_case, "python_op": python_op_case, "subgraph": subgraph_case}
+def _random_type_proto(rng: random.Random, elem: int, shape) -> TypeProto:
+    """A tensor type, sometimes made a sequence, an optional, or something the engine refuses (a
+    map, a sequence of sequences, an optional of an optional, an element type out of range)."""
+    t = helper.make_tensor_type_proto(elem if rng.random() < 0.9 else rng.randrange(0, 40), shape)
+    roll = rng.random()
+    if roll < 0.2:
+        t = helper.make_sequence_type_proto(t)
+    elif roll < 0.3:
+        t = helper.make_optional_type_proto(t)
+    elif roll < 0.34:
+        t = helper.make_map_type_proto(TensorProto.INT64, t)
+    elif roll < 0.38:
+        t = helper.make_sequence_type_proto(helper.make_sequence_type_proto(t))
+    elif roll < 0.42:
+        t = helper.make_optional_type_proto(helper.make_optional_type_proto(t))
+    elif roll < 0.45:
+        t = helper.make_sequence_type_proto(TypeProto())
+    return t
+
+
+def _feed_for(rng: random.Random, arg) -> object:
+    """A feed for an input of onnxruntime-style type name `arg.type`, sometimes of the wrong kind."""
+    shape = [d if isinstance(d, int) and 0 <= d < 6 else rng.randrange(1, 4) for d in (arg.shape or [])]
+    is_string = "string" in arg.type
+
+    def tensor():
+        if is_string:
+            return np.array(["".join(rng.choice("ab é,") for _ in range(rng.randrange(4)))
+                             for _ in range(int(np.prod(shape)))], dtype=object).reshape(shape)
+        if "int64" in arg.type:
+            return np.array(rng.randrange(-4, 5), dtype=np.int64).reshape(()) if not shape else \
+                np.full(shape, rng.randrange(-4, 5), dtype=np.int64)
+        return np.ones(shape, dtype=np.float32) * rng.uniform(-2, 2)
+
+    roll = rng.random()
+    if roll < 0.08:
+        return None
+    if roll < 0.14:
+        return [tensor()]
+    if arg.type.startswith(("seq(", "optional(seq(")):
+        return [tensor() for _ in range(rng.randrange(4))]
+    return tensor()
+
+
+def sequence_case(rng: random.Random) -> None:
+    """Sequence, optional and string ops with wild attributes, positions and input types (type protos
+    mutated into sequences, optionals, maps, nested kinds), string initializers with the wrong count
+    of strings or raw bytes, sometimes byte-mutated: each refused with a named error, or run."""
+    f, s64, st = TensorProto.FLOAT, TensorProto.INT64, TensorProto.STRING
+    kind = rng.choice(["split_concat", "insert_erase", "optional", "string_ops", "string_init"])
+    inits = []
+    if kind == "split_concat":
+        inputs = [("x", f, [rng.randrange(0, 4), 3]), ("split", s64, rng.choice([[], [2], [3]]))]
+        nodes = [helper.make_node("SplitToSequence", ["x", "split"] if rng.random() < 0.6 else ["x"], ["s"],
+                                  axis=wild_int(rng) % 5 - 2, keepdims=rng.randrange(-1, 3)),
+                 helper.make_node("ConcatFromSequence", ["s"], ["y"], axis=wild_int(rng) % 7 - 3,
+                                  new_axis=rng.choice([0, 1, 2]))]
+        outputs = [("y", f, ["a", "b"])]
+    elif kind == "insert_erase":
+        inputs = [("s", f, [2]), ("t", f, [2]), ("p", s64, [])]
+        nodes = [helper.make_node("SequenceInsert", ["s", "t", "p"] if rng.random() < 0.7 else ["s", "t"], ["s2"]),
+                 helper.make_node("SequenceErase", ["s2", "p"], ["s3"]),
+                 helper.make_node("SequenceAt", ["s3", "p"], ["y"]),
+                 helper.make_node("SequenceLength", ["s3"], ["n"])]
+        outputs = [("y", f, ["a"]), ("n", s64, [])]
+    elif kind == "optional":
+        inputs = [("o", f, [2]), ("x", f, [2])]
+        type_attr = {"type": _random_type_proto(rng, f, None)} if rng.random() < 0.7 else {}
+        nodes = [helper.make_node("Optional", rng.choice([[], ["x"]]), ["made"], **type_attr),
+                 helper.make_node("OptionalHasElement", [rng.choice(["o", "made", ""])], ["has"]),
+                 helper.make_node("OptionalGetElement", [rng.choice(["o", "made", "x"])], ["y"])]
+        outputs = [("has", TensorProto.BOOL, []), ("y", f, ["a"])]
+    elif kind == "string_ops":
+        inputs = [("x", st, [rng.randrange(0, 4)])]
+        op = rng.choice(["StringSplit", "RegexFullMatch", "StringNormalizer", "Cast", "StringConcat"])
+        attrs = {"StringSplit": {"delimiter": rng.choice(["", ",", "é"]), "maxsplit": wild_int(rng) % 4 - 1},
+                 "RegexFullMatch": {"pattern": rng.choice(["a*", "(", "[b-a]", "é+", "(?P<x>a)\\1"])},
+                 "StringNormalizer": {"locale": rng.choice(["en_US", "tr_TR", "xx", ""]),
+                                      "case_change_action": rng.choice(["LOWER", "UPPER", "NONE", "ODD"]),
+                                      "stopwords": ["a"]},
+                 "Cast": {"to": rng.choice([f, s64, TensorProto.FLOAT16, TensorProto.BOOL, st, 0, 99])},
+                 "StringConcat": {}}[op]
+        node_inputs = ["x", "x"] if op == "StringConcat" else ["x"]
+        nodes = [helper.make_node(op, node_inputs, ["y", "n"] if op == "StringSplit" else ["y"], **attrs)]
+        out_type = {"RegexFullMatch": TensorProto.BOOL, "Cast": attrs.get("to", st)}.get(op, st)
+        outputs = [("y", out_type, ["a", "b"] if op == "StringSplit" else ["a"])]
+    else:
+        count = rng.randrange(0, 4)  # sometimes not the count the dims need
+        strings = TensorProto(name="w", data_type=st, dims=[rng.choice([count, count + 1, 2])], string_data=[b"a"] * count)
+        if rng.random() < 0.3:
+            strings.raw_data = b"\x00" * 8
+        inits.append(strings)
+        inputs = [("x", st, [2])]
+        nodes = [helper.make_node("StringConcat", ["x", "w"], ["y"])]
+        outputs = [("y", st, ["a"])]
+    value_infos = [helper.make_value_info(n, _random_type_proto(rng, t, shape)) for n, t, shape in inputs]
+    graph = helper.make_graph(nodes, "g", value_infos, [helper.make_tensor_value_info(*o) for o in outputs], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=10)
+    data = model.SerializeToString()
+    if rng.random() < 0.3:
+        data = next(iter(_mutations(np.random.default_rng(rng.randrange(1 << 30)), data, 1 + rng.randrange(3))))
+    sess = tob.InferenceSession(data)
+    sess.run(None, {arg.name: _feed_for(rng, arg) for arg in sess.get_inputs()})
+
+
+FAMILIES = {"aten": aten_case, "python_op": python_op_case, "subgraph": subgraph_case, "sequence": sequence_case}
 
 
 def main(seed: int, cases: int) -> None:

@@ -8,7 +8,7 @@ import torch_ort_backend.exporter as exporter
 from torch_ort_backend._engine import C
 
 FAMILIES = {"elementwise", "tensor", "nn", "reduction", "signal", "runtime", "controlflow", "generator", "aten", "python",
-            "training", "ml"}
+            "training", "string", "sequence", "ml"}
 
 
 def test_every_kernel_names_a_known_family():
@@ -23,6 +23,9 @@ def test_every_kernel_names_a_known_family():
     assert by_op[(C.MICROSOFT_DOMAIN, "PythonOp")] == "python"
     assert by_op[(C.MICROSOFT_DOMAIN, "SoftmaxGrad_13")] == "training"
     assert by_op[("", "DFT")] == "signal"
+    assert by_op[("ai.onnx.ml", "LabelEncoder")] == "string"
+    assert by_op[("", "SequenceAt")] == "sequence"
+    assert by_op[("", "ReverseSequence")] == "tensor"
     assert by_op[("ai.onnx.ml", "TreeEnsemble")] == "ml"
     assert by_op[("ai.onnx.preview.training", "Adam")] == "training"
 

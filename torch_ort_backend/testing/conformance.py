@@ -75,19 +75,34 @@ def _subgraphs(node: onnx.NodeProto):
             yield from attr.graphs
 
 
-def _value_types(model: onnx.ModelProto) -> dict[str, int]:
+def _element_type(t: onnx.TypeProto) -> tuple[int | None, bool]:
+    """(element type, is a plain tensor) of a value type the engine takes: a tensor, a sequence of
+    tensors, or an optional of either; (None, False) for anything else (maps, nested kinds)."""
+    plain = True
+    if t.HasField("optional_type"):
+        t, plain = t.optional_type.elem_type, False
+    if t.HasField("sequence_type"):
+        t, plain = t.sequence_type.elem_type, False
+    if t.HasField("tensor_type"):
+        return t.tensor_type.elem_type, plain
+    return None, False
+
+
+def _value_types(model: onnx.ModelProto) -> dict[str, tuple[int, bool]]:
+    """(element type, is a plain tensor) of every value onnx shape inference types."""
     try:
         inferred = onnx.shape_inference.infer_shapes(model)
     except Exception:  # inference failures just leave types unknown
         inferred = model
-    types: dict[str, int] = {}
+    types: dict[str, tuple[int, bool]] = {}
 
     def collect(g: onnx.GraphProto) -> None:  # subgraphs' values too (names are unique across them)
         for vi in list(g.input) + list(g.value_info) + list(g.output):
-            if vi.type.HasField("tensor_type"):
-                types[vi.name] = vi.type.tensor_type.elem_type
+            elem, plain = _element_type(vi.type)
+            if elem is not None:
+                types[vi.name] = (elem, plain)
         for init in g.initializer:
-            types[init.name] = init.data_type
+            types[init.name] = (init.data_type, True)
         for node in g.node:
             for sub in _subgraphs(node):
                 collect(sub)
@@ -101,10 +116,11 @@ def unsupported_reason(model: onnx.ModelProto, provider: str = C.CPU_PROVIDER) -
     from .. import dtypes as _dtypes
 
     for vi in list(model.graph.input) + list(model.graph.output):
-        if not vi.type.HasField("tensor_type"):
-            return f"value '{vi.name}' is not a tensor"
-        if vi.type.tensor_type.elem_type not in _dtypes.SUPPORTED:
-            return f"value '{vi.name}' has dtype {_dtypes.onnx_type_name(vi.type.tensor_type.elem_type)}"
+        elem, _ = _element_type(vi.type)
+        if elem is None:
+            return f"value '{vi.name}' is neither a tensor, a sequence of tensors nor an optional of one"
+        if elem not in _dtypes.SUPPORTED:
+            return f"value '{vi.name}' has dtype {_dtypes.onnx_type_name(elem)}"
     for init in model.graph.initializer:
         if init.data_type not in _dtypes.SUPPORTED:
             return f"initializer '{init.name}' has dtype {_dtypes.onnx_type_name(init.data_type)}"
@@ -112,30 +128,32 @@ def unsupported_reason(model: onnx.ModelProto, provider: str = C.CPU_PROVIDER) -
         return "model-local functions"
     opsets = {op.domain or "": op.version for op in model.opset_import}
     types = _value_types(model)
-    return _graph_unsupported_reason(model.graph, opsets, types, provider)
+    return _graph_unsupported_reason(model.graph, opsets, types, provider, subgraph=False)
 
 
-def _graph_unsupported_reason(graph: onnx.GraphProto, opsets: dict, types: dict, provider: str) -> str | None:
-    """The first node of `graph` or of its subgraphs (recursively) without a kernel, else None."""
+def _graph_unsupported_reason(graph: onnx.GraphProto, opsets: dict, types: dict, provider: str,
+                              subgraph: bool) -> str | None:
+    """The first node of `graph` or of its subgraphs (recursively) without a kernel, else None.
+    A subgraph's inputs and outputs must be tensors: control flow carries tensors only."""
     from .. import dtypes as _dtypes
 
-    for vi in list(graph.input) + list(graph.output):
+    for vi in list(graph.input) + list(graph.output) if subgraph else []:
         if vi.type.HasField("sequence_type") or vi.type.HasField("optional_type") or vi.type.HasField("map_type"):
             return f"value '{vi.name}' is not a tensor"
     for node in graph.node:
         for attr in node.attribute:
-            if attr.type in (onnx.AttributeProto.SPARSE_TENSOR, onnx.AttributeProto.TYPE_PROTO,
-                             onnx.AttributeProto.TENSORS, onnx.AttributeProto.SPARSE_TENSORS,
-                             onnx.AttributeProto.TYPE_PROTOS):
+            if attr.type in (onnx.AttributeProto.SPARSE_TENSOR, onnx.AttributeProto.TENSORS,
+                             onnx.AttributeProto.SPARSE_TENSORS, onnx.AttributeProto.TYPE_PROTOS):
                 return f"{node.op_type}: attribute '{attr.name}' of unsupported kind"
         for sub in _subgraphs(node):
-            why = _graph_unsupported_reason(sub, opsets, types, provider)
+            why = _graph_unsupported_reason(sub, opsets, types, provider, subgraph=True)
             if why is not None:
                 return f"{node.op_type} subgraph '{sub.name}': {why}"
         domain = "" if node.domain == "ai.onnx" else node.domain
         opset = opsets.get(domain, -1)
-        dtypes = [types.get(i, 0) if i else 0 for i in node.input]
-        ok, why = C.find_kernel(provider, domain, node.op_type, opset, dtypes)
+        dtypes = [types.get(i, (0, True))[0] if i else 0 for i in node.input]
+        non_tensor = any(not types.get(v, (0, True))[1] for v in list(node.input) + list(node.output) if v)
+        ok, why = C.find_kernel(provider, domain, node.op_type, opset, dtypes, non_tensor)
         if not ok:
             return why
         for attr in node.attribute:

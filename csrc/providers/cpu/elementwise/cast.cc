@@ -7,9 +7,9 @@
 // float8e8m0 targets; decoding them is exact.
 #include <cstring>
 
-#include "providers/cpu/elementwise/low_precision_convert.h"
-
+#include "providers/cpu/elementwise/cast_string.h"
 #include "providers/cpu/elementwise/elementwise_type_sets.h"
+#include "providers/cpu/elementwise/low_precision_convert.h"
 
 namespace tob::ew {
 
@@ -101,6 +101,8 @@ Status RunLowPrecisionCast(const KernelContext& ctx, const Tensor& x, Tensor& y,
 Status RunCast(const KernelContext& ctx, const Tensor& x, Tensor& y, const lowp::CastOptions& opts) {
   if (y.numel() != x.numel())
     return ctx.Fail("output ", ShapeToString(y.shape()), " does not match input ", ShapeToString(x.shape()));
+  if (y.dtype() == DType::kString) return CastToStrings(ctx, x, y);
+  if (x.dtype() == DType::kString) return CastFromStrings(ctx, x, y);
   if (IsLowPrecision(x.dtype()) || IsLowPrecision(y.dtype())) return RunLowPrecisionCast(ctx, x, y, opts);
   bool known = false;
   Dispatch(AllList{}, x.dtype(), [&]<typename S>() {
@@ -116,8 +118,9 @@ Status RunCast(const KernelContext& ctx, const Tensor& x, Tensor& y, const lowp:
 }
 
 bool Castable(DType t) {
-  return IsLowPrecision(t) || DispatchDType<float, double, Float16, BFloat16, int8_t, int16_t, int32_t, int64_t,
-                                            uint8_t, uint16_t, uint32_t, uint64_t, bool>(t, []<typename T>() {});
+  return IsLowPrecision(t) ||
+         DispatchDType<float, double, Float16, BFloat16, int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t,
+                       uint64_t, bool, std::string>(t, []<typename T>() {});
 }
 
 // 'saturate' (0 or 1) and 'round_mode' ("up", "down", "nearest"), onnx's defaults when absent.
@@ -200,18 +203,23 @@ namespace tob {
 void RegisterCpuCastKernels(KernelRegistry& registry) {
   using namespace ew;  // the kernels above
   std::vector<DType> all = AllTypes();
-  std::vector<DType> all_no_bf16 = all;
-  std::erase(all_no_bf16, DType::kBFloat16);
-  registry.Register(Def("Cast").Versions(6, 12).Constraint("T1", {0}, all_no_bf16).Kernel<CastKernel>());
+  // Strings cast to and from every standard type (cast_string.h).
+  std::vector<DType> with_string = AllTypesAndString();
+  std::vector<DType> with_string_no_bf16 = with_string;
+  std::erase(with_string_no_bf16, DType::kBFloat16);
+  registry.Register(Def("Cast").Versions(6, 12).Constraint("T1", {0}, with_string_no_bf16).Kernel<CastKernel>());
   // From opset 19 on, each version that added low-precision types gets its own def.
   const std::vector<int> low_precision_steps{19, 21, 23, 24, 25};
-  registry.Register(Def("Cast").Versions(13, 18).Constraint("T1", {0}, all).Kernel<CastKernel>());
-  registry.Register(
-      Def("CastLike").Versions(15, 18).Constraint("T1", {0}, all).Constraint("T2", {1}, all).Kernel<CastLikeKernel>());
+  registry.Register(Def("Cast").Versions(13, 18).Constraint("T1", {0}, with_string).Kernel<CastKernel>());
+  registry.Register(Def("CastLike")
+                        .Versions(15, 18)
+                        .Constraint("T1", {0}, with_string)
+                        .Constraint("T2", {1}, with_string)
+                        .Kernel<CastLikeKernel>());
   for (size_t i = 0; i < low_precision_steps.size(); ++i) {
     const int since = low_precision_steps[i];
     const int end = i + 1 < low_precision_steps.size() ? low_precision_steps[i + 1] - 1 : kMaxOpset;
-    const std::vector<DType> types = With(all, LowPrecisionTypesAt(since));
+    const std::vector<DType> types = With(with_string, LowPrecisionTypesAt(since));
     registry.Register(Def("Cast").Versions(since, end).Constraint("T1", {0}, types).Kernel<CastKernel>());
     registry.Register(Def("CastLike")
                           .Versions(since, end)

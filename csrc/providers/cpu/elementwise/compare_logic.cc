@@ -24,6 +24,25 @@ class PredicateKernel final : public OpKernel {
   }
 };
 
+// Equal on strings (opset 19): byte-wise equality of the two strings, broadcast like the others.
+struct StringEqual {
+  bool operator()(const std::string& a, const std::string& b) const { return a == b; }
+};
+
+class StringEqualKernel final : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node) { return MakeKernel<StringEqualKernel>(node); }
+
+  Status Compute(KernelContext& ctx) const override {
+    const Tensor& a = *ctx.input(0);
+    const Tensor& b = *ctx.input(1);
+    if (a.dtype() != DType::kString || b.dtype() != DType::kString)
+      return ctx.Fail("inputs must both be string, got ", DTypeName(a.dtype()), " and ", DTypeName(b.dtype()));
+    return RunBinary<std::string, std::string, bool>(ctx, a, b, *ctx.output(0), StringEqual{});
+  }
+};
+
 }  // namespace
 }  // namespace tob::ew
 
@@ -36,6 +55,7 @@ void RegisterCpuCompareLogicKernels(KernelRegistry& registry) {
   RegisterByVersion<PredicateKernel<EqualOp, AllList>>(
       registry, "Equal", {0, 1},
       {{7, {DType::kBool, DType::kInt32, DType::kInt64}}, {11, numeric_bool_no_bf16}, {13, numeric_bool}});
+  registry.Register(Def("Equal").Versions(19).Constraint("T", {0, 1}, {DType::kString}).Kernel<StringEqualKernel>());
   const std::vector<VersionTypes> order_7{{7, F3()}, {9, NumericNoBf16()}, {13, Numeric()}};
   RegisterByVersion<PredicateKernel<LessOp, NumericList>>(registry, "Less", {0, 1}, order_7);
   RegisterByVersion<PredicateKernel<GreaterOp, NumericList>>(registry, "Greater", {0, 1}, order_7);

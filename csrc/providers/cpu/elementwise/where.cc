@@ -1,6 +1,7 @@
 // Where(condition, X, Y): a three-way broadcasting select. The select only moves bits, so it is
 // instantiated per element size rather than per type.
 #include "providers/cpu/elementwise/elementwise_type_sets.h"
+#include "providers/cpu/tensor/string_moves.h"
 
 namespace tob::ew {
 
@@ -74,20 +75,20 @@ class WhereKernel final : public OpKernel {
 namespace tob {
 
 void RegisterCpuWhereKernels(KernelRegistry& registry) {
-  using namespace ew;  // the kernels above
-  std::vector<DType> all = AllTypes();
+  using namespace ew;                            // the kernels above
+  std::vector<DType> all = AllTypesAndString();  // strings move by element number (string_moves.h)
   std::vector<DType> all_no_bf16 = all;
   std::erase(all_no_bf16, DType::kBFloat16);
   registry.Register(Def("Where")
                         .Versions(9, 15)
                         .Constraint("B", {0}, {DType::kBool})
                         .Constraint("T", {1, 2}, all_no_bf16)
-                        .Kernel<WhereKernel>());
+                        .Factory(tensor_ops::MovesStrings(&WhereKernel::Create, {1, 2})));
   registry.Register(Def("Where")
                         .Versions(16)
                         .Constraint("B", {0}, {DType::kBool})
                         .Constraint("T", {1, 2}, all)
-                        .Kernel<WhereKernel>());
+                        .Factory(tensor_ops::MovesStrings(&WhereKernel::Create, {1, 2})));
 }
 
 }  // namespace tob

@@ -15,12 +15,18 @@ class ConstantKernel final : public OpKernel {
     Tensor value;
     if (node.FindAttribute("sparse_value") != nullptr)
       return NotImplemented(node.Describe(), ": Constant with 'sparse_value' is not supported");
-    if (node.FindAttribute("value_string") != nullptr || node.FindAttribute("value_strings") != nullptr)
-      return NotImplemented(node.Describe(), ": string constants are not supported");
     if (node.FindAttribute("value") != nullptr) {
       TOB_RETURN_IF_ERROR(node.GetAttr("value", &value));
-      if (value.dtype() == DType::kString || value.dtype() == DType::kUndefined)
+      if (value.dtype() == DType::kUndefined)
         return NotImplemented(node.Describe(), ": Constant of dtype ", DTypeName(value.dtype()), " is not supported");
+    } else if (node.FindAttribute("value_string") != nullptr) {
+      std::string text;
+      TOB_RETURN_IF_ERROR(node.GetAttr("value_string", &text));
+      value = Tensor::FromVector<std::string>({text}, {});
+    } else if (node.FindAttribute("value_strings") != nullptr) {
+      std::vector<std::string> texts;
+      TOB_RETURN_IF_ERROR(node.GetAttr("value_strings", &texts));
+      value = Tensor::FromVector<std::string>(texts, {static_cast<int64_t>(texts.size())});
     } else if (node.FindAttribute("value_float") != nullptr) {
       float f = 0;
       TOB_RETURN_IF_ERROR(node.GetAttr("value_float", &f));
@@ -50,7 +56,7 @@ class ConstantKernel final : public OpKernel {
     if (out.dtype() != value_.dtype() || out.shape() != value_.shape())
       return ctx.Fail("output was allocated as ", DTypeName(out.dtype()), ShapeToString(out.shape()),
                       ", the constant is ", DTypeName(value_.dtype()), ShapeToString(value_.shape()));
-    if (value_.nbytes() > 0) std::memcpy(out.raw_data(), value_.raw_data(), value_.nbytes());
+    CopyTensorData(value_, out);
     return Status::OK();
   }
 

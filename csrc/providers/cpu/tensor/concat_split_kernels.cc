@@ -2,6 +2,7 @@
 // blocks, so each is one memcpy per (pre index, input/output) pair.
 #include "framework/kernel_registry.h"
 #include "providers/cpu/tensor/copy_utils.h"
+#include "providers/cpu/tensor/string_moves.h"
 
 namespace tob {
 
@@ -132,23 +133,33 @@ class SplitKernel final : public OpKernel {
 
 void RegisterCpuConcatSplitKernels(KernelRegistry& registry) {
   // Concat accepts negative axes from 11.
-  registry.Register(
-      Def("Concat").Versions(4, 10).Constraint("T", {TypeConstraint::kAllInputs}, AllTypes()).Kernel<ConcatKernel>());
-  registry.Register(
-      Def("Concat").Versions(11).Constraint("T", {TypeConstraint::kAllInputs}, AllTypes()).Kernel<ConcatKernel>());
+  registry.Register(Def("Concat")
+                        .Versions(4, 10)
+                        .Constraint("T", {TypeConstraint::kAllInputs}, AllTypesAndString())
+                        .Factory(tensor_ops::MovesStrings(&ConcatKernel::Create, {tensor_ops::kEveryInput})));
+  registry.Register(Def("Concat")
+                        .Versions(11)
+                        .Constraint("T", {TypeConstraint::kAllInputs}, AllTypesAndString())
+                        .Factory(tensor_ops::MovesStrings(&ConcatKernel::Create, {tensor_ops::kEveryInput})));
   // Split: negative axes from 11, split as an input from 13, num_outputs from 18.
-  registry.Register(Def("Split").Versions(2, 10).Constraint("T", {0}, AllTypes()).Kernel<SplitKernel>());
-  registry.Register(Def("Split").Versions(11, 12).Constraint("T", {0}, AllTypes()).Kernel<SplitKernel>());
+  registry.Register(Def("Split")
+                        .Versions(2, 10)
+                        .Constraint("T", {0}, AllTypesAndString())
+                        .Factory(tensor_ops::MovesStrings(&SplitKernel::Create, {0})));
+  registry.Register(Def("Split")
+                        .Versions(11, 12)
+                        .Constraint("T", {0}, AllTypesAndString())
+                        .Factory(tensor_ops::MovesStrings(&SplitKernel::Create, {0})));
   registry.Register(Def("Split")
                         .Versions(13, 17)
-                        .Constraint("T", {0}, AllTypes())
+                        .Constraint("T", {0}, AllTypesAndString())
                         .Constraint("tensor(int64)", {1}, {DType::kInt64})
-                        .Kernel<SplitKernel>());
+                        .Factory(tensor_ops::MovesStrings(&SplitKernel::Create, {0})));
   registry.Register(Def("Split")
                         .Versions(18)
-                        .Constraint("T", {0}, AllTypes())
+                        .Constraint("T", {0}, AllTypesAndString())
                         .Constraint("tensor(int64)", {1}, {DType::kInt64})
-                        .Kernel<SplitKernel>());
+                        .Factory(tensor_ops::MovesStrings(&SplitKernel::Create, {0})));
 }
 
 }  // namespace tob

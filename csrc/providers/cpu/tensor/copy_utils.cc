@@ -98,6 +98,7 @@ void StridedCopy(ThreadPool* pool, const void* src, void* dst, size_t elem_size,
 void CopyUnlessAliased(ThreadPool* pool, const Tensor& in, Tensor* out) {
   if (out->SharesDataWith(in)) return;
   TOB_ENFORCE(out->nbytes() == in.nbytes(), "aliasing op: output size differs from input size");
+  if (in.dtype() == DType::kString) return CopyTensorData(in, *out);  // objects, not bytes
   ParallelCopy(pool, out->raw_data(), in.raw_data(), in.nbytes());
 }
 

@@ -3,6 +3,7 @@
 // innermost axis out, so every output byte is written exactly once).
 #include "framework/kernel_registry.h"
 #include "providers/cpu/tensor/copy_utils.h"
+#include "providers/cpu/tensor/string_moves.h"
 
 namespace tob {
 
@@ -100,14 +101,14 @@ class TileKernel final : public OpKernel {
 void RegisterCpuExpandTileKernels(KernelRegistry& registry) {
   registry.Register(Def("Expand")
                         .Versions(8)
-                        .Constraint("T", {0}, AllTypes())
+                        .Constraint("T", {0}, AllTypesAndString())
                         .Constraint("tensor(int64)", {1}, {DType::kInt64})
-                        .Kernel<ExpandKernel>());
+                        .Factory(tensor_ops::MovesStrings(&ExpandKernel::Create, {0})));
   registry.Register(Def("Tile")
                         .Versions(6)
-                        .Constraint("T", {0}, AllTypes())
+                        .Constraint("T", {0}, AllTypesAndString())
                         .Constraint("T1", {1}, {DType::kInt64})
-                        .Kernel<TileKernel>());
+                        .Factory(tensor_ops::MovesStrings(&TileKernel::Create, {0})));
 }
 
 }  // namespace tob

@@ -5,6 +5,7 @@
 #include "framework/kernel_registry.h"
 #include "providers/cpu/tensor/copy_utils.h"
 #include "providers/cpu/tensor/index_utils.h"
+#include "providers/cpu/tensor/string_moves.h"
 
 namespace tob {
 
@@ -222,30 +223,30 @@ void RegisterCpuGatherKernels(KernelRegistry& registry) {
   // Gather accepts negative indices from 11.
   registry.Register(Def("Gather")
                         .Versions(1, 10)
-                        .Constraint("T", {0}, AllTypes())
+                        .Constraint("T", {0}, AllTypesAndString())
                         .Constraint("Tind", {1}, index_types)
-                        .Kernel<GatherKernel>());
+                        .Factory(tensor_ops::MovesStrings(&GatherKernel::Create, {0})));
   registry.Register(Def("Gather")
                         .Versions(11)
-                        .Constraint("T", {0}, AllTypes())
+                        .Constraint("T", {0}, AllTypesAndString())
                         .Constraint("Tind", {1}, index_types)
-                        .Kernel<GatherKernel>());
+                        .Factory(tensor_ops::MovesStrings(&GatherKernel::Create, {0})));
   registry.Register(Def("GatherElements")
                         .Versions(11)
-                        .Constraint("T", {0}, AllTypes())
+                        .Constraint("T", {0}, AllTypesAndString())
                         .Constraint("Tind", {1}, index_types)
-                        .Kernel<GatherElementsKernel>());
+                        .Factory(tensor_ops::MovesStrings(&GatherElementsKernel::Create, {0})));
   // GatherND gains batch_dims at 12.
   registry.Register(Def("GatherND")
                         .Versions(11, 11)
-                        .Constraint("T", {0}, AllTypes())
+                        .Constraint("T", {0}, AllTypesAndString())
                         .Constraint("tensor(int64)", {1}, {DType::kInt64})
-                        .Kernel<GatherNDKernel>());
+                        .Factory(tensor_ops::MovesStrings(&GatherNDKernel::Create, {0})));
   registry.Register(Def("GatherND")
                         .Versions(12)
-                        .Constraint("T", {0}, AllTypes())
+                        .Constraint("T", {0}, AllTypesAndString())
                         .Constraint("tensor(int64)", {1}, {DType::kInt64})
-                        .Kernel<GatherNDKernel>());
+                        .Factory(tensor_ops::MovesStrings(&GatherNDKernel::Create, {0})));
 }
 
 }  // namespace tob

@@ -27,6 +27,20 @@ class AliasOrCopyKernel final : public OpKernel {
   }
 };
 
+// Identity of a sequence or an optional (from opsets 14 and 16): the same value (sequences are
+// immutable, so sharing one is a copy in every way that matters).
+class IdentityValueKernel final : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node) { return MakeKernel<IdentityValueKernel>(node); }
+
+  Status Compute(KernelContext& ctx) const override {
+    RuntimeValue* out = ctx.output_value(0);
+    if (out != nullptr) *out = *ctx.input_value(0);
+    return Status::OK();
+  }
+};
+
 class ShapeKernel final : public OpKernel {
  public:
   ShapeKernel(const Node& node, int64_t start, int64_t end) : OpKernel(node), start_(start), end_(end) {}
@@ -69,7 +83,7 @@ class SizeKernel final : public OpKernel {
 
 void RegisterCpuReshapeKernels(KernelRegistry& registry) {
   auto alias = [&](const char* op, int since, int end, bool second_input_is_axes) {
-    KernelDef def = Def(op).Versions(since, end).Constraint("T", {0}, AllTypes()).Alias(0, 0);
+    KernelDef def = Def(op).Versions(since, end).Constraint("T", {0}, AllTypesAndString()).Alias(0, 0);
     if (second_input_is_axes) def.Constraint("tensor(int64)", {1}, {DType::kInt64});
     registry.Register(def.Kernel<AliasOrCopyKernel>());
   };
@@ -86,10 +100,15 @@ void RegisterCpuReshapeKernels(KernelRegistry& registry) {
     alias(op, 13, kMaxOpset, true);
   }
   alias("Identity", 1, kMaxOpset, false);
+  registry.Register(Def("Identity")
+                        .Versions(14)
+                        .Constraint("V", {0}, AllTypesAndString())
+                        .ValueKernel()
+                        .Kernel<IdentityValueKernel>());
   // Shape 15 adds start/end.
-  registry.Register(Def("Shape").Versions(1, 14).Constraint("T", {0}, AllTypes()).Kernel<ShapeKernel>());
-  registry.Register(Def("Shape").Versions(15).Constraint("T", {0}, AllTypes()).Kernel<ShapeKernel>());
-  registry.Register(Def("Size").Versions(1).Constraint("T", {0}, AllTypes()).Kernel<SizeKernel>());
+  registry.Register(Def("Shape").Versions(1, 14).Constraint("T", {0}, AllTypesAndString()).Kernel<ShapeKernel>());
+  registry.Register(Def("Shape").Versions(15).Constraint("T", {0}, AllTypesAndString()).Kernel<ShapeKernel>());
+  registry.Register(Def("Size").Versions(1).Constraint("T", {0}, AllTypesAndString()).Kernel<SizeKernel>());
 }
 
 }  // namespace tob

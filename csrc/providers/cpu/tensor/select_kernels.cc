@@ -8,6 +8,7 @@
 #include "core/allocator.h"
 #include "framework/kernel_registry.h"
 #include "providers/cpu/elementwise/elementwise_loops.h"
+#include "providers/cpu/tensor/string_moves.h"
 
 namespace tob {
 
@@ -116,10 +117,10 @@ void RegisterCpuSelectKernels(KernelRegistry& registry) {
       Def("NonZero").Versions(9).Constraint("T", {0}, AllTypes()).KernelAllocatesOutputs().Kernel<NonZeroKernel>());
   registry.Register(Def("Compress")
                         .Versions(9)
-                        .Constraint("T", {0}, AllTypes())
+                        .Constraint("T", {0}, AllTypesAndString())
                         .Constraint("T1", {1}, {DType::kBool})
                         .KernelAllocatesOutputs()
-                        .Kernel<CompressKernel>());
+                        .Factory(tensor_ops::MovesStrings(&CompressKernel::Create, {0})));
 }
 
 }  // namespace tob

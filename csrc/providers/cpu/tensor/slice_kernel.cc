@@ -2,6 +2,7 @@
 #include "framework/kernel_registry.h"
 #include "ops/tensor_params.h"
 #include "providers/cpu/tensor/copy_utils.h"
+#include "providers/cpu/tensor/string_moves.h"
 
 namespace tob {
 
@@ -67,13 +68,16 @@ KernelFactory SliceFactory(bool from_inputs) {
 
 void RegisterCpuSliceKernels(KernelRegistry& registry) {
   // Slice takes starts/ends/axes as inputs (and adds steps) from 10; negative axes from 11.
-  registry.Register(Def("Slice").Versions(1, 9).Constraint("T", {0}, AllTypes()).Factory(SliceFactory(false)));
+  registry.Register(Def("Slice")
+                        .Versions(1, 9)
+                        .Constraint("T", {0}, AllTypesAndString())
+                        .Factory(tensor_ops::MovesStrings(SliceFactory(false), {0})));
   for (auto [since, end] : {std::pair{10, 10}, std::pair{11, kMaxOpset}}) {
     registry.Register(Def("Slice")
                           .Versions(since, end)
-                          .Constraint("T", {0}, AllTypes())
+                          .Constraint("T", {0}, AllTypesAndString())
                           .Constraint("Tind", {1, 2, 3, 4}, {DType::kInt32, DType::kInt64})
-                          .Factory(SliceFactory(true)));
+                          .Factory(tensor_ops::MovesStrings(SliceFactory(true), {0})));
   }
 }
 

@@ -1,6 +1,7 @@
 // Transpose, and DepthToSpace / SpaceToDepth, which are transposes of a 6-D view of their input.
 #include "framework/kernel_registry.h"
 #include "ops/tensor_params.h"
+#include "providers/cpu/tensor/string_moves.h"
 #include "providers/cpu/tensor/transpose.h"
 
 namespace tob {
@@ -107,7 +108,10 @@ KernelFactory DepthSpaceFactory(bool to_space, bool has_mode) {
 }  // namespace
 
 void RegisterCpuTransposeKernels(KernelRegistry& registry) {
-  registry.Register(Def("Transpose").Versions(1).Constraint("T", {0}, AllTypes()).Kernel<TransposeKernel>());
+  registry.Register(Def("Transpose")
+                        .Versions(1)
+                        .Constraint("T", {0}, AllTypesAndString())
+                        .Factory(tensor_ops::MovesStrings(&TransposeKernel::Create, {0})));
   // DepthToSpace gains the mode attribute at 11, SpaceToDepth at 28.
   registry.Register(
       Def("DepthToSpace").Versions(1, 10).Constraint("T", {0}, AllTypes()).Factory(DepthSpaceFactory(true, false)));
