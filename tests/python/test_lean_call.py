@@ -305,3 +305,13 @@ def test_under_autocast_matches_aotautograds_path():
     for g, h in zip(g_lean, g_aot):
         torch.testing.assert_close(g, h, rtol=0, atol=0)
     assert_engine_ran()
+
+
+def test_bad_lean_call_values_are_named():
+    """A lean_call option or ORTMODULE_LEAN_CALL that is not a boolean is refused, naming it."""
+    from torch_ort_backend.options import resolve
+
+    with pytest.raises(ValueError, match="ORTMODULE_LEAN_CALL must be a boolean"):
+        resolve(None, environ={"ORTMODULE_LEAN_CALL": "sometimes"})
+    with pytest.raises(ValueError, match="option 'lean_call' must be a boolean"):
+        resolve({"lean_call": "sometimes"}, environ={})
