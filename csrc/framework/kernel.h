@@ -3,6 +3,7 @@
 // executor has already allocated with the shapes the op's shape function computed.
 #pragma once
 
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,10 +26,27 @@ class SubgraphRunner {
   virtual ~SubgraphRunner() = default;
   // The subgraph as compiled: its formal inputs and its outputs with their static types.
   virtual const Graph& graph() const = 0;
-  // Runs it with `feeds` for its formal inputs, in order. The fetches are the kernel's to keep:
-  // none is memory the next run reuses, so a loop-carried value moves from one iteration's
-  // fetches to the next iteration's feeds without a copy. Errors name the subgraph.
-  virtual Status Run(std::vector<Tensor> feeds, std::vector<Tensor>* fetches) const = 0;
+  // Runs it with `feeds` for its formal inputs, in order: values of any kind (a tensor, a
+  // sequence, none), as its outputs are. The fetches are the kernel's to keep: none is memory the
+  // next run reuses, so a loop-carried value moves from one iteration's fetches to the next
+  // iteration's feeds without a copy. Errors name the subgraph.
+  virtual Status Run(std::vector<RuntimeValue> feeds, std::vector<RuntimeValue>* fetches) const = 0;
+  // Run for a subgraph whose inputs and outputs the kernel reads as tensors (Scan, FlexAttention's
+  // modifiers): an output that is not a tensor is an error naming it.
+  Status RunTensors(std::vector<Tensor> feeds, std::vector<Tensor>* fetches) const {
+    std::vector<RuntimeValue> in(std::make_move_iterator(feeds.begin()), std::make_move_iterator(feeds.end()));
+    std::vector<RuntimeValue> out;
+    TOB_RETURN_IF_ERROR(Run(std::move(in), &out));
+    fetches->clear();
+    fetches->reserve(out.size());
+    for (size_t j = 0; j < out.size(); ++j) {
+      if (!out[j].is_tensor())
+        return RuntimeError(graph().Describe(), ": output ", j, " is ", out[j].Describe(),
+                            "; the node reads this subgraph's outputs as tensors");
+      fetches->push_back(std::move(out[j].mutable_tensor()));
+    }
+    return Status::OK();
+  }
 };
 
 class KernelContext {

@@ -35,6 +35,9 @@ bool SameType(const ValueType& a, const ValueType& b) {
 ValueType Generalize(const ValueType& a, const ValueType& b) {
   ValueType r;
   r.dtype = a.dtype == DType::kUndefined ? b.dtype : a.dtype;
+  // A sequence or an optional stays one (an untyped value says nothing about its kind).
+  r.kind = a.dtype == DType::kUndefined ? b.kind : a.kind;
+  r.optional = a.optional || b.optional;
   if (!a.shape || !b.shape || a.shape->size() != b.shape->size()) return r;
   Dims dims;
   for (size_t i = 0; i < a.shape->size(); ++i) {
@@ -51,6 +54,8 @@ std::string TypeName(const ValueType& t) { return t.dtype == DType::kUndefined ?
 Status CheckSameDType(const InferenceContext& ctx, const ValueType& a, const ValueType& b, const std::string& what) {
   if (a.dtype != DType::kUndefined && b.dtype != DType::kUndefined && a.dtype != b.dtype)
     return ctx.Fail(what, ": ", TypeName(a), " vs ", TypeName(b), " (the dtypes must be equal)");
+  if (a.dtype != DType::kUndefined && b.dtype != DType::kUndefined && a.kind != b.kind)
+    return ctx.Fail(what, ": ", TypeName(a), " vs ", TypeName(b), " (a sequence and a tensor)");
   return Status::OK();
 }
 
@@ -70,6 +75,8 @@ Status RefusePacked(const InferenceContext& ctx, DType dtype, const std::string&
 Status CheckOneElement(const InferenceContext& ctx, int input, DType dtype, const char* what) {
   const ValueType* t = ctx.input_type(input);
   if (t == nullptr) return Status::OK();
+  if (t->kind != ValueKind::kTensor)
+    return ctx.Fail(what, " (input ", input, ") must be a tensor, got ", t->ToString());
   if (t->dtype != DType::kUndefined && t->dtype != dtype)
     return ctx.Fail(what, " (input ", input, ") must be ", DTypeName(dtype), ", got ", t->ToString());
   if (t->shape)
@@ -198,11 +205,13 @@ Status InferLoop(InferenceContext& ctx) {
   TOB_RETURN_IF_ERROR(InferCarried(ctx, "body", prefix, &carried, {}, 1, &body_out));
   if (body_out.size() != 1 + outs) return ctx.Fail("body returned ", body_out.size(), " types");
   const ValueType& cond_out = body_out[0];
-  if (cond_out.dtype != DType::kUndefined && cond_out.dtype != DType::kBool)
-    return ctx.Fail("body output 0 (the condition) must be bool, got ", cond_out.ToString());
+  if (cond_out.kind != ValueKind::kTensor || (cond_out.dtype != DType::kUndefined && cond_out.dtype != DType::kBool))
+    return ctx.Fail("body output 0 (the condition) must be a bool tensor, got ", cond_out.ToString());
   for (size_t j = 0; j < n; ++j) ctx.set_output(static_cast<int>(j), Generalize(carried[j], body_out[1 + j]));
   for (size_t k = n; k < outs; ++k) {
     const ValueType& slice = body_out[1 + k];
+    if (slice.kind != ValueKind::kTensor || slice.optional)
+      return ctx.Fail("scan output ", k - n, " (body output ", 1 + k, ") must be a tensor, got ", slice.ToString());
     TOB_RETURN_IF_ERROR(RefusePacked(ctx, slice.dtype, StrCat("scan output ", k)));
     ValueType t(slice.dtype, std::nullopt);
     if (slice.shape) {
@@ -371,8 +380,14 @@ Status InferScan(InferenceContext& ctx) {
 }  // namespace
 
 void RegisterControlFlowSchemas(OpSchemaRegistry& registry) {
-  registry.Register(OpSchema{"", "If", 1, 1, 1, INT_MAX, InferIf});
-  registry.Register(OpSchema{"", "Loop", 0, INT_MAX, 0, INT_MAX, InferLoop});
+  // If's outputs and Loop's loop-carried values may be sequences or optionals (the shape
+  // functions keep the condition, the trip count and the scan outputs tensors, by name).
+  OpSchema if_schema{"", "If", 1, 1, 1, INT_MAX, InferIf};
+  if_schema.non_tensor_values = true;
+  registry.Register(if_schema);
+  OpSchema loop_schema{"", "Loop", 0, INT_MAX, 0, INT_MAX, InferLoop};
+  loop_schema.non_tensor_values = true;
+  registry.Register(loop_schema);
   // Scan 8's first input (sequence_lens) may be omitted; the shape function counts the others.
   registry.Register(OpSchema{"", "Scan", 0, INT_MAX, 0, INT_MAX, InferScan});
 }

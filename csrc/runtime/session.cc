@@ -9,6 +9,7 @@
 #include "memory/run_allocator.h"
 #include "ops/op_schema.h"
 #include "partition/provider_registry.h"
+#include "runtime/bound_subgraph.h"
 #include "providers/cpu/cpu_execution_provider.h"
 
 namespace tob {
@@ -220,9 +221,11 @@ Status Session::BuildPlan() {
   // The tensor inputs of value kernels too: a sequence or an optional made from a tensor keeps it
   // for as long as the value lives, which the arena's plan does not know (a later buffer of the
   // run, or the next run, could overwrite it), so such tensors are allocated outside the arena.
+  // Control-flow kernels (If, Loop) are value kernels too but keep no input: one they hand
+  // through unchanged is copied once (AdoptKernelOutput).
   for (const Step& step : steps_) {
-    if (!step.def->value_kernel) continue;
-    for (size_t i = 0; i < step.inputs.size(); ++i) {
+    if (!step.def->value_kernel || !step.subgraphs.empty()) continue;
+    for (size_t i = 0; i < step.num_inputs; ++i) {
       const int src = step.inputs[i];
       if (src < 0 || owns_output_memory_[src] || !step.node->inputs()[i]->type().is_tensor()) continue;
       owns_output_memory_[src] = true;
@@ -463,34 +466,6 @@ Status Session::InferStep(Step& step, const std::vector<const Tensor*>& inputs) 
   return Status::OK();
 }
 
-namespace {
-
-// A nested session bound to this run's values of the enclosing graphs it reads: what a
-// control-flow kernel sees as its subgraph (framework/kernel.h).
-class BoundSubgraph final : public SubgraphRunner {
- public:
-  BoundSubgraph(Session* session, std::vector<Tensor> outer) : session_(session), outer_(std::move(outer)) {}
-  const Graph& graph() const override { return session_->graph(); }
-  Status Run(std::vector<Tensor> feeds, std::vector<Tensor>* fetches) const override {
-    if (feeds.size() != session_->graph().inputs().size())
-      return InvalidArgument(session_->graph().Describe(), " takes ", session_->graph().inputs().size(),
-                             " inputs, got ", feeds.size());
-    feeds.insert(feeds.end(), outer_.begin(), outer_.end());
-    size_t peak = 0;
-    TOB_RETURN_IF_ERROR(session_->RunNested(std::move(feeds), fetches, &peak));
-    peak_live_bytes_ = std::max(peak_live_bytes_, peak);
-    return Status::OK();
-  }
-  // The most a run of the subgraph held at once (its intermediates and outputs).
-  size_t peak_live_bytes() const { return peak_live_bytes_; }
-
- private:
-  Session* session_;
-  std::vector<Tensor> outer_;
-  mutable size_t peak_live_bytes_ = 0;
-};
-
-}  // namespace
 
 Status Session::RunStep(Step& step, std::vector<RuntimeValue>& slots, const std::shared_ptr<Allocator>& run_alloc,
                         RunMemory& memory) {
@@ -504,11 +479,16 @@ Status Session::RunStep(Step& step, std::vector<RuntimeValue>& slots, const std:
     int s = step.inputs[i];
     if (s < 0) continue;
     const RuntimeValue& v = slots[s];
+    if (i >= n_in) {
+      // An implicit input reaches the subgraphs as a value of any kind (a tensor, a sequence, none).
+      if (!v.defined())
+        return RuntimeError(node.Describe(), ": '", slot_values_[s]->name(), "', which its subgraphs read, has no value");
+      if (v.is_tensor()) in_ptrs[i] = &v.tensor();
+      continue;
+    }
     if (!v.is_tensor()) {
       const std::string what =
           v.defined() ? StrCat("is ", v.Describe(), ", not a tensor") : std::string("has no value");
-      if (i >= n_in)
-        return RuntimeError(node.Describe(), ": '", slot_values_[s]->name(), "', which its subgraphs read, ", what);
       return RuntimeError(node.Describe(), ": input ", i, " '", slot_values_[s]->name(), "' ", what);
     }
     in_ptrs[i] = &v.tensor();
@@ -580,8 +560,8 @@ Status Session::RunStep(Step& step, std::vector<RuntimeValue>& slots, const std:
   std::vector<const SubgraphRunner*> runners;
   bound.reserve(step.subgraphs.size());
   for (size_t k = 0; k < step.subgraphs.size(); ++k) {
-    std::vector<Tensor> outer;
-    for (int i : step.subgraph_outer[k]) outer.push_back(*in_ptrs[i]);
+    std::vector<RuntimeValue> outer;
+    for (int i : step.subgraph_outer[k]) outer.push_back(slots[step.inputs[i]]);
     bound.emplace_back(step.subgraphs[k].get(), std::move(outer));
   }
   for (const BoundSubgraph& b : bound) runners.push_back(&b);
@@ -783,7 +763,8 @@ Status Session::RunPositional(std::vector<Tensor> feeds, std::vector<Tensor>* fe
   return FetchedTensors(output_slots_, fetched, fetches);
 }
 
-Status Session::RunNested(std::vector<Tensor> feeds, std::vector<Tensor>* fetches, size_t* peak_live_bytes) {
+Status Session::RunNested(std::vector<RuntimeValue> feeds, std::vector<RuntimeValue>* fetches,
+                          size_t* peak_live_bytes) {
   TOB_ENFORCE(nested_, "RunNested on the session of a main graph");
   if (feeds.size() != input_slots_.size())
     return InvalidArgument(graph_->Describe(), ": got ", feeds.size(), " feeds; it takes ", input_slots_.size(),
@@ -801,19 +782,36 @@ Status Session::RunNested(std::vector<Tensor> feeds, std::vector<Tensor>* fetche
     AppendSignature(slot, &signature);
   }
   RunStats stats;
-  std::vector<RuntimeValue> fetched;
-  Status st = RunBound(slots, signature, output_slots_, &fetched, &stats, t0, {});
+  fetches->clear();
+  Status st = RunBound(slots, signature, output_slots_, fetches, &stats, t0, {});
   if (!st.ok()) return st.WithContext("in " + graph_->Describe());
-  TOB_RETURN_IF_ERROR(FetchedTensors(output_slots_, fetched, fetches));
   if (peak_live_bytes != nullptr) *peak_live_bytes = stats.peak_live_bytes;
-  // A constant handed out would let the caller write into the subgraph's constants.
-  for (size_t i = 0; i < fetches->size(); ++i) {
-    Tensor& t = (*fetches)[i];
-    const RuntimeValue& c = constants_[output_slots_[i]];
-    if (!c.is_tensor() || !t.SharesDataWith(c.tensor())) continue;
-    TOB_ASSIGN_OR_RETURN(Tensor copy, Tensor::Allocate(t.dtype(), t.shape(), CpuAllocator::Default()));
-    CopyTensorData(t, copy);
-    t = std::move(copy);
+  // A constant handed out (itself, or as a tensor of a sequence) would let the caller write into
+  // the subgraph's constants: such tensors are copied.
+  auto own = [this](const Tensor& t) -> StatusOr<std::optional<Tensor>> {
+    for (const RuntimeValue& c : constants_) {
+      if (!c.is_tensor() || !t.SharesDataWith(c.tensor())) continue;
+      TOB_ASSIGN_OR_RETURN(Tensor copy, Tensor::Allocate(t.dtype(), t.shape(), CpuAllocator::Default()));
+      CopyTensorData(t, copy);
+      return std::optional<Tensor>(std::move(copy));
+    }
+    return std::optional<Tensor>();
+  };
+  for (RuntimeValue& v : *fetches) {
+    if (v.is_tensor()) {
+      TOB_ASSIGN_OR_RETURN(std::optional<Tensor> copy, own(v.tensor()));
+      if (copy) v = std::move(*copy);
+    } else if (v.is_sequence()) {
+      const TensorSequence& seq = v.sequence();
+      std::vector<Tensor> tensors;
+      bool copied = false;
+      for (const Tensor& t : seq.tensors) {
+        TOB_ASSIGN_OR_RETURN(std::optional<Tensor> copy, own(t));
+        copied = copied || copy.has_value();
+        tensors.push_back(copy ? std::move(*copy) : t);
+      }
+      if (copied) v = RuntimeValue::OfSequence(seq.dtype, std::move(tensors));
+    }
   }
   return Status::OK();
 }

@@ -116,7 +116,8 @@ class Session {
   // then its outer-scope values (Graph::outer_scope_values order); every output is fetched, and
   // none is memory a later run reuses (a constant output is copied). *peak_live_bytes (optional)
   // gets the run's RunStats::peak_live_bytes. Only for sessions of subgraphs.
-  Status RunNested(std::vector<Tensor> feeds, std::vector<Tensor>* fetches, size_t* peak_live_bytes = nullptr);
+  Status RunNested(std::vector<RuntimeValue> feeds, std::vector<RuntimeValue>* fetches,
+                   size_t* peak_live_bytes = nullptr);
   const PartitionReport& partition_report() const { return partition_report_; }
   const std::vector<std::string>& applied_passes() const { return applied_passes_; }
   // Human-readable lines about how the session was built (passes, partition, plan).

@@ -1,9 +1,11 @@
 // The executor's side of sequence and optional values: the steps of value kernels
 // (KernelDef::value_kernel), whose inputs may be sequences or none and whose outputs the kernel
 // sets itself, and the tensor-only fetches of Run / RunPositional.
+#include <algorithm>
 #include <optional>
 
 #include "ops/op_schema.h"
+#include "runtime/bound_subgraph.h"
 #include "runtime/session.h"
 
 namespace tob {
@@ -11,28 +13,36 @@ namespace tob {
 Status Session::RunValueStep(Step& step, std::vector<RuntimeValue>& slots, const std::shared_ptr<Allocator>& run_alloc,
                              RunMemory& memory) {
   const Node& node = *step.node;
-  const size_t n_in = step.inputs.size();
+  // The node's explicit inputs, then the implicit ones (values of enclosing graphs its subgraphs
+  // read: If and Loop are value kernels, so they carry sequences and optionals).
+  const size_t n_all = step.inputs.size();
+  const size_t n_in = step.num_inputs;
   const size_t n_out = step.outputs.size();
   std::vector<const RuntimeValue*> in_values(n_in, nullptr);
-  std::vector<const Tensor*> in_ptrs(n_in, nullptr);
+  std::vector<const Tensor*> in_ptrs(n_all, nullptr);
   std::vector<ValueType> in_types(n_in);
   std::vector<const ValueType*> type_ptrs(n_in, nullptr);
-  for (size_t i = 0; i < n_in; ++i) {
+  for (size_t i = 0; i < n_all; ++i) {
     const int s = step.inputs[i];
     if (s < 0) continue;
     const RuntimeValue& v = slots[s];
-    if (!v.defined())
+    if (!v.defined()) {
+      if (i >= n_in)
+        return RuntimeError(node.Describe(), ": '", slot_values_[s]->name(), "', which its subgraphs read, has no value");
       return RuntimeError(node.Describe(), ": input ", i, " '", slot_values_[s]->name(), "' has no value");
-    in_values[i] = &v;
+    }
     if (v.is_tensor()) in_ptrs[i] = &v.tensor();
+    if (i >= n_in) continue;
+    in_values[i] = &v;
     // The value's own type, still optional where the graph says so (an optional holding a value).
     in_types[i] = v.Type();
     in_types[i].optional = in_types[i].optional || slot_values_[s]->type().optional;
     type_ptrs[i] = &in_types[i];
   }
+  std::vector<const Tensor*> explicit_in(in_ptrs.begin(), in_ptrs.begin() + n_in);
   // The shape function on this run's types checks what it can (positions, axes, kinds) before the
   // kernel runs; its answer is what the kernel's outputs are checked against.
-  InferenceContext ictx(node, step.opset, type_ptrs, in_ptrs);
+  InferenceContext ictx(node, step.opset, type_ptrs, explicit_in);
   TOB_RETURN_IF_ERROR(OpSchemaRegistry::Global().Infer(ictx));
 
   std::vector<RuntimeValue*> out_values(n_out, nullptr);
@@ -41,7 +51,17 @@ Status Session::RunValueStep(Step& step, std::vector<RuntimeValue>& slots, const
     out = RuntimeValue();
     out_values[j] = &out;
   }
-  KernelContext kctx(node, in_ptrs, std::vector<Tensor*>(n_out, nullptr), pool_.get(), run_alloc);
+  std::vector<BoundSubgraph> bound;
+  std::vector<const SubgraphRunner*> runners;
+  bound.reserve(step.subgraphs.size());
+  for (size_t k = 0; k < step.subgraphs.size(); ++k) {
+    std::vector<RuntimeValue> outer;
+    for (int i : step.subgraph_outer[k]) outer.push_back(slots[step.inputs[i]]);
+    bound.emplace_back(step.subgraphs[k].get(), std::move(outer));
+  }
+  for (const BoundSubgraph& b : bound) runners.push_back(&b);
+  KernelContext kctx(node, explicit_in, std::vector<Tensor*>(n_out, nullptr), pool_.get(), run_alloc,
+                     std::move(runners));
   kctx.SetValues(std::move(in_values), std::move(out_values));
   const bool profiling = profiler_->enabled();
   const int64_t t0 = profiling ? profiler_->NowUs() : 0;
@@ -58,7 +78,10 @@ Status Session::RunValueStep(Step& step, std::vector<RuntimeValue>& slots, const
     profiler_->Record(
         ProfileEvent{node.name(), "Node", node.op_type(), node.provider(), shapes, t0, profiler_->NowUs() - t0});
   }
-  return FinishStep(step, slots, in_ptrs, memory);
+  // A subgraph's runs held their own memory on top of what this run held while the step ran.
+  size_t nested_peak = 0;
+  for (const BoundSubgraph& b : bound) nested_peak = std::max(nested_peak, b.peak_live_bytes());
+  return FinishStep(step, slots, in_ptrs, memory, nested_peak);
 }
 
 namespace {

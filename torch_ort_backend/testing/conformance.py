@@ -134,12 +134,15 @@ def unsupported_reason(model: onnx.ModelProto, provider: str = C.CPU_PROVIDER) -
 def _graph_unsupported_reason(graph: onnx.GraphProto, opsets: dict, types: dict, provider: str,
                               subgraph: bool) -> str | None:
     """The first node of `graph` or of its subgraphs (recursively) without a kernel, else None.
-    A subgraph's inputs and outputs must be tensors: control flow carries tensors only."""
+    A subgraph's inputs and outputs are values of the kinds the engine has: tensors, sequences of
+    tensors and optionals of either (If and Loop carry them; Loop's condition and scan outputs and
+    Scan's values are tensors, which the engine's shape functions and kernels check by name)."""
     from .. import dtypes as _dtypes
 
     for vi in list(graph.input) + list(graph.output) if subgraph else []:
-        if vi.type.HasField("sequence_type") or vi.type.HasField("optional_type") or vi.type.HasField("map_type"):
-            return f"value '{vi.name}' is not a tensor"
+        elem, _ = _element_type(vi.type)
+        if elem is None and vi.type.WhichOneof("value") is not None:
+            return f"value '{vi.name}' is neither a tensor, a sequence of tensors nor an optional of one"
     for node in graph.node:
         for attr in node.attribute:
             if attr.type in (onnx.AttributeProto.SPARSE_TENSOR, onnx.AttributeProto.TENSORS,

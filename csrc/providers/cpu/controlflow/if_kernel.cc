@@ -1,8 +1,8 @@
 // If (ai.onnx 1-25): runs then_branch or else_branch, compiled once as nested sessions
 // (runtime/session.h), and hands the branch's outputs over as its own (no copy: a branch's
-// outputs are never memory a later run reuses). The outputs' shapes depend on the branch taken,
-// so the kernel makes them (KernelAllocatesOutputs) and the executor checks them against the
-// shape function's answer for this run's condition.
+// outputs are never memory a later run reuses). A value kernel (KernelDef::ValueKernel): the
+// branches' outputs may be tensors, sequences or optionals, and their shapes depend on the branch
+// taken; the executor checks them against the shape function's answer for this run's condition.
 #include "framework/kernel_registry.h"
 #include "providers/cpu/controlflow/controlflow_utils.h"
 
@@ -21,18 +21,27 @@ class IfKernel final : public OpKernel {
   }
 
   Status Compute(KernelContext& ctx) const override {
-    TOB_ASSIGN_OR_RETURN(bool cond, controlflow::ReadCondition(ctx, *ctx.input(0), "the condition (input 0)"));
+    const Tensor* c = ctx.input(0);
+    if (c == nullptr) return ctx.Fail("the condition (input 0) must be a tensor, got ", Described(ctx, 0));
+    TOB_ASSIGN_OR_RETURN(bool cond, controlflow::ReadCondition(ctx, *c, "the condition (input 0)"));
     const char* branch = cond ? "then_branch" : "else_branch";
     const SubgraphRunner* runner = ctx.subgraph(branch);
     if (runner == nullptr)
       return ctx.Fail("subgraph '", branch, "' was not compiled (the node runs outside a session)");
-    std::vector<Tensor> fetches;
+    std::vector<RuntimeValue> fetches;
     TOB_RETURN_IF_ERROR(runner->Run({}, &fetches));
     if (static_cast<int>(fetches.size()) != ctx.num_outputs())
       return ctx.Fail(branch, " returned ", fetches.size(), " values for ", ctx.num_outputs(), " outputs");
+    // Values of any kind (tensors, sequences, none) are handed over as they are.
     for (int j = 0; j < ctx.num_outputs(); ++j)
-      if (Tensor* out = ctx.output(j)) *out = std::move(fetches[j]);
+      if (RuntimeValue* out = ctx.output_value(j)) *out = std::move(fetches[j]);
     return Status::OK();
+  }
+
+ private:
+  static std::string Described(const KernelContext& ctx, int i) {
+    const RuntimeValue* v = ctx.input_value(i);
+    return v == nullptr ? std::string("none given") : v->Describe();
   }
 };
 
@@ -40,7 +49,7 @@ class IfKernel final : public OpKernel {
 
 void RegisterCpuIfKernels(KernelRegistry& registry) {
   registry.Register(
-      Def("If").Versions(1).Constraint("B", {0}, {DType::kBool}).KernelAllocatesOutputs().Kernel<IfKernel>());
+      Def("If").Versions(1).Constraint("B", {0}, {DType::kBool}).ValueKernel().Kernel<IfKernel>());
 }
 
 }  // namespace tob

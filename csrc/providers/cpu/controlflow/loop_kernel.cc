@@ -1,7 +1,8 @@
 // Loop (ai.onnx 1-25): runs the body, compiled once as a nested session, while the trip count M
 // (absent: no limit) and the condition (absent: true) allow. Each iteration feeds the iteration
 // number, the condition and the loop-carried values, and takes back the condition, the new
-// loop-carried values and one slice per scan output. Loop-carried values move from one
+// loop-carried values (tensors, sequences or optionals: a value kernel) and one slice per scan
+// output (a tensor). Loop-carried values move from one
 // iteration's fetches to the next one's feeds (a body's outputs are never memory its next run
 // reuses), so carrying costs no copy; the scan outputs' slices are kept and stacked once at the
 // end. Zero iterations give the initial values and empty scan outputs ([0, slice dims]).
@@ -31,19 +32,23 @@ class LoopKernel final : public OpKernel {
     if (outs < n) return ctx.Fail("has ", outs, " outputs for ", n, " loop-carried values");
     const size_t k = outs - n;
     int64_t trips = INT64_MAX;
-    if (const Tensor* m = ctx.input(0)) {
-      if (m->dtype() != DType::kInt64 || m->numel() != 1)
-        return ctx.Fail("the trip count M must be an int64 tensor of one element, got ", DTypeName(m->dtype()),
-                        ShapeToString(m->shape()));
+    if (const RuntimeValue* mv = ctx.input_value(0)) {
+      const Tensor* m = ctx.input(0);
+      if (m == nullptr || m->dtype() != DType::kInt64 || m->numel() != 1)
+        return ctx.Fail("the trip count M must be an int64 tensor of one element, got ",
+                        m == nullptr ? mv->Describe() : DTypeName(m->dtype()) + ShapeToString(m->shape()));
       trips = *m->data<int64_t>();
     }
     bool cond = true;
-    if (const Tensor* c = ctx.input(1)) {
+    if (const RuntimeValue* cv = ctx.input_value(1)) {
+      const Tensor* c = ctx.input(1);
+      if (c == nullptr) return ctx.Fail("the condition (input 1) must be a tensor, got ", cv->Describe());
       TOB_ASSIGN_OR_RETURN(cond, controlflow::ReadCondition(ctx, *c, "the condition (input 1)"));
     }
-    std::vector<Tensor> carried;
+    // Loop-carried values are values of any kind (tensors, sequences, none), moved whole.
+    std::vector<RuntimeValue> carried;
     for (size_t j = 0; j < n; ++j) {
-      const Tensor* v = ctx.input(static_cast<int>(2 + j));
+      const RuntimeValue* v = ctx.input_value(static_cast<int>(2 + j));
       if (v == nullptr) return ctx.Fail("loop-carried input ", 2 + j, " is missing");
       carried.push_back(*v);
     }
@@ -52,32 +57,42 @@ class LoopKernel final : public OpKernel {
     std::vector<std::vector<Tensor>> slices(k);
     int64_t i = 0;
     for (; i < trips && cond; ++i) {
-      std::vector<Tensor> feeds;
+      std::vector<RuntimeValue> feeds;
       feeds.reserve(2 + n);
-      feeds.push_back(controlflow::Int64Scalar(i, iteration_shape));
-      feeds.push_back(controlflow::BoolScalar(cond, cond_shape));
-      for (Tensor& v : carried) feeds.push_back(std::move(v));
-      std::vector<Tensor> fetches;
+      feeds.emplace_back(controlflow::Int64Scalar(i, iteration_shape));
+      feeds.emplace_back(controlflow::BoolScalar(cond, cond_shape));
+      for (RuntimeValue& v : carried) feeds.push_back(std::move(v));
+      std::vector<RuntimeValue> fetches;
       Status st = body->Run(std::move(feeds), &fetches);
       if (!st.ok()) return st.WithContext(StrCat(node().Describe(), ", iteration ", i));
       if (fetches.size() != 1 + n + k)
         return ctx.Fail("the body returned ", fetches.size(), " values; it must return ", 1 + n + k);
-      TOB_ASSIGN_OR_RETURN(
-          cond, controlflow::ReadCondition(ctx, fetches[0], StrCat("the body's condition output at iteration ", i)));
+      if (!fetches[0].is_tensor())
+        return ctx.Fail("the body's condition output at iteration ", i, " must be a tensor, got ",
+                        fetches[0].Describe());
+      TOB_ASSIGN_OR_RETURN(cond, controlflow::ReadCondition(ctx, fetches[0].tensor(),
+                                                            StrCat("the body's condition output at iteration ", i)));
       for (size_t j = 0; j < n; ++j) carried[j] = std::move(fetches[1 + j]);
-      for (size_t s = 0; s < k; ++s) slices[s].push_back(std::move(fetches[1 + n + s]));
+      for (size_t s = 0; s < k; ++s) {
+        RuntimeValue& slice = fetches[1 + n + s];
+        if (!slice.is_tensor())
+          return ctx.Fail("scan output ", s, " (body output ", 1 + n + s, ") must be a tensor at iteration ", i,
+                          ", got ", slice.Describe());
+        slices[s].push_back(std::move(slice.mutable_tensor()));
+      }
     }
     for (size_t j = 0; j < n; ++j)
-      if (Tensor* out = ctx.output(static_cast<int>(j))) *out = std::move(carried[j]);
+      if (RuntimeValue* out = ctx.output_value(static_cast<int>(j))) *out = std::move(carried[j]);
     for (size_t s = 0; s < k; ++s) {
-      Tensor* out = ctx.output(static_cast<int>(n + s));
+      RuntimeValue* out = ctx.output_value(static_cast<int>(n + s));
       if (out == nullptr) continue;
       controlflow::StackedOutput stacked(StrCat(node().Describe(), ": scan output ", s), i);
       for (int64_t t = 0; t < i; ++t) {
         TOB_RETURN_IF_ERROR(stacked.Put(ctx.thread_pool(), t, slices[s][t], t));
         slices[s][t] = Tensor();
       }
-      TOB_ASSIGN_OR_RETURN(*out, stacked.Finish(body->graph().outputs()[1 + n + s]->type()));
+      TOB_ASSIGN_OR_RETURN(Tensor stacked_out, stacked.Finish(body->graph().outputs()[1 + n + s]->type()));
+      *out = std::move(stacked_out);
     }
     return Status::OK();
   }
@@ -90,7 +105,7 @@ void RegisterCpuLoopKernels(KernelRegistry& registry) {
                         .Versions(1)
                         .Constraint("I", {0}, {DType::kInt64})
                         .Constraint("B", {1}, {DType::kBool})
-                        .KernelAllocatesOutputs()
+                        .ValueKernel()
                         .Kernel<LoopKernel>());
 }
 

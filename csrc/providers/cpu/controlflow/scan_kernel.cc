@@ -96,7 +96,7 @@ class ScanKernel final : public OpKernel {
 
   Status RunBody(const KernelContext& ctx, const SubgraphRunner& body, std::vector<Tensor> feeds,
                  std::vector<Tensor>* fetches, int64_t t, int64_t batch) const {
-    Status st = body.Run(std::move(feeds), fetches);
+    Status st = body.RunTensors(std::move(feeds), fetches);
     if (!st.ok())
       return st.WithContext(batch < 0 ? StrCat(node().Describe(), ", iteration ", t)
                                       : StrCat(node().Describe(), ", batch entry ", batch, ", iteration ", t));

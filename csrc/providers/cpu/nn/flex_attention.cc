@@ -148,7 +148,7 @@ class FlexAttentionKernel final : public OpKernel {
     const SubgraphRunner* runner = ctx.subgraph(name);
     if (runner == nullptr) return ctx.Fail(name, " was not compiled (the node runs outside a session)");
     std::vector<Tensor> out;
-    TOB_RETURN_IF_ERROR(runner->Run({*t}, &out));
+    TOB_RETURN_IF_ERROR(runner->RunTensors({*t}, &out));
     if (out.size() != 1 || out[0].dtype() != t->dtype() || out[0].shape() != t->shape())
       return ctx.Fail(name, " must return one ", DTypeName(t->dtype()), ShapeToString(t->shape()), " tensor, got ",
                       out.empty() ? std::string("none") : DTypeName(out[0].dtype()) + ShapeToString(out[0].shape()));
