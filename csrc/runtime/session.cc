@@ -115,8 +115,19 @@ StatusOr<std::unique_ptr<Session>> Session::CreateNested(Graph& sub) const {
   s->providers_ = providers_;
   s->profiler_ = profiler_;
   // Feeds: the formal inputs, then the values of enclosing graphs (RunNested).
-  for (const Value* v : sub.inputs()) s->input_info_.push_back({v->name(), v->type()});
-  for (const Value* v : sub.outer_scope_values()) s->input_info_.push_back({v->name(), v->type()});
+  // A feed that is a sequence is checked for its kind and element type only: a Loop body's
+  // declaration of a loop-carried value says only the dtype (InferCarried), and the tensors a
+  // sequence gathers across iterations may differ in shape (onnx's own test_loop16_seq_none
+  // declares rank 0 and carries [1], [2], ...; an If inside reads that value from its enclosing
+  // body). Sequences are not planned by shape (their tensors live outside the arena), so nothing
+  // downstream relies on their element shapes.
+  auto feed_info = [](const Value* v) {
+    ValueType t = v->type();
+    if (t.kind == ValueKind::kSequence) t.shape.reset();
+    return IOInfo{v->name(), std::move(t)};
+  };
+  for (const Value* v : sub.inputs()) s->input_info_.push_back(feed_info(v));
+  for (const Value* v : sub.outer_scope_values()) s->input_info_.push_back(feed_info(v));
   for (size_t i = 0; i < sub.outputs().size(); ++i)
     s->output_info_.push_back({sub.output_names()[i], sub.outputs()[i]->type()});
   s->bound_states_.assign(s->input_info_.size(), Tensor());

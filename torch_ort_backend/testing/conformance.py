@@ -170,6 +170,11 @@ def _graph_unsupported_reason(graph: onnx.GraphProto, opsets: dict, types: dict,
 # Tests the registry claims but whose expected outputs no correct engine reproduces. Each entry
 # says why; the whole-suite report still counts them as failures.
 KNOWN_DIFFERENCES = {
+    "test_loop16_seq_none": (
+        "onnx's runner cannot compare its output: assert_similar_outputs recurses into the sequence and"
+        " calls len() on its first tensor, which is 0-d; tests/python/test_onnx_controlflow.py compares"
+        " it tensor by tensor with the case's expected values"
+    ),
     **{
         name: "expected values come from numpy's global random state at generation time"
         for name in ("test_bernoulli_expanded", "test_bernoulli_double_expanded", "test_bernoulli_seed_expanded")
