@@ -9,8 +9,8 @@
 #include "memory/run_allocator.h"
 #include "ops/op_schema.h"
 #include "partition/provider_registry.h"
-#include "runtime/bound_subgraph.h"
 #include "providers/cpu/cpu_execution_provider.h"
+#include "runtime/bound_subgraph.h"
 
 namespace tob {
 
@@ -477,7 +477,6 @@ Status Session::InferStep(Step& step, const std::vector<const Tensor*>& inputs) 
   return Status::OK();
 }
 
-
 Status Session::RunStep(Step& step, std::vector<RuntimeValue>& slots, const std::shared_ptr<Allocator>& run_alloc,
                         RunMemory& memory) {
   const Node& node = *step.node;
@@ -493,7 +492,8 @@ Status Session::RunStep(Step& step, std::vector<RuntimeValue>& slots, const std:
     if (i >= n_in) {
       // An implicit input reaches the subgraphs as a value of any kind (a tensor, a sequence, none).
       if (!v.defined())
-        return RuntimeError(node.Describe(), ": '", slot_values_[s]->name(), "', which its subgraphs read, has no value");
+        return RuntimeError(node.Describe(), ": '", slot_values_[s]->name(),
+                            "', which its subgraphs read, has no value");
       if (v.is_tensor()) in_ptrs[i] = &v.tensor();
       continue;
     }

@@ -28,7 +28,8 @@ Status Session::RunValueStep(Step& step, std::vector<RuntimeValue>& slots, const
     const RuntimeValue& v = slots[s];
     if (!v.defined()) {
       if (i >= n_in)
-        return RuntimeError(node.Describe(), ": '", slot_values_[s]->name(), "', which its subgraphs read, has no value");
+        return RuntimeError(node.Describe(), ": '", slot_values_[s]->name(),
+                            "', which its subgraphs read, has no value");
       return RuntimeError(node.Describe(), ": input ", i, " '", slot_values_[s]->name(), "' has no value");
     }
     if (v.is_tensor()) in_ptrs[i] = &v.tensor();

@@ -354,8 +354,8 @@ def test_a_loop_carrying_a_sequence_and_an_if_returning_one_match_numpy(seed):
     for m_val, c_val in [(3, True), (1, False)]:
         feeds = {"x": x, "m": np.array(m_val, np.int64), "c": np.array(c_val)}
         ours = tob.InferenceSession(m).run(None, feeds)
-        # float64 numpy (onnx's ReferenceEvaluator fails on this Loop: its Loop stacks every
-        # output past the condition, the carried sequence included)
+        # float64 numpy (onnx's ReferenceEvaluator fails on this Loop: "need at least one array
+        # to concatenate" where its Loop stacks the scan output)
         want_seq = [x.astype(np.float64) * k for k in range(m_val)]
         assert isinstance(ours[0], list) and len(ours[0]) == m_val
         for g, w in zip(ours[0], want_seq):

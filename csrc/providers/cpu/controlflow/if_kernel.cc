@@ -48,8 +48,7 @@ class IfKernel final : public OpKernel {
 }  // namespace
 
 void RegisterCpuIfKernels(KernelRegistry& registry) {
-  registry.Register(
-      Def("If").Versions(1).Constraint("B", {0}, {DType::kBool}).ValueKernel().Kernel<IfKernel>());
+  registry.Register(Def("If").Versions(1).Constraint("B", {0}, {DType::kBool}).ValueKernel().Kernel<IfKernel>());
 }
 
 }  // namespace tob
