@@ -224,6 +224,37 @@ Status InferLoop(InferenceContext& ctx) {
   return Status::OK();
 }
 
+// ---------------- SequenceMap ----------------
+
+// SequenceMap (ai.onnx 17): the body runs once per element of input 0, fed that element and, for
+// each additional input, its element at the same position (a sequence) or the whole tensor; each
+// body output (a tensor) gathers into an output sequence.
+Status InferSequenceMap(InferenceContext& ctx) {
+  const Graph* body = ctx.subgraph("body");
+  if (body == nullptr) return ctx.Fail("required GRAPH attribute 'body' is missing");
+  const int n_in = ctx.num_inputs();
+  if (static_cast<int>(body->inputs().size()) != n_in)
+    return ctx.Fail("body takes ", body->inputs().size(), " inputs; it must take one per input of the node (", n_in,
+                    ")");
+  if (body->outputs().size() != static_cast<size_t>(ctx.num_outputs()))
+    return ctx.Fail("body has ", body->outputs().size(), " outputs for the node's ", ctx.num_outputs());
+  std::vector<ValueType> feeds;
+  for (int i = 0; i < n_in; ++i) {
+    if (!ctx.has_input(i)) return ctx.Fail("input ", i, " is missing");
+    const ValueType& t = *ctx.input_type(i);
+    if (t.optional || (i == 0 && !t.is_sequence()))
+      return ctx.Fail("input ", i, " must be a ", i == 0 ? "sequence" : "tensor or a sequence", ", got ", t.ToString());
+    feeds.push_back(t.is_sequence() ? ValueType(t.dtype, t.shape) : t);
+  }
+  std::vector<ValueType> out;
+  TOB_RETURN_IF_ERROR(ctx.InferSubgraph("body", feeds, &out));
+  for (size_t j = 0; j < out.size(); ++j) {
+    if (!out[j].is_tensor()) return ctx.Fail("body output ", j, " must be a tensor, got ", out[j].ToString());
+    ctx.set_output(static_cast<int>(j), ValueType::Sequence(out[j].dtype, out[j].shape));
+  }
+  return Status::OK();
+}
+
 // ---------------- Scan ----------------
 
 Status ReadAxes(const InferenceContext& ctx, const char* name, size_t count, std::vector<int64_t>* out) {
@@ -388,6 +419,9 @@ void RegisterControlFlowSchemas(OpSchemaRegistry& registry) {
   OpSchema loop_schema{"", "Loop", 0, INT_MAX, 0, INT_MAX, InferLoop};
   loop_schema.non_tensor_values = true;
   registry.Register(loop_schema);
+  OpSchema sequence_map_schema{"", "SequenceMap", 1, INT_MAX, 1, INT_MAX, InferSequenceMap};
+  sequence_map_schema.non_tensor_values = true;
+  registry.Register(sequence_map_schema);
   // Scan 8's first input (sequence_lens) may be omitted; the shape function counts the others.
   registry.Register(OpSchema{"", "Scan", 0, INT_MAX, 0, INT_MAX, InferScan});
 }

@@ -535,6 +535,64 @@ TEST(ControlFlow, IfBranchesReturnOptionals) {
   EXPECT_EQ(D(out[1].tensor()), std::vector<double>({0}));
 }
 
+// out[e] = a[e] * b[e] + y: a and b sequences of ragged tensors, y a tensor read whole.
+std::unique_ptr<Graph> SequenceMapGraph() {
+  G body = G::Sub("body");
+  body.In("ae", Untyped()).In("be", Untyped()).In("ye", F32({1}));
+  body.Op("Mul", {"ae", "be"}, {"p"}).Op("Add", {"p", "ye"}, {"o"}).Op("Shape", {"o"}, {"shape"});
+  body.Out("o").Out("shape");
+  G main = G::Main(17);
+  main.In("a", ValueType::Sequence(DType::kFloat32)).In("b", ValueType::Sequence(DType::kFloat32)).In("y", F32({1}));
+  main.Op("SequenceMap", {"a", "b", "y"}, {"out", "shapes"}, {{"body", Attribute::Subgraph(body.Take())}}, "map");
+  main.Out("out").Out("shapes");
+  return std::move(main.g);
+}
+
+TEST(ControlFlow, SequenceMapRunsItsBodyPerElement) {
+  auto s = Compile(SequenceMapGraph());
+  ASSERT_NE(s, nullptr);
+  std::vector<Tensor> a, b;
+  for (int64_t e = 0; e < 3; ++e) {
+    a.push_back(RandomTensor<float>({e + 1, 2}, -2, 2, static_cast<uint32_t>(40 + e)));
+    b.push_back(RandomTensor<float>({e + 1, 2}, -2, 2, static_cast<uint32_t>(50 + e)));
+  }
+  const Tensor y = RandomTensor<float>({1}, -2, 2, 60);
+  auto out =
+      RunValuesOk(*s, {"a", "b", "y"},
+                  {RuntimeValue::OfSequence(DType::kFloat32, a), RuntimeValue::OfSequence(DType::kFloat32, b), y});
+  ASSERT_EQ(out.size(), 2u);
+  ASSERT_TRUE(out[0].is_sequence() && out[1].is_sequence());
+  ASSERT_EQ(out[0].sequence().tensors.size(), 3u);
+  for (size_t e = 0; e < 3; ++e) {
+    const std::vector<double> ad = D(a[e]), bd = D(b[e]);
+    std::vector<double> want(ad.size());
+    for (size_t i = 0; i < ad.size(); ++i) want[i] = ad[i] * bd[i] + D(y)[0];
+    ExpectNear(out[0].sequence().tensors[e], a[e].shape(), want, StrCat("element ", e));
+    EXPECT_EQ(D(out[1].sequence().tensors[e]), std::vector<double>({static_cast<double>(e + 1), 2.0}));
+  }
+  // An empty sequence maps to empty sequences of the body outputs' dtypes.
+  out = RunValuesOk(*s, {"a", "b", "y"},
+                    {RuntimeValue::OfSequence(DType::kFloat32, {}), RuntimeValue::OfSequence(DType::kFloat32, {}), y});
+  ASSERT_TRUE(out[0].is_sequence() && out[1].is_sequence());
+  EXPECT_TRUE(out[0].sequence().tensors.empty());
+  EXPECT_EQ(out[1].sequence().dtype, DType::kInt64);
+}
+
+TEST(ControlFlowErrors, SequenceMapInputsOfDifferentLengthsAreNamed) {
+  auto s = Compile(SequenceMapGraph());
+  ASSERT_NE(s, nullptr);
+  const Tensor t = RandomTensor<float>({2}, -2, 2, 61);
+  std::vector<RuntimeValue> out;
+  Status st = s->RunValues({"a", "b", "y"},
+                           {RuntimeValue::OfSequence(DType::kFloat32, {t, t}),
+                            RuntimeValue::OfSequence(DType::kFloat32, {t}), RandomTensor<float>({1}, -2, 2, 62)},
+                           {}, &out);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.ToString().find("'map'"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.ToString().find("input 1 is a sequence of 1 tensors; input 0 has 2"), std::string::npos)
+      << st.ToString();
+}
+
 // ---------------- errors ----------------
 
 Status CreateStatus(std::unique_ptr<Graph> g) {
