@@ -6,6 +6,7 @@
 // subgraph at the replacement, which the numeric checks at the end confirm.
 #include <gtest/gtest.h>
 
+#include "controlflow_test_util.h"
 #include "ir/graph_printer.h"
 #include "op_tester.h"
 #include "optimizer/passes.h"
@@ -14,34 +15,7 @@
 namespace tob {
 namespace {
 
-ValueType F32(Dims dims) { return ValueType(DType::kFloat32, std::move(dims)); }
-ValueType Bool(Dims dims) { return ValueType(DType::kBool, std::move(dims)); }
-
-struct G {
-  explicit G(std::unique_ptr<Graph> graph) : g(std::move(graph)) { g->SetOpset("", 17); }
-  static G Main() { return G(std::make_unique<Graph>()); }
-  static G Sub(const std::string& name) { return G(Graph::NewSubgraph(name)); }
-  G& In(const std::string& name, ValueType t) {
-    EXPECT_TRUE(g->AddInput(name, std::move(t)).ok()) << name;
-    return *this;
-  }
-  G& Const(const std::string& name, std::vector<float> v, Shape shape) {
-    EXPECT_TRUE(g->AddInitializer(name, Tensor::FromVector<float>(v, shape)).ok()) << name;
-    return *this;
-  }
-  G& Op(const std::string& op, std::vector<std::string> in, std::vector<std::string> out, AttributeMap attrs = {},
-        const std::string& name = "") {
-    auto n = g->AddNode(op, "", in, out, std::move(attrs), name);
-    EXPECT_TRUE(n.ok()) << n.status().ToString();
-    return *this;
-  }
-  G& Out(const std::string& name) {
-    EXPECT_TRUE(g->AddOutput(name).ok()) << name;
-    return *this;
-  }
-  std::shared_ptr<Graph> Take() { return std::shared_ptr<Graph>(std::move(g)); }
-  std::unique_ptr<Graph> g;
-};
+using namespace cf_testing;
 
 AttributeMap Branches(G& then_branch, G& else_branch) {
   return {{"then_branch", Attribute::Subgraph(then_branch.Take())},
