@@ -399,14 +399,7 @@ Status Session::RunStep(Step& step, std::vector<RuntimeValue>& slots, const std:
     out_ptrs[j] = &out;
   }
   std::vector<BoundSubgraph> bound;
-  std::vector<const SubgraphRunner*> runners;
-  bound.reserve(step.subgraphs.size());
-  for (size_t k = 0; k < step.subgraphs.size(); ++k) {
-    std::vector<RuntimeValue> outer;
-    for (int i : step.subgraph_outer[k]) outer.push_back(slots[step.inputs[i]]);
-    bound.emplace_back(step.subgraphs[k].get(), std::move(outer));
-  }
-  for (const BoundSubgraph& b : bound) runners.push_back(&b);
+  std::vector<const SubgraphRunner*> runners = BindSubgraphs(step, slots, &bound);
   KernelContext kctx(node, explicit_in, out_ptrs, pool_.get(), on_host ? run_alloc : step.provider->allocator(),
                      std::move(runners));
   const bool profiling = profiler_->enabled();
@@ -593,13 +586,9 @@ Status Session::RunPositional(std::vector<Tensor> feeds, std::vector<Tensor>* fe
   const int64_t t0 = profiler_->NowUs();
   std::vector<RuntimeValue> slots = constants_;
   std::string signature;
-  std::unordered_map<std::string, int64_t> symbols;
-  for (size_t i = 0; i < feeds.size(); ++i) {
-    RuntimeValue& slot = slots[input_slots_[i]];
-    slot = std::move(feeds[i]);
-    TOB_RETURN_IF_ERROR(CheckInput(i, "input", slot, &symbols));
-    AppendSignature(slot, &signature);
-  }
+  TOB_RETURN_IF_ERROR(BindPositional(
+      std::vector<RuntimeValue>(std::make_move_iterator(feeds.begin()), std::make_move_iterator(feeds.end())), slots,
+      &signature));
   std::vector<RuntimeValue> fetched;
   TOB_RETURN_IF_ERROR(RunBound(slots, signature, output_slots_, &fetched, stats, t0, donated));
   return FetchedTensors(output_slots_, fetched, fetches);

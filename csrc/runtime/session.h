@@ -28,6 +28,8 @@
 
 namespace tob {
 
+class BoundSubgraph;
+
 struct SessionOptions {
   int intra_op_threads = 0;  // 0: follow the process's intra-op runtime (torch's), else all hardware threads
   OptLevel optimization_level = OptLevel::kAll;
@@ -191,6 +193,16 @@ class Session {
   Status CheckInputTensor(size_t index, const char* kind, const Tensor& t, const ValueType& want,
                           std::unordered_map<std::string, int64_t>* symbols) const;
   int FindInput(const std::string& name) const;
+  // Binds feeds given by position (the graph's inputs in order, for a nested session followed by
+  // the values it reads from enclosing graphs) to their slots, each checked against its declared
+  // type, and appends each to the memory-pattern signature (session_feeds.cc).
+  Status BindPositional(std::vector<RuntimeValue> feeds, std::vector<RuntimeValue>& slots,
+                        std::string* signature) const;
+  // The step's subgraphs bound to this run's values of the enclosing graphs they read (into
+  // *bound, which must outlive the run of the step), as the runners its kernel sees
+  // (session_subgraphs.cc).
+  std::vector<const SubgraphRunner*> BindSubgraphs(const Step& step, const std::vector<RuntimeValue>& slots,
+                                                   std::vector<BoundSubgraph>* bound) const;
   // session_state.cc: the update plan (after the steps are built), the writes after a run.
   Status PlanStateUpdates();
   Status WriteBackStates(std::vector<RuntimeValue>& slots, std::vector<RuntimeValue>* fetches);

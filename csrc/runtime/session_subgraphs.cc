@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "memory/arena_pool.h"
+#include "runtime/bound_subgraph.h"
 #include "runtime/session.h"
 
 namespace tob {
@@ -71,14 +72,8 @@ Status Session::RunNested(std::vector<RuntimeValue> feeds, std::vector<RuntimeVa
   const int64_t t0 = profiler_->NowUs();
   std::vector<RuntimeValue> slots = constants_;
   std::string signature;
-  std::unordered_map<std::string, int64_t> symbols;
-  for (size_t i = 0; i < feeds.size(); ++i) {
-    RuntimeValue& slot = slots[input_slots_[i]];
-    slot = std::move(feeds[i]);
-    Status st = CheckInput(i, "input", slot, &symbols);
-    if (!st.ok()) return st.WithContext("feeding " + graph_->Describe());
-    AppendSignature(slot, &signature);
-  }
+  Status bound_st = BindPositional(std::move(feeds), slots, &signature);
+  if (!bound_st.ok()) return bound_st.WithContext("feeding " + graph_->Describe());
   RunStats stats;
   fetches->clear();
   Status st = RunBound(slots, signature, output_slots_, fetches, &stats, t0, {});
@@ -112,6 +107,20 @@ Status Session::RunNested(std::vector<RuntimeValue> feeds, std::vector<RuntimeVa
     }
   }
   return Status::OK();
+}
+
+std::vector<const SubgraphRunner*> Session::BindSubgraphs(const Step& step, const std::vector<RuntimeValue>& slots,
+                                                          std::vector<BoundSubgraph>* bound) const {
+  bound->clear();
+  bound->reserve(step.subgraphs.size());
+  for (size_t k = 0; k < step.subgraphs.size(); ++k) {
+    std::vector<RuntimeValue> outer;
+    for (int i : step.subgraph_outer[k]) outer.push_back(slots[step.inputs[i]]);
+    bound->emplace_back(step.subgraphs[k].get(), std::move(outer));
+  }
+  std::vector<const SubgraphRunner*> runners;
+  for (const BoundSubgraph& b : *bound) runners.push_back(&b);
+  return runners;
 }
 
 }  // namespace tob

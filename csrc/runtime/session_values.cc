@@ -53,14 +53,7 @@ Status Session::RunValueStep(Step& step, std::vector<RuntimeValue>& slots, const
     out_values[j] = &out;
   }
   std::vector<BoundSubgraph> bound;
-  std::vector<const SubgraphRunner*> runners;
-  bound.reserve(step.subgraphs.size());
-  for (size_t k = 0; k < step.subgraphs.size(); ++k) {
-    std::vector<RuntimeValue> outer;
-    for (int i : step.subgraph_outer[k]) outer.push_back(slots[step.inputs[i]]);
-    bound.emplace_back(step.subgraphs[k].get(), std::move(outer));
-  }
-  for (const BoundSubgraph& b : bound) runners.push_back(&b);
+  std::vector<const SubgraphRunner*> runners = BindSubgraphs(step, slots, &bound);
   KernelContext kctx(node, explicit_in, std::vector<Tensor*>(n_out, nullptr), pool_.get(), run_alloc,
                      std::move(runners));
   kctx.SetValues(std::move(in_values), std::move(out_values));
