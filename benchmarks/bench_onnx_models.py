@@ -112,7 +112,7 @@ def _max_abs_diff(outputs: list, reference: list) -> float:
 
 
 def bench_model(builder: Callable[[], onnx_models.BenchModel], threads: int, seconds: float, warmup: int,
-                rounds: int, min_runs: int) -> ModelResult:
+                rounds: int, min_runs: int, clock: Callable[[], float] = time.perf_counter) -> ModelResult:
     try:
         bm = builder()
     except Exception as exc:  # a broken builder must not stop the other models
@@ -154,9 +154,9 @@ def bench_model(builder: Callable[[], onnx_models.BenchModel], threads: int, sec
         for name, run in list(runners.items()):
             try:
                 for _ in range(per_round[name]):
-                    start = time.perf_counter()
+                    start = clock()
                     run()
-                    times[name].append(time.perf_counter() - start)
+                    times[name].append(clock() - start)
             except Exception as exc:
                 result.backends[name].error = _describe(exc)
                 runners.pop(name)
@@ -225,6 +225,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", help="comma-separated subset of: mlp,transformer,resnet50")
     parser.add_argument("--threads", type=int, default=0, help="intra-op threads (default: torch.get_num_threads())")
     parser.add_argument("--seconds", type=float, default=None, help="timed seconds per backend (default 2.5, quick 0.3)")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time runs by the process's CPU time (time.process_time) instead of wall time: with "
+                             "--threads 1 a run's own work, whatever other processes take of the cores; with more "
+                             "threads it sums them, spinning included")
     args = parser.parse_args(argv)
 
     if args.threads:
@@ -241,14 +245,15 @@ def main(argv: list[str] | None = None) -> int:
     print("environment: " + ", ".join(f"{k}={v}" for k, v in env.items()), flush=True)
     results = [
         bench_model(builders[m], threads, seconds, warmup=1 if args.quick else 3, rounds=3,
-                    min_runs=3 if args.quick else 10)
+                    min_runs=3 if args.quick else 10, clock=time.process_time if args.cpu_time else time.perf_counter)
         for m in selected
     ]
 
     print()
     print(format_table(results))
     print()
-    print("ms = median latency per run. Ratios are ours / other: > 1 means our engine is slower.")
+    print(("ms = median CPU time per run (--cpu-time). " if args.cpu_time else "ms = median latency per run. ")
+          + "Ratios are ours / other: > 1 means our engine is slower.")
     print("diff = max abs difference from torch eager's output. peak MB = our peak intermediate memory.")
     failures = [(r.model, name, b.error) for r in results for name, b in r.backends.items() if b.error]
     failures += [(r.model, "build", r.error) for r in results if r.error]

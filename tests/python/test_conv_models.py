@@ -9,6 +9,8 @@ a float64 numpy evaluation of the same graph."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -16,6 +18,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import torch_ort_backend as tob
+from torch_ort_backend import _C
 from torch_ort_backend.compile_state import live_graphs
 from torch_ort_backend.testing import models as cm
 from compile_harness import check_training_matches_eager
@@ -180,6 +183,12 @@ def test_onnx_resnet_style_graph_fuses_and_matches_float64(rng, tmp_path):
     expected = np.maximum(c2 + p, 0)
     assert y.shape == expected.shape
     np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-5)
+    if _C.sgemm_available() and os.environ.get("TOB_CONV_PACKED") != "0":
+        # The 3x3 weights packed once for the transposed tiles; the strided 1x1 keeps the per-call
+        # GEMM and packs nothing (docs/architecture.md, "Convolution (CPU)").
+        stats = sess.last_run_stats()
+        assert stats["prepacked_constants"] == 2, stats
+        assert stats["prepacked_bytes"] >= (w1.size + w2.size) * 4, stats
 
     optimized = onnx.load(so.optimized_model_filepath)
     ops = [n.op_type for n in optimized.graph.node]

@@ -1,6 +1,8 @@
 // Conv and com.microsoft FusedConv (Conv + optional Z + activation, conv_epilogue.h). 2-D convs
 // run by tiles of output columns: im2col of one cache-sized block, a GEMM, and bias/Z/activation
-// on the fresh block (GEMM straight on X for 1x1 stride-1 convs); depthwise convs (one input
+// on the fresh block (GEMM straight on X for 1x1 stride-1 convs); float32 weights that are a
+// constant are packed once per session (PrePack) and those tiles compute Y^T = col^T W^T on the
+// packed panels (conv_packed.h); depthwise convs (one input
 // channel per group) a direct loop, where GEMM would be a matrix-vector product per channel;
 // other ranks im2col of whole images + batched GEMM.
 #include <algorithm>
@@ -17,7 +19,9 @@
 #include "providers/cpu/nn/conv_columns.h"
 #include "providers/cpu/nn/conv_depthwise_isa.h"
 #include "providers/cpu/nn/conv_epilogue.h"
+#include "providers/cpu/nn/conv_packed.h"
 #include "providers/cpu/nn/gemm.h"
+#include "providers/cpu/nn/sgemm_packed.h"
 #include "providers/cpu/nn/window_geometry.h"
 
 namespace tob {
@@ -31,6 +35,14 @@ constexpr int64_t kMaxColumnBytes = int64_t{32} << 20;
 constexpr int64_t kColumnBlockBytes = int64_t{384} << 10;
 // Narrower blocks make the GEMM's B panels too short to amortise packing the weights.
 constexpr int64_t kMinColumnBlock = 64;
+// The transposed tiles' output block (positions x channels, before it is turned into Y's rows)
+// stays below this; blocks keep at least kMinTransposedRows positions (8 register tiles of 12),
+// so that each panel of the packed weights is used by enough rows.
+constexpr int64_t kTransposedBlockBytes = int64_t{512} << 10;
+constexpr int64_t kMinTransposedRows = 96;
+
+std::atomic<int64_t> g_packed_tiles{0};
+
 // Kernel heights the AVX-512 depthwise rows take (their tap rows are gathered on the stack).
 constexpr int64_t kMaxVectorKernelRows = 32;
 
@@ -125,26 +137,49 @@ struct ConvShape {
 // activation to the fresh block. Columns never go to memory and nothing re-reads Y. When the
 // column blocks are too few for the threads (small late-stage images), output channels are split
 // too, at the cost of filling the same columns once per part.
+//
+// With `packed` (the float32 weights of each group packed once per session, op(B) = W_g^T), a tile
+// computes its block transposed, Y^T = col^T W^T, on the packed panels: the positions are the
+// GEMM's rows (so the 49 positions of a 7x7 image fill register tiles instead of 2 panels of 32
+// columns, 17 of them empty), the channels its panels. The block lands in a per-slot buffer of
+// positions x channels and is turned into Y's rows before the epilogue. Channel parts are then
+// whole panels (multiples of 32).
 template <typename T>
-Status TiledConv2D(const KernelContext& ctx, const T* x, const T* w, const T* bias, const T* z, T* y,
-                   const ConvShape& s, const WindowGeometry& g, const conv_epilogue::ActivationSpec& act) {
+Status TiledConv2D(const KernelContext& ctx, const T* x, const T* w, const PackedSgemmB* packed, const T* bias,
+                   const T* z, T* y, const ConvShape& s, const WindowGeometry& g,
+                   const conv_epilogue::ActivationSpec& act) {
   ThreadPool* pool = ctx.thread_pool();
   const bool pointwise = g.IsPointwise();
   const int64_t threads = pool != nullptr ? std::max(1, pool->num_threads()) : 1;
+  const bool transposed = packed != nullptr;
+  const int64_t m_align = transposed ? kSgemmPanelCols : 16;
   // Columns per block: the block's kernel_dim x width buffer fits about half of a 1 MiB L2.
   const int64_t budget = kColumnBlockBytes / static_cast<int64_t>(sizeof(T));
   int64_t width = std::max<int64_t>(kMinColumnBlock, budget / std::max<int64_t>(1, s.kernel_dim));
-  if (width < s.out_size) width = std::max<int64_t>(kMinColumnBlock, width / 16 * 16);
+  if (transposed) {
+    // The positions x channels block stays in L2 too; blocks of even widths (no narrow remainder).
+    const int64_t cap = kTransposedBlockBytes / static_cast<int64_t>(sizeof(T)) / std::max<int64_t>(1, s.Mg);
+    width = std::max(kMinTransposedRows, std::min(width, cap));
+    const int64_t blocks = (s.out_size + width - 1) / width;
+    width = (s.out_size + blocks - 1) / blocks;
+  }
+  if (width < s.out_size) width = std::max<int64_t>(kMinColumnBlock, (width + (transposed ? 15 : 0)) / 16 * 16);
   width = std::min(width, s.out_size);
   const int64_t col_blocks = (s.out_size + width - 1) / width;
   const int64_t units = s.N * s.group * col_blocks;
   int64_t m_parts = 1;
-  if (units < 2 * threads) m_parts = std::clamp<int64_t>((2 * threads + units - 1) / units, 1, (s.Mg + 15) / 16);
+  if (threads > 1 && units < 2 * threads)
+    m_parts = std::clamp<int64_t>((2 * threads + units - 1) / units, 1, (s.Mg + m_align - 1) / m_align);
   const int64_t tasks = units * m_parts;
   const int64_t slots = std::min(threads, tasks);
-  Tensor scratch;
-  if (!pointwise) {
+  Tensor scratch, out_blocks;
+  // The transposed tiles copy a pointwise conv's block of X into the column buffer too: read in
+  // place, its rows are in_size apart and the GEMM's 12-row tiles would walk K pages per step.
+  if (!pointwise || transposed) {
     TOB_ASSIGN_OR_RETURN(scratch, ctx.AllocateScratch(DTypeOf<T>(), {slots * s.kernel_dim * width}));
+  }
+  if (transposed) {
+    TOB_ASSIGN_OR_RETURN(out_blocks, ctx.AllocateScratch(DTypeOf<T>(), {slots * width * s.Mg}));
   }
   std::atomic<int64_t> next{0};
   std::atomic<bool> failed{false};
@@ -152,7 +187,7 @@ Status TiledConv2D(const KernelContext& ctx, const T* x, const T* w, const T* bi
   std::mutex error_mu;
   ParallelFor(pool, slots, 1, [&](int64_t begin, int64_t end) {
     for (int64_t slot = begin; slot < end; ++slot) {
-      T* cols = pointwise ? nullptr : scratch.data<T>() + slot * s.kernel_dim * width;
+      T* cols = pointwise && !transposed ? nullptr : scratch.data<T>() + slot * s.kernel_dim * width;
       for (int64_t t = next++; t < tasks && !failed; t = next++) {
         // Parts of one column block are neighbours, so a slot that takes both reuses nothing,
         // but the two slots work on the same X rows at the same time.
@@ -162,19 +197,46 @@ Status TiledConv2D(const KernelContext& ctx, const T* x, const T* w, const T* bi
         const T* xg = x + (n * s.C + gi * s.Cg) * s.in_size;
         const T* b_mat;
         int64_t ldb;
-        if (pointwise) {
+        if (pointwise && !transposed) {
           b_mat = xg + p0;
           ldb = s.in_size;
+        } else if (pointwise) {
+          for (int64_t c = 0; c < s.Cg; ++c)
+            std::memcpy(cols + c * cols_n, xg + c * s.in_size + p0, sizeof(T) * static_cast<size_t>(cols_n));
+          b_mat = cols;
+          ldb = cols_n;
         } else {
           for (int64_t c = 0; c < s.Cg; ++c)
             conv_columns::Im2Col2DRange(xg + c * s.in_size, g, c, cols, cols_n, p0, p1);
           b_mat = cols;
           ldb = cols_n;
         }
-        const int64_t m_lo = std::min(s.Mg, (s.Mg * part / m_parts + 15) / 16 * 16);
-        const int64_t m_hi = part + 1 == m_parts ? s.Mg : std::min(s.Mg, (s.Mg * (part + 1) / m_parts + 15) / 16 * 16);
+        const int64_t m_lo = std::min(s.Mg, (s.Mg * part / m_parts + m_align - 1) / m_align * m_align);
+        const int64_t m_hi = part + 1 == m_parts
+                                 ? s.Mg
+                                 : std::min(s.Mg, (s.Mg * (part + 1) / m_parts + m_align - 1) / m_align * m_align);
         if (m_hi <= m_lo) continue;
         T* yg = y + (n * s.M + gi * s.Mg) * s.out_size;
+        const T* bias_g = bias != nullptr ? bias + gi * s.Mg : nullptr;
+        const T* z_g = z != nullptr ? z + (n * s.M + gi * s.Mg) * s.out_size : nullptr;
+        if constexpr (std::is_same_v<T, float>) {
+          if (transposed) {
+            // block[i, j] = Y[m_lo + j, p0 + i]: col^T (op(A) with trans_a; col is K x cols_n) times
+            // the packed W^T panels of channels [m_lo, m_hi), stored into Y's rows with the bias, Z
+            // and Relu; another activation runs over the rows afterwards.
+            const int64_t mw = m_hi - m_lo;
+            float* block = out_blocks.data<float>() + slot * width * s.Mg;
+            SgemmPackedBColumns(true, cols_n, m_lo, m_hi, 1.f, b_mat, ldb, packed[gi], 0.f, block, mw, nullptr);
+            const bool relu = act.kind == conv_epilogue::Activation::kRelu;
+            conv_packed::StoreTransposed(block, cols_n, mw, bias_g != nullptr ? bias_g + m_lo : nullptr,
+                                         z_g != nullptr ? z_g + m_lo * s.out_size + p0 : nullptr, s.out_size, relu,
+                                         yg + m_lo * s.out_size + p0, s.out_size);
+            if (!relu && act.kind != conv_epilogue::Activation::kNone)
+              conv_epilogue::Apply<T>(act, nullptr, nullptr, yg, s.out_size, m_lo, m_hi, p0, p1);
+            g_packed_tiles.fetch_add(1, std::memory_order_relaxed);
+            continue;
+          }
+        }
         Status st = Gemm(false, false, m_hi - m_lo, cols_n, s.kernel_dim, T(1), w + (gi * s.Mg + m_lo) * s.kernel_dim,
                          s.kernel_dim, b_mat, ldb, T(0), yg + m_lo * s.out_size + p0, s.out_size, nullptr);
         if (!st.ok()) {
@@ -182,9 +244,7 @@ Status TiledConv2D(const KernelContext& ctx, const T* x, const T* w, const T* bi
           if (!failed.exchange(true)) first_error = st;
           continue;
         }
-        conv_epilogue::Apply<T>(act, bias != nullptr ? bias + gi * s.Mg : nullptr,
-                                z != nullptr ? z + (n * s.M + gi * s.Mg) * s.out_size : nullptr, yg, s.out_size, m_lo,
-                                m_hi, p0, p1);
+        conv_epilogue::Apply<T>(act, bias_g, z_g, yg, s.out_size, m_lo, m_hi, p0, p1);
       }
     }
   });
@@ -241,9 +301,11 @@ Status ColumnConvND(const KernelContext& ctx, const T* x, const T* w, const T* b
   return Status::OK();
 }
 
+// `packed`: the weights of each group packed once per session (float32 only), or nullptr.
 template <typename T>
-Status ConvTyped(const KernelContext& ctx, const Tensor& X, const Tensor& Wt, const Tensor* B, const Tensor* Z,
-                 Tensor& Y, const WindowGeometry& geometry, int64_t group, const conv_epilogue::ActivationSpec& act) {
+Status ConvTyped(const KernelContext& ctx, const Tensor& X, const Tensor& Wt, const PackedSgemmB* packed,
+                 const Tensor* B, const Tensor* Z, Tensor& Y, const WindowGeometry& geometry, int64_t group,
+                 const conv_epilogue::ActivationSpec& act) {
   ConvShape s;
   s.N = X.dim(0);
   s.C = X.dim(1);
@@ -269,11 +331,11 @@ Status ConvTyped(const KernelContext& ctx, const Tensor& X, const Tensor& Wt, co
   }
   // TOB_CONV_TILED=0 takes the whole-image column path for 2-D convs too: the A/B switch behind
   // the figures in docs/performance.md.
-  static const bool tiled = [] {
-    const char* env = std::getenv("TOB_CONV_TILED");
-    return env == nullptr || std::string(env) != "0";
-  }();
-  if (geometry.rank() <= 2 && tiled) return TiledConv2D(ctx, x, w, bias, z, y, s, geometry.As2D(), act);
+  if (geometry.rank() <= 2 && conv_packed::TiledEnabled()) {
+    const bool transposed = packed != nullptr && conv_packed::TransposedWins(s.Mg, s.kernel_dim, geometry.kernel_size(),
+                                                                             geometry.IsPointwise());
+    return TiledConv2D(ctx, x, w, transposed ? packed : nullptr, bias, z, y, s, geometry.As2D(), act);
+  }
   TOB_RETURN_IF_ERROR(ColumnConvND(ctx, x, w, bias, y, s, geometry.rank() <= 2 ? geometry.As2D() : geometry));
   PlaneEpilogue(act, z, y, s.N * s.M, s.out_size, pool);
   return Status::OK();
@@ -288,6 +350,39 @@ class ConvKernel final : public OpKernel {
     TOB_ASSIGN_OR_RETURN(WindowAttributes attrs, WindowAttributes::Read(node));
     TOB_ASSIGN_OR_RETURN(conv_epilogue::ActivationSpec act, conv_epilogue::ReadActivation(node));
     return MakeKernel<ConvKernel>(node, std::move(attrs), act);
+  }
+
+  // A float32 constant W of a 1-D or 2-D conv that is not depthwise: op(B) = W_g^T of each group,
+  // [kernel_dim, Mg], packed once for the transposed tiles (TiledConv2D).
+  Status PrePack(int input_index, const Tensor& constant, bool* packed) override {
+    *packed = false;
+    if (input_index != 1 || constant.dtype() != DType::kFloat32 || !SgemmAvailable() || !conv_packed::TiledEnabled())
+      return Status::OK();
+    const int64_t group = attrs_.group;
+    if ((constant.rank() != 3 && constant.rank() != 4) || group < 1 || constant.dim(0) % group != 0)
+      return Status::OK();
+    const int64_t Mg = constant.dim(0) / group;
+    const int64_t kernel_dim = constant.numel() / std::max<int64_t>(1, constant.dim(0));
+    if (Mg == 0 || kernel_dim == 0 || (constant.dim(1) == 1 && group > 1)) return Status::OK();  // depthwise
+    // Shapes that keep the per-call GEMM (TransposedWins) need no packed copy.
+    const int64_t kernel_size = kernel_dim / constant.dim(1);
+    const auto ones = [](const std::vector<int64_t>& v, int64_t value) {
+      return std::all_of(v.begin(), v.end(), [&](int64_t e) { return e == value; });
+    };
+    if (!conv_packed::TransposedWins(Mg, kernel_dim, kernel_size,
+                                     kernel_size == 1 && ones(attrs_.strides, 1) && ones(attrs_.pads, 0)))
+      return Status::OK();
+    const float* w = constant.data<float>();
+    for (int64_t gi = 0; gi < group; ++gi)
+      packed_w_.push_back(PackedSgemmB::Pack(true, Mg, kernel_dim, w + gi * Mg * kernel_dim, kernel_dim, nullptr));
+    packed_shape_ = constant.shape();
+    *packed = true;
+    return Status::OK();
+  }
+  size_t PrePackedBytes() const override {
+    size_t bytes = 0;
+    for (const PackedSgemmB& p : packed_w_) bytes += p.bytes();
+    return bytes;
   }
 
   Status Compute(KernelContext& ctx) const override {
@@ -328,11 +423,14 @@ class ConvKernel final : public OpKernel {
           TOB_ASSIGN_OR_RETURN(zf, ToFloatScratch(ctx, *z));
         }
         TOB_ASSIGN_OR_RETURN(Tensor yf, ctx.AllocateScratch(DType::kFloat32, y.shape()));
-        TOB_RETURN_IF_ERROR(
-            ConvTyped<float>(ctx, xf, wf, b ? &bf : nullptr, z ? &zf : nullptr, yf, geometry.value(), group, act_));
+        TOB_RETURN_IF_ERROR(ConvTyped<float>(ctx, xf, wf, nullptr, b ? &bf : nullptr, z ? &zf : nullptr, yf,
+                                             geometry.value(), group, act_));
         return FromFloatScratch(ctx, yf, &y);
       } else {
-        return ConvTyped<T>(ctx, x, w, b, z, y, geometry.value(), group, act_);
+        // The packed weights are the constant's (its shape was checked when packing).
+        const PackedSgemmB* packed =
+            std::is_same_v<T, float> && !packed_w_.empty() && w.shape() == packed_shape_ ? packed_w_.data() : nullptr;
+        return ConvTyped<T>(ctx, x, w, packed, b, z, y, geometry.value(), group, act_);
       }
     });
   }
@@ -340,9 +438,46 @@ class ConvKernel final : public OpKernel {
  private:
   WindowAttributes attrs_;
   conv_epilogue::ActivationSpec act_;
+  std::vector<PackedSgemmB> packed_w_;  // one per group, set once by PrePack, read-only afterwards
+  Shape packed_shape_;
 };
 
 }  // namespace
+
+namespace conv_packed {
+
+bool TiledEnabled() {
+  // TOB_CONV_TILED=0 takes the whole-image column path for 2-D convs too: the A/B switch behind
+  // the figures in docs/performance.md.
+  static const bool tiled = [] {
+    const char* env = std::getenv("TOB_CONV_TILED");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  return tiled;
+}
+
+bool TransposedWins(int64_t Mg, int64_t kernel_dim, int64_t kernel_size, bool pointwise) {
+  // TOB_CONV_PACKED=0 packs nothing and keeps every conv on the per-call GEMM (the path before
+  // pre-packing), =1 packs every float32 constant W and sends its conv to the transposed tiles: the
+  // A/B switches of docs/performance.md.
+  static const int mode = [] {
+    const char* env = std::getenv("TOB_CONV_PACKED");
+    if (env == nullptr) return -1;
+    return std::string(env) == "0" ? 0 : std::string(env) == "1" ? 1 : -1;
+  }();
+  if (mode >= 0) return mode == 1;
+  // Measured per ResNet-50 conv shape (docs/performance.md, "Convolution"): the transposed tiles
+  // win or tie on every conv but 1x1 ones with a stride (a strided gather either way; the
+  // per-call GEMM's wider position blocks measured 5-20% faster) and pointwise ones with few input
+  // channels and many output channels (64 -> 256, 128 -> 512: the GEMM's K is too short to hide
+  // turning the positions x channels block around, 10-15% slower).
+  if (kernel_size != 1) return true;
+  return pointwise && !(kernel_dim <= 128 && Mg >= 256);
+}
+
+int64_t PackedTilesRun() { return g_packed_tiles.load(std::memory_order_relaxed); }
+
+}  // namespace conv_packed
 
 void RegisterCpuConvKernels(KernelRegistry& registry) {
   registry.Register(Def("Conv").Versions(1).Constraint("T", {0, 1, 2}, FloatTypes()).Kernel<ConvKernel>());

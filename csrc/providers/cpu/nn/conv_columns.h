@@ -62,22 +62,27 @@ void Im2Col2DRange(const T* x_plane, const WindowGeometry& g, int64_t c, T* col,
       const int64_t w_off = kw * dw - g.pad_begin[1];
       int64_t ow_lo, ow_hi;
       ValidOutputRange(w_off, sw, W, OW, &ow_lo, &ow_hi);
-      for (int64_t p = p0; p < p1;) {
-        const int64_t oh = p / OW, ow0 = p % OW, ow1 = std::min(OW, ow0 + (p1 - p));
+      // Output rows are walked incrementally (no division per row) and copied by plain loops:
+      // on the short rows of late stages (7 or 14 positions) a division and library calls per
+      // row cost more than the copy.
+      int64_t oh = p0 / OW, ow0 = p0 % OW;
+      for (int64_t p = p0; p < p1; ++oh, ow0 = 0) {
+        const int64_t ow1 = std::min(OW, ow0 + (p1 - p));
         T* row = dst + p - ow0;  // row[ow] is position (oh, ow)
         const int64_t ih = oh * sh - g.pad_begin[0] + kh * dh;
         if (ih < 0 || ih >= H) {
-          std::fill(row + ow0, row + ow1, T(0));
+          for (int64_t ow = ow0; ow < ow1; ++ow) row[ow] = T(0);
         } else {
           const T* src = x_plane + ih * W;
           const int64_t lo = std::clamp(ow_lo, ow0, ow1), hi = std::clamp(ow_hi, lo, ow1);
-          std::fill(row + ow0, row + lo, T(0));
+          for (int64_t ow = ow0; ow < lo; ++ow) row[ow] = T(0);
           if (sw == 1) {
-            if (hi > lo) std::memcpy(row + lo, src + lo + w_off, sizeof(T) * (hi - lo));
+            const T* shifted = src + w_off;
+            for (int64_t ow = lo; ow < hi; ++ow) row[ow] = shifted[ow];
           } else {
             for (int64_t ow = lo; ow < hi; ++ow) row[ow] = src[ow * sw + w_off];
           }
-          std::fill(row + hi, row + ow1, T(0));
+          for (int64_t ow = hi; ow < ow1; ++ow) row[ow] = T(0);
         }
         p += ow1 - ow0;
       }

@@ -17,7 +17,7 @@ using small_gemm::Kernels;
 
 // A panel is 2 zmm of columns; the last one is 1 zmm wide when 16 columns or fewer are left (the
 // tile reads rows of `vectors * 16` floats). Every panel is given room for 32 columns per row.
-constexpr int64_t kPanelCols = 32;
+constexpr int64_t kPanelCols = kSgemmPanelCols;
 constexpr int64_t kVectorCols = 16;
 // K block: 256 rows of a panel (32 KiB) stay in L1 while the row tiles of a block of A run over
 // them; a block of A (up to kBlockRows x 256 floats = 192 KiB) stays in L2 across the panels of
@@ -159,6 +159,18 @@ void SgemmPackedB(bool trans_a, int64_t M, float alpha, const float* A, int64_t 
   }
   const float* panels = b.data();
   RunPanels(Problems{trans_a, M, b.N(), b.K(), alpha, &A, lda, &panels, beta, &C, ldc, 1}, pool);
+}
+
+void SgemmPackedBColumns(bool trans_a, int64_t M, int64_t n_begin, int64_t n_end, float alpha, const float* A,
+                         int64_t lda, const PackedSgemmB& b, float beta, float* C, int64_t ldc, ThreadPool* pool) {
+  const int64_t N = n_end - n_begin;
+  if (M == 0 || N <= 0) return;
+  if (b.K() == 0) {
+    ScaleC(M, N, beta, C, ldc);
+    return;
+  }
+  const float* panels = b.data() + n_begin / kPanelCols * b.K() * kPanelCols;
+  RunPanels(Problems{trans_a, M, N, b.K(), alpha, &A, lda, &panels, beta, &C, ldc, 1}, pool);
 }
 
 void Sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* const* a, int64_t lda,

@@ -51,6 +51,13 @@ class PackedSgemmB {
 void SgemmPackedB(bool trans_a, int64_t M, float alpha, const float* A, int64_t lda, const PackedSgemmB& b, float beta,
                   float* C, int64_t ldc, ThreadPool* pool);
 
+// Columns [n_begin, n_end) of the same product: C (M x (n_end - n_begin)) = alpha * op(A) @
+// op(B)[:, n_begin:n_end] + beta * C. n_begin is a multiple of kSgemmPanelCols and n_end one too
+// or b.N() (whole panels: a part of the output channels of a convolution's packed weights).
+constexpr int64_t kSgemmPanelCols = 32;
+void SgemmPackedBColumns(bool trans_a, int64_t M, int64_t n_begin, int64_t n_end, float alpha, const float* A,
+                         int64_t lda, const PackedSgemmB& b, float beta, float* C, int64_t ldc, ThreadPool* pool);
+
 // `batch` problems C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i]: packs every op(B[i]) (a
 // broadcast B shared by consecutive problems once) into one buffer, then runs them like
 // SgemmPackedB. Arguments are assumed valid (gemm.cc checks them), M, N, K > 0.
