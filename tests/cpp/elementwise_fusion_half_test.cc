@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "graph_pass_test_util.h"
 #include "op_tester.h"
@@ -323,6 +324,60 @@ TEST(FusedElementwiseKernelHalf, EveryInstructionInBfloat16) {
 
 TEST(FusedElementwiseKernelHalf, EveryInstructionInFloat16) {
   CheckEveryOp<Float16>(DType::kFloat16, std::ldexp(1.0, -11));
+}
+
+// The bfloat16 rounding inside the instructions' loops (round_16bit.h) on the values where rounding
+// is delicate: infinities, NaNs, subnormals, the largest finite values (a product overflows to inf)
+// and products that land halfway between two bfloat16 values (ties to even). The fused node's bits
+// must equal the unfused kernels'.
+TEST(FusedElementwiseKernelHalf, SpecialValuesRoundAsTheUnfusedKernels) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> xs = {inf,     -inf,     nan,       -nan,       0.f,        -0.f,   1e-39f,
+                           -3e-40f, 3.38e38f, -3.38e38f, 1.0078125f, 1.0234375f, 255.5f, -0.33203125f};
+  std::vector<float> ws = {0.5f, 2.f, -1.f, 3.f, inf, 1e-38f, 1.00390625f, 1.5f, 1.0078125f, 1.99f};
+  std::vector<BFloat16> x, w;
+  for (size_t i = 0; i < 600; ++i) {
+    // Beyond the special values: products of two 8-bit significands, many of them ties.
+    x.push_back(BFloat16(i < xs.size() ? xs[i] : 1.f + static_cast<float>(i % 97) / 128.f));
+    w.push_back(BFloat16(ws[i % ws.size()] * (i % 2 ? 1.f : -1.f)));
+  }
+  auto build = [] {
+    auto g = std::make_unique<Graph>();
+    GraphBuilder b(*g, 20);
+    b.Input("x", BF16({600})).Input("w", BF16({600}));
+    EXPECT_TRUE(g->AddInitializer("k", Tensor::FromVector<float>({0.3f}, {})).ok());
+    b.Op("Mul", {"x", "w"}, {"u"});
+    b.Op("Add", {"u", "x"}, {"v"});
+    b.Op("Cast", {"v"}, {"vf"}, CastTo(DType::kFloat32));
+    b.Op("Mul", {"vf", "k"}, {"y"});
+    b.Op("Cast", {"y"}, {"yb"}, CastTo(DType::kBFloat16));
+    b.Op("Div", {"yb", "w"}, {"z"});
+    b.Output("v").Output("z");
+    return g;
+  };
+  const Tensor xt = Tensor::FromVector<BFloat16>(x, {600}), wt = Tensor::FromVector<BFloat16>(w, {600});
+  tob::Run fused = RunGraph(build(), OptLevel::kAll, {"x", "w"}, {xt, wt}, 1);
+  tob::Run plain = RunGraph(build(), OptLevel::kExtended, {"x", "w"}, {xt, wt}, 1);
+  ASSERT_EQ(fused.fused_nodes, 1);
+  ASSERT_EQ(plain.fused_nodes, 0);
+  ASSERT_EQ(fused.outputs.size(), 2u);
+  for (size_t o = 0; o < 2; ++o) {
+    ASSERT_EQ(fused.outputs[o].dtype(), DType::kBFloat16);
+    const uint16_t* f = static_cast<const uint16_t*>(fused.outputs[o].raw_data());
+    const uint16_t* p = static_cast<const uint16_t*>(plain.outputs[o].raw_data());
+    for (int64_t i = 0; i < 600; ++i) ASSERT_EQ(f[i], p[i]) << "output " << o << " element " << i;
+  }
+  // The cases do reach infinities, NaNs and subnormal results.
+  int infs = 0, nans = 0, subnormals = 0;
+  for (int64_t i = 0; i < 600; ++i) {
+    const float v = At<BFloat16>(fused.outputs[0], i);
+    infs += std::isinf(v);
+    nans += std::isnan(v);
+    subnormals += v != 0 && std::fpclassify(v) == FP_SUBNORMAL;
+  }
+  EXPECT_GT(infs, 0);
+  EXPECT_GT(nans, 0);
+  EXPECT_GT(subnormals, 0);
 }
 
 TEST(FusedElementwiseKernelHalf, RejectsOperandsOfAnotherTypeThanTheResult) {

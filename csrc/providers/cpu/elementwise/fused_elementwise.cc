@@ -9,18 +9,21 @@
 // unfused graph's bit for bit. 16-bit registers follow the unfused 16-bit kernels, which widen
 // their operands to float32, compute there and round the result once: a float16/bfloat16 input is
 // widened as its block is loaded (exact), a 16-bit instruction's float32 result is rounded to its
-// type and kept widened (core/float_convert.h's rounding, the one the kernels and Cast use), and a
-// 16-bit output is narrowed as it is stored (exact, its values being representable). A Cast is
-// that rounding alone (none to float32).
+// type and kept widened (core/float_convert.h's rounding, the one the kernels and Cast use, as
+// round_16bit.h computes it without a 16-bit buffer: for bfloat16 inside the instruction's own
+// loop, while the value is in a register), and a 16-bit output is narrowed as it is stored (exact,
+// its values being representable). A Cast is that rounding alone (none to float32).
 //
 // Broadcasting: a register holds kBlock values or one repeated value (stride 0). An input broadcast
 // along the inner dim (a scalar, a row's factor) stays one value through every instruction that
 // reads only such values, so a per-row computation is done once per row run, not per element.
 #include <cstring>
+#include <type_traits>
 
 #include "core/float_convert.h"
 #include "ops/fused_elementwise_program.h"
 #include "providers/cpu/elementwise/elementwise_type_sets.h"
+#include "providers/cpu/elementwise/round_16bit.h"
 #include "providers/cpu/elementwise/vector_math.h"
 
 namespace tob::ew {
@@ -35,41 +38,72 @@ struct Operand {
   int64_t stride = 0;
 };
 
-template <typename Op>
-Operand Binary(Operand a, Operand b, float* dst, int64_t n) {
+// What an instruction does to each float32 result before keeping it: nothing (float32 and
+// float16 registers; float16's rounding is a pass of its own, RoundRegisterToFloat16) or the
+// bfloat16 rounding, applied in the instruction's own loop while the value is in a register.
+struct KeepFloat {
+  float operator()(float v) const { return v; }
+};
+struct RoundBFloat16 {
+  float operator()(float v) const { return RoundToBFloat16(v); }
+};
+
+template <typename Op, typename Post>
+Operand Binary(Operand a, Operand b, float* dst, int64_t n, Post post) {
+  const Op op{};
   if (a.stride == 0 && b.stride == 0) {
-    dst[0] = Op{}(a.p[0], b.p[0]);
+    dst[0] = post(op(a.p[0], b.p[0]));
     return {dst, 0};
   }
-  BinaryComputeLoop(a.p, a.stride, b.p, b.stride, dst, n, Op{});
+  const float* ap = a.p;
+  const float* bp = b.p;
+  if (a.stride != 0 && b.stride != 0) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = post(op(ap[i], bp[i]));
+  } else if (a.stride != 0) {
+    const float bv = bp[0];
+    for (int64_t i = 0; i < n; ++i) dst[i] = post(op(ap[i], bv));
+  } else {
+    const float av = ap[0];
+    for (int64_t i = 0; i < n; ++i) dst[i] = post(op(av, bp[i]));
+  }
   return {dst, 1};
 }
 
-template <typename Op>
-Operand UnaryMap(Operand x, float* dst, int64_t n) {
+template <typename Op, typename Post>
+Operand UnaryMap(Operand x, float* dst, int64_t n, Post post) {
   const int64_t m = x.stride != 0 ? n : 1;
   const Op op{};
-  for (int64_t i = 0; i < m; ++i) dst[i] = op(x.p[i]);
+  for (int64_t i = 0; i < m; ++i) dst[i] = post(op(x.p[i]));
   return {dst, x.stride};
 }
 
-Operand UnaryArray(void (*fn)(const float*, float*, int64_t), Operand x, float* dst, int64_t n) {
-  fn(x.p, dst, x.stride != 0 ? n : 1);
-  return {dst, x.stride};
-}
-
-// Rounds r's values to t (float16 or bfloat16) into dst, widened back to float32: what storing
-// them in a tensor of type t and reading them again gives.
-Operand RoundTo(DType t, Operand r, float* dst, int64_t n) {
-  const int64_t m = r.stride != 0 ? n : 1;
-  alignas(64) uint16_t bits[kBlock];
-  if (t == DType::kBFloat16) {
-    FromFloat(r.p, reinterpret_cast<BFloat16*>(bits), m);
-    ToFloat(reinterpret_cast<const BFloat16*>(bits), dst, m);
-  } else {
-    FromFloat(r.p, reinterpret_cast<Float16*>(bits), m);
-    ToFloat(reinterpret_cast<const Float16*>(bits), dst, m);
+template <typename Post>
+Operand UnaryArray(void (*fn)(const float*, float*, int64_t), Operand x, float* dst, int64_t n, Post post) {
+  const int64_t m = x.stride != 0 ? n : 1;
+  fn(x.p, dst, m);
+  if constexpr (!std::is_same_v<Post, KeepFloat>) {
+    for (int64_t i = 0; i < m; ++i) dst[i] = post(dst[i]);
   }
+  return {dst, x.stride};
+}
+
+// A Cast: its operand's values, rounded by post (none to float32: the operand register itself).
+template <typename Post>
+Operand CastTo(Operand x, float* dst, int64_t n, Post post) {
+  if constexpr (std::is_same_v<Post, KeepFloat>) {
+    return x;
+  } else {
+    const int64_t m = x.stride != 0 ? n : 1;
+    for (int64_t i = 0; i < m; ++i) dst[i] = post(x.p[i]);
+    return {dst, x.stride};
+  }
+}
+
+// Rounds r's values to float16 into dst, widened back to float32: what storing them in a float16
+// tensor and reading them again gives.
+Operand RoundRegisterToFloat16(Operand r, float* dst, int64_t n) {
+  const int64_t m = r.stride != 0 ? n : 1;
+  RoundToFloat16(r.p, dst, m);
   return {dst, r.stride};
 }
 
@@ -93,22 +127,23 @@ void Store(DType t, Operand r, void* y, int64_t n) {
   }
   uint16_t* y16 = static_cast<uint16_t*>(y);
   if (r.stride != 0) {
-    if (t == DType::kBFloat16) FromFloat(r.p, reinterpret_cast<BFloat16*>(y16), n);
+    if (t == DType::kBFloat16) NarrowExactToBFloat16(r.p, y16, n);
     else FromFloat(r.p, reinterpret_cast<Float16*>(y16), n);
     return;
   }
   uint16_t v = 0;
-  if (t == DType::kBFloat16) FromFloat(r.p, reinterpret_cast<BFloat16*>(&v), 1);
+  if (t == DType::kBFloat16) NarrowExactToBFloat16(r.p, &v, 1);
   else FromFloat(r.p, reinterpret_cast<Float16*>(&v), 1);
   for (int64_t i = 0; i < n; ++i) y16[i] = v;
 }
 
-Operand Select(const uint8_t* c, int64_t sc, Operand x, Operand y, float* dst, int64_t n) {
+template <typename Post>
+Operand Select(const uint8_t* c, int64_t sc, Operand x, Operand y, float* dst, int64_t n, Post post) {
   if (sc == 0 && x.stride == 0 && y.stride == 0) {
-    dst[0] = c[0] != 0 ? x.p[0] : y.p[0];
+    dst[0] = post(c[0] != 0 ? x.p[0] : y.p[0]);
     return {dst, 0};
   }
-  for (int64_t i = 0; i < n; ++i) dst[i] = c[i * sc] != 0 ? x.p[i * x.stride] : y.p[i * y.stride];
+  for (int64_t i = 0; i < n; ++i) dst[i] = post(c[i * sc] != 0 ? x.p[i * x.stride] : y.p[i * y.stride]);
   return {dst, 1};
 }
 
@@ -219,37 +254,14 @@ class FusedElementwiseKernel final : public OpKernel {
     }
     for (size_t k = 0; k < program_.code.size(); ++k) {
       const FusedInstruction& ins = program_.code[k];
-      float* dst = scratch[k];
-      const Operand a = reg[ins.src[0]];
-      const Operand b = ins.arity > 1 ? reg[ins.src[1]] : Operand{};
-      Operand r;
-      switch (ins.code) {
-        case FusedOpCode::kAdd: r = Binary<AddOp>(a, b, dst, n); break;
-        case FusedOpCode::kSub: r = Binary<SubOp>(a, b, dst, n); break;
-        case FusedOpCode::kMul: r = Binary<MulOp>(a, b, dst, n); break;
-        case FusedOpCode::kDiv: r = Binary<DivOp>(a, b, dst, n); break;
-        case FusedOpCode::kPow: r = Binary<PowOp>(a, b, dst, n); break;
-        case FusedOpCode::kNeg: r = UnaryMap<NegOp>(a, dst, n); break;
-        case FusedOpCode::kAbs: r = UnaryMap<AbsOp>(a, dst, n); break;
-        case FusedOpCode::kReciprocal: r = UnaryMap<ReciprocalOp>(a, dst, n); break;
-        case FusedOpCode::kRelu: r = UnaryMap<ReluOp>(a, dst, n); break;
-        case FusedOpCode::kSqrt: r = UnaryArray(SqrtArray, a, dst, n); break;
-        case FusedOpCode::kExp: r = UnaryArray(ExpArray, a, dst, n); break;
-        case FusedOpCode::kLog: r = UnaryArray(LogArray, a, dst, n); break;
-        case FusedOpCode::kTanh: r = UnaryArray(TanhArray, a, dst, n); break;
-        case FusedOpCode::kSigmoid: r = UnaryArray(SigmoidArray, a, dst, n); break;
-        case FusedOpCode::kErf: r = UnaryArray(ErfArray, a, dst, n); break;
-        case FusedOpCode::kGelu: r = UnaryArray(GeluArray, a, dst, n); break;
-        case FusedOpCode::kGeluTanh: r = UnaryArray(GeluTanhArray, a, dst, n); break;
-        case FusedOpCode::kWhere: {
-          const int c = ins.src[0];
-          r = Select(cond[c], stride[c], b, reg[ins.src[2]], dst, n);
-          break;
-        }
-        case FusedOpCode::kCast: r = a; break;  // the rounding below is the whole of it
-      }
       const DType t = program_.types[num_inputs + k];
-      if (t != DType::kFloat32) r = RoundTo(t, r, dst, n);
+      Operand r;
+      if (t == DType::kBFloat16) {
+        r = Execute(ins, reg, cond, stride, scratch[k], n, RoundBFloat16{});
+      } else {
+        r = Execute(ins, reg, cond, stride, scratch[k], n, KeepFloat{});
+        if (t == DType::kFloat16) r = RoundRegisterToFloat16(r, scratch[k], n);
+      }
       reg[num_inputs + k] = r;
     }
     for (size_t o = 0; o < program_.outputs.size(); ++o) {
@@ -257,6 +269,39 @@ class FusedElementwiseKernel final : public OpKernel {
       const DType t = program_.types[r];
       Store(t, reg[r], static_cast<char*>(out[o]) + o_off * static_cast<int64_t>(DTypeSize(t)), n);
     }
+  }
+
+  // Instruction `ins` over the block's n values into dst, each result passed through post.
+  template <typename Regs, typename Conds, typename Post>
+  static Operand Execute(const FusedInstruction& ins, const Regs& reg, const Conds& cond,
+                         const std::array<int64_t, kFusedMaxInputs>& stride, float* dst, int64_t n, Post post) {
+    const Operand a = reg[ins.src[0]];
+    const Operand b = ins.arity > 1 ? reg[ins.src[1]] : Operand{};
+    switch (ins.code) {
+      case FusedOpCode::kAdd: return Binary<AddOp>(a, b, dst, n, post);
+      case FusedOpCode::kSub: return Binary<SubOp>(a, b, dst, n, post);
+      case FusedOpCode::kMul: return Binary<MulOp>(a, b, dst, n, post);
+      case FusedOpCode::kDiv: return Binary<DivOp>(a, b, dst, n, post);
+      case FusedOpCode::kPow: return Binary<PowOp>(a, b, dst, n, post);
+      case FusedOpCode::kNeg: return UnaryMap<NegOp>(a, dst, n, post);
+      case FusedOpCode::kAbs: return UnaryMap<AbsOp>(a, dst, n, post);
+      case FusedOpCode::kReciprocal: return UnaryMap<ReciprocalOp>(a, dst, n, post);
+      case FusedOpCode::kRelu: return UnaryMap<ReluOp>(a, dst, n, post);
+      case FusedOpCode::kSqrt: return UnaryArray(SqrtArray, a, dst, n, post);
+      case FusedOpCode::kExp: return UnaryArray(ExpArray, a, dst, n, post);
+      case FusedOpCode::kLog: return UnaryArray(LogArray, a, dst, n, post);
+      case FusedOpCode::kTanh: return UnaryArray(TanhArray, a, dst, n, post);
+      case FusedOpCode::kSigmoid: return UnaryArray(SigmoidArray, a, dst, n, post);
+      case FusedOpCode::kErf: return UnaryArray(ErfArray, a, dst, n, post);
+      case FusedOpCode::kGelu: return UnaryArray(GeluArray, a, dst, n, post);
+      case FusedOpCode::kGeluTanh: return UnaryArray(GeluTanhArray, a, dst, n, post);
+      case FusedOpCode::kWhere: {
+        const int c = ins.src[0];
+        return Select(cond[c], stride[c], b, reg[ins.src[2]], dst, n, post);
+      }
+      case FusedOpCode::kCast: return CastTo(a, dst, n, post);
+    }
+    return a;  // unreachable: ReadFusedProgram accepts only the codes above
   }
 
   FusedProgram program_;
