@@ -41,8 +41,20 @@ STATS = COMPILE_STATE.stats
 _to_dlpack = torch.utils.dlpack.to_dlpack
 _from_dlpack = getattr(torch._C, "_from_dlpack", torch.utils.dlpack.from_dlpack)
 # Where an output of the fast path comes from (CompiledGraph._fast_output_plan).
-_ENGINE, _INPUT, _SAME_AS, _CONSTANT = range(4)
+_ENGINE, _INPUT, _SAME_AS, _CONSTANT, _VIEW = range(5)
 _DEBUG = logging.DEBUG
+
+
+def _replay_views(views: list, args: list, outs: list, hidden: list) -> None:
+    """Fills outs[i] for each (i, ("view", (where, k), ops, copy)) of `views`: the torch view ops
+    replayed on the base (argument k, output k, or hidden session output k). Replayed views share
+    their base's version counter, as in eager, so an in-place edit of a returned tensor the backward
+    needs raises instead of corrupting gradients."""
+    for i, (_, (where, k), ops, copy) in views:
+        t = args[k] if where == "input" else outs[k] if where == "output" else hidden[k]
+        for op, op_args, op_kwargs in ops:
+            t = op(t, *op_args, **op_kwargs)
+        outs[i] = t.clone() if copy else t
 
 
 def _load_engine():
@@ -113,6 +125,8 @@ class CompiledGraph:
         self.fallback = FallbackManager(opts.fallback_policy, opts.fallback_retry, f"the {stage} graph {self.name}")
         self.eager = False
         self._fast = False  # calls take _run_fast (set once the session exists)
+        self._contiguous_copies: tuple[int, ...] = ()  # arguments _run_fast makes contiguous
+        self._declared_outputs = 0  # the session's outputs that are graph outputs (views' bases follow)
         self._donates = False
         self.aot_meta = None  # AOTAutograd's ViewAndMutationMeta of this region (lean_call.py), set by the backend
         self.session = None
@@ -163,29 +177,38 @@ class CompiledGraph:
 
     def _fast_output_plan(self) -> list[tuple[int, Any]] | None:
         """How _run_fast builds the outputs, worked out once: (_ENGINE, i) the session's output i,
-        (_INPUT, k) argument k, (_SAME_AS, j) output j again, (_CONSTANT, v) the value v. None where
-        calls cannot take the fast path: an input that is not a tensor, feeds not in the session's
-        own input order, a runtime inspector, or outputs rebuilt per call (symints, replayed views)."""
+        (_INPUT, k) argument k, (_SAME_AS, j) output j again, (_CONSTANT, v) the value v, (_VIEW,
+        kind) a torch view replayed on its base as _run_engine does it (the base an argument, an
+        output, or one of the session's outputs after the declared ones). None where calls cannot
+        take the fast path: an input that is not a tensor, feeds not in the session's own input
+        order, a runtime inspector, or symint outputs."""
         ex = self.exported
         if self.session is None or self.inspector is not None or any(k != "tensor" for k in ex.input_kinds):
             return None
         if [i.name for i in self.session.get_inputs()] != list(self._input_names):
             return None
         plan: list[tuple[int, Any]] = []
-        engine_outputs = 0
+        engine_outputs, views = 0, False
         for kind in ex.output_kinds:
             if kind == "tensor":
                 plan.append((_ENGINE, engine_outputs))
                 engine_outputs += 1
-            elif kind == "symint" or kind[0] == "view":
+            elif kind == "symint":
                 return None
+            elif kind[0] == "view":
+                plan.append((_VIEW, kind))
+                views = True
             elif kind[0] == "input":
                 plan.append((_INPUT, kind[1]))
             elif kind[0] == "same_as":
                 plan.append((_SAME_AS, kind[1]))
             else:
                 plan.append((_CONSTANT, kind[1]))
-        return plan if engine_outputs == len(self.session.get_outputs()) else None
+        session_outputs = len(self.session.get_outputs())
+        # Views may read session outputs beyond the declared ones ("hidden" bases); nothing else may.
+        fits = engine_outputs == session_outputs or (views and engine_outputs < session_outputs)
+        self._declared_outputs = engine_outputs
+        return plan if fits else None
 
     def _export(self) -> ExportedGraph:
         try:
@@ -291,16 +314,22 @@ class CompiledGraph:
                 return self._run_fast(args)
             except Exception as e:
                 # A bad input (another device, dtype or shape) or a failed run: the checked path
-                # below raises the named error. Or an input the fast path cannot take (a
-                # non-contiguous tensor): the checked path runs it, and this graph keeps to it.
-                # Only donated inputs already handed to the engine (taken out of args) rule out a rerun.
+                # below raises the named error. Or a non-contiguous tensor, which the engine does not
+                # take: the checked path runs it, and later calls copy that argument contiguous
+                # before the fast path (an autocast step's transposed activations come back every
+                # call). Only donated inputs already handed to the engine (taken out of args) rule
+                # out a rerun.
                 if any(a is None for a in args):
                     raise UnsupportedOnnxModelError(f"running {self.name} failed: {e}") from e
                 fast_failed = True
+                non_contiguous = {i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and not a.is_contiguous()}
         try:
             outs = self._run_engine(args)
             if fast_failed:
-                self._fast = False
+                if non_contiguous - set(self._contiguous_copies):
+                    self._contiguous_copies = tuple(sorted(non_contiguous | set(self._contiguous_copies)))
+                else:  # not a layout the copies mend: this graph keeps to the checked path
+                    self._fast = False
             return outs
         except FallbackError as e:
             if not self.fallback.should_fall_back(e):
@@ -314,7 +343,13 @@ class CompiledGraph:
 
     def _run_fast(self, args: list) -> list:
         """The common case, as little Python as possible: DLPack capsules in graph-input order to
-        the engine, its outputs back as torch tensors over engine memory (no copies)."""
+        the engine, its outputs back as torch tensors over engine memory (no copies). The arguments
+        this graph was once fed non-contiguous (_contiguous_copies, learnt by run_list) are made
+        contiguous first, as the checked path does with every such tensor."""
+        for i in self._contiguous_copies:
+            a = args[i]
+            if not a.is_contiguous():
+                args[i] = a.contiguous()
         feeds = [_to_dlpack(a) for a in args]
         if self.session._peaks_owner is not self.memory:  # memory_stats(): a shared session
             self.memory.claim(self.session)
@@ -330,6 +365,7 @@ class CompiledGraph:
         if self._plain_outputs:
             return [_from_dlpack(r) for r in results]
         outs: list[Any] = []
+        views = []
         for source, i in self._output_plan:
             if source == _ENGINE:
                 outs.append(_from_dlpack(results[i]))
@@ -337,8 +373,14 @@ class CompiledGraph:
                 outs.append(args[i])
             elif source == _SAME_AS:
                 outs.append(outs[i])
+            elif source == _VIEW:
+                views.append((len(outs), i))
+                outs.append(None)
             else:
                 outs.append(i)
+        if views:
+            hidden = [_from_dlpack(r) for r in results[self._declared_outputs:]]
+            _replay_views(views, args, outs, hidden)
         return outs
 
     def _run_engine(self, args: list) -> list:
@@ -392,12 +434,5 @@ class CompiledGraph:
             else:
                 outs.append(kind[1])
         if views:
-            hidden = list(it)
-            for i, (_, (where, k), ops, copy) in views:
-                # Replayed torch views share their base's version counter, as in eager, so an in-place
-                # edit of a returned tensor the backward needs raises instead of corrupting gradients.
-                t = args[k] if where == "input" else outs[k] if where == "output" else hidden[k]
-                for op, op_args, op_kwargs in ops:
-                    t = op(t, *op_args, **op_kwargs)
-                outs[i] = t.clone() if copy else t
+            _replay_views(views, args, outs, list(it))
         return outs

@@ -99,15 +99,71 @@ def test_fast_path_still_rejects_another_device():
         graph([model.weight.detach(), model.bias.detach(), torch.empty(4, 8, device="meta")])
 
 
-def test_non_contiguous_input_runs_through_the_checked_path():
+def test_non_contiguous_input_is_copied_and_the_graph_stays_on_the_fast_path():
+    """The first non-contiguous argument runs through the checked path (which copies it contiguous);
+    after that the fast path copies that argument itself, so the graph stays on it, and a
+    contiguous tensor in the same place still runs."""
     model, graph = _compiled_inference_graph()
-    x = _nonzero(8, 4, seed=2).t()
-    assert not x.is_contiguous()
     runs = compile_stats().runs
-    got = graph([model.weight.detach(), model.bias.detach(), x])[0]
-    torch.testing.assert_close(got, model(x).detach())
-    assert compile_stats().runs == runs + 1
-    assert not graph._fast, "a graph fed non-contiguous inputs keeps to the checked path"
+    for seed in (2, 3):
+        x = _nonzero(8, 4, seed=seed).t()
+        assert not x.is_contiguous()
+        got = graph([model.weight.detach(), model.bias.detach(), x])[0]
+        torch.testing.assert_close(got, model(x).detach())
+        assert graph._fast, "a non-contiguous argument must not take the graph off the fast path"
+        assert graph._contiguous_copies == (2,)
+    x = _nonzero(4, 8, seed=4)
+    torch.testing.assert_close(graph([model.weight.detach(), model.bias.detach(), x])[0], model(x).detach())
+    assert compile_stats().runs == runs + 3
+    assert_engine_ran(4)
+
+
+def test_a_rejected_input_after_a_copied_one_still_names_the_input():
+    model, graph = _compiled_inference_graph()
+    graph([model.weight.detach(), model.bias.detach(), _nonzero(8, 4, seed=2).t()])
+    assert graph._contiguous_copies == (2,)
+    name = graph._input_names[2]
+    with pytest.raises(UnsupportedOnnxModelError, match=rf"input '{name}'.*expected dtype float32, got float64"):
+        graph([model.weight.detach(), model.bias.detach(), _nonzero(8, 4, seed=3).t().double()])
+
+
+def test_outputs_replayed_as_views_take_the_fast_path_and_keep_eager_semantics():
+    """A forward that returns views of its results (a transpose of an activation the backward
+    reads, a reshaped output): the fast path replays them on the engine's outputs as the checked
+    path does, so outputs, aliasing and gradients are eager's."""
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(8, 8)
+            self.b = nn.Linear(8, 8)
+
+        def forward(self, x):
+            h = self.a(x).relu()
+            t = h.transpose(0, 1)  # a view of an intermediate, returned and used by the backward
+            return self.b(t.transpose(0, 1)).view(2, 2, 8), t
+
+    torch.manual_seed(0)
+    eager = Model()
+    model = Model()
+    model.load_state_dict(eager.state_dict())
+    compiled = torch.compile(model, backend="ort")
+    for seed in range(3):
+        x = _nonzero(4, 8, seed=seed)
+        got_y, got_t = compiled(x)
+        want_y, want_t = eager(x)
+        torch.testing.assert_close(got_y, want_y)
+        torch.testing.assert_close(got_t, want_t)
+        assert got_t.stride() == want_t.stride(), "a replayed view keeps eager's strides"
+        (got_y.square().sum() + got_t.sum()).backward()
+        (want_y.square().sum() + want_t.sum()).backward()
+        for p, q in zip(model.parameters(), eager.parameters()):
+            torch.testing.assert_close(p.grad, q.grad)
+    forward = _graph("forward")
+    assert any(kind[0] == "view" for kind in forward.exported.output_kinds if not isinstance(kind, str)), \
+        "the forward should return a replayed view (the test's premise)"
+    assert forward._fast and _graph("backward")._fast
+    assert_engine_ran(6)
 
 
 def test_executor_reinfers_a_shape_that_depends_on_an_input_value():
