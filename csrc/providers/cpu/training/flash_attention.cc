@@ -18,15 +18,22 @@
 // With grouped K/V heads, each query head's dK/dV go to scratch and are summed per group after,
 // so no two threads ever write one value and the result does not depend on the thread count.
 // float16 / bfloat16 operands are widened to float32 once and the results rounded once (scores,
-// softmax and every sum are float32); logsumexp is then float32, as torch keeps it.
+// softmax and every sum are float32); logsumexp is then float32, as torch keeps it. The two
+// products whose operands are both bfloat16 inputs, the scores Q K^T (forward and backward) and
+// dP = dY V^T, run on the bfloat16 GEMM (bf16_gemm.h: the products exact, float32 sums, the
+// precision of the float32 GEMM on the widened values but for VDPBF16PS's flushing of subnormals)
+// where it is available and the inner size is even; the products with P or dS, which are float32,
+// stay on the float32 GEMM.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "framework/kernel_registry.h"
 #include "providers/cpu/float_compute.h"
+#include "providers/cpu/nn/bf16_gemm.h"
 #include "providers/cpu/nn/gemm.h"
 #include "providers/cpu/nn/vec_math.h"
 
@@ -151,6 +158,32 @@ int64_t KeyEnd(bool causal, int64_t i0, int64_t rows, int64_t kv_seq) {
   return causal ? std::min(kv_seq, i0 + rows) : kv_seq;
 }
 
+// The bfloat16 inputs the products may read directly (null: widened copies only).
+struct Bf16Operands {
+  const BFloat16* q = nullptr;
+  const BFloat16* k = nullptr;
+  const BFloat16* v = nullptr;
+  const BFloat16* dy = nullptr;
+};
+
+// out[rows, cols] (row stride ldc) = alpha a b^T for a [rows, depth] and b [cols, depth], both with
+// row stride depth: on the bfloat16 GEMM when both operands are given in bfloat16 (a16, b16), on
+// the compute type's Gemm otherwise.
+template <typename C>
+Status ProductABt(int64_t rows, int64_t cols, int64_t depth, C alpha, const C* a, const BFloat16* a16, const C* b,
+                  const BFloat16* b16, C* out, int64_t ldc) {
+  if constexpr (std::is_same_v<C, float>) {
+    if (a16 != nullptr && b16 != nullptr) {
+      Bf16Gemm(true, rows, cols, depth, alpha, &a16, depth, &b16, depth, 0.f, &out, ldc, 1, nullptr);
+      return Status::OK();
+    }
+  }
+  return Gemm(false, true, rows, cols, depth, alpha, a, depth, b, depth, C(0), out, ldc, nullptr);
+}
+
+// p + offset, or null for null p.
+inline const BFloat16* At16(const BFloat16* p, int64_t offset) { return p != nullptr ? p + offset : nullptr; }
+
 int64_t Slices(const KernelContext& ctx, int64_t items) {
   const int64_t threads = ctx.thread_pool() != nullptr ? ctx.thread_pool()->num_threads() : 1;
   return std::max<int64_t>(1, std::min(items, threads));
@@ -159,7 +192,8 @@ int64_t Slices(const KernelContext& ctx, int64_t items) {
 // Operands and results in the compute type C (float32 for the 16-bit types); lse may be null.
 template <typename C>
 Status ForwardTyped(const KernelContext& ctx, const FlashAttributes& a, const FlashShape& s, const Tensor& q_t,
-                    const Tensor& k_t, const Tensor& v_t, const Tensor* mask_t, Tensor& y_t, Tensor* lse_t) {
+                    const Tensor& k_t, const Tensor& v_t, const Tensor* mask_t, Tensor& y_t, Tensor* lse_t,
+                    const Bf16Operands& b16) {
   const C* q = q_t.data<C>();
   const C* k = k_t.data<C>();
   const C* v = v_t.data<C>();
@@ -196,8 +230,9 @@ Status ForwardTyped(const KernelContext& ctx, const FlashAttributes& a, const Fl
         const int64_t key_end = KeyEnd(a.is_causal, i0, rows, s.kv_seq);
         for (int64_t j0 = 0; j0 < key_end; j0 += kKeyBlock) {
           const int64_t cols = std::min(kKeyBlock, key_end - j0);
-          Status st = Gemm(false, true, rows, cols, s.head, scale, q + s.QOffset(b, h, i0, s.head), s.head,
-                           k + s.KvOffset(b, g, j0, s.head), s.head, C(0), scores, block_cols, nullptr);
+          Status st = ProductABt(rows, cols, s.head, scale, q + s.QOffset(b, h, i0, s.head),
+                                 At16(b16.q, s.QOffset(b, h, i0, s.head)), k + s.KvOffset(b, g, j0, s.head),
+                                 At16(b16.k, s.KvOffset(b, g, j0, s.head)), scores, block_cols);
           if (!st.ok()) {
             slice_status[slice] = st;
             return;
@@ -246,7 +281,7 @@ Status ForwardTyped(const KernelContext& ctx, const FlashAttributes& a, const Fl
 template <typename C>
 Status BackwardHead(const FlashAttributes& a, const FlashShape& s, const std::optional<MaskBias<C>>& mask, int64_t b,
                     int64_t h, const C* dy, const C* q, const C* k, const C* v, const C* y, const C* lse, C* dq, C* dk,
-                    C* dv, C* scores, C* dscores, C* delta, int64_t block_cols) {
+                    C* dv, C* scores, C* dscores, C* delta, int64_t block_cols, const Bf16Operands& b16) {
   const int64_t g = h / s.group();
   const C scale = ScaleOf<C>(a, s);
   const C* q_h = q + s.QOffset(b, h, 0, s.head);
@@ -266,8 +301,9 @@ Status BackwardHead(const FlashAttributes& a, const FlashShape& s, const std::op
     // Causal: rows before j0 see none of these keys.
     for (int64_t i0 = a.is_causal ? j0 : 0; i0 < s.q_seq; i0 += kQueryBlock) {
       const int64_t rows = std::min(kQueryBlock, s.q_seq - i0);
-      TOB_RETURN_IF_ERROR(Gemm(false, true, rows, cols, s.head, scale, q_h + i0 * s.head, s.head, k_g + j0 * s.head,
-                               s.head, C(0), scores, block_cols, nullptr));
+      TOB_RETURN_IF_ERROR(ProductABt(rows, cols, s.head, scale, q_h + i0 * s.head,
+                                     At16(b16.q, s.QOffset(b, h, i0, s.head)), k_g + j0 * s.head,
+                                     At16(b16.k, s.KvOffset(b, g, j0, s.head)), scores, block_cols));
       for (int64_t r = 0; r < rows; ++r) {
         C* row = scores + r * block_cols;
         MaskRow(row, cols, i0 + r, j0, a.is_causal, mask ? &*mask : nullptr, b, h);
@@ -277,8 +313,9 @@ Status BackwardHead(const FlashAttributes& a, const FlashShape& s, const std::op
       // dV_j += P^T dY_i, dP = dY_i V_j^T.
       TOB_RETURN_IF_ERROR(Gemm(true, false, cols, s.v_head, rows, C(1), scores, block_cols, dy_h + i0 * s.v_head,
                                s.v_head, C(1), dv + j0 * s.v_head, s.v_head, nullptr));
-      TOB_RETURN_IF_ERROR(Gemm(false, true, rows, cols, s.v_head, C(1), dy_h + i0 * s.v_head, s.v_head,
-                               v_g + j0 * s.v_head, s.v_head, C(0), dscores, block_cols, nullptr));
+      TOB_RETURN_IF_ERROR(ProductABt(rows, cols, s.v_head, C(1), dy_h + i0 * s.v_head,
+                                     At16(b16.dy, s.QOffset(b, h, i0, s.v_head)), v_g + j0 * s.v_head,
+                                     At16(b16.v, s.KvOffset(b, g, j0, s.v_head)), dscores, block_cols));
       for (int64_t r = 0; r < rows; ++r) {
         const C* p = scores + r * block_cols;
         C* ds = dscores + r * block_cols;
@@ -300,7 +337,7 @@ Status BackwardHead(const FlashAttributes& a, const FlashShape& s, const std::op
 template <typename C>
 Status BackwardTyped(const KernelContext& ctx, const FlashAttributes& a, const FlashShape& s, const Tensor& dy_t,
                      const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const Tensor& y_t, const Tensor& lse_t,
-                     const Tensor* mask_t, Tensor& dq_t, Tensor& dk_t, Tensor& dv_t) {
+                     const Tensor* mask_t, Tensor& dq_t, Tensor& dk_t, Tensor& dv_t, const Bf16Operands& b16) {
   TOB_ASSIGN_OR_RETURN(std::optional<MaskBias<C>> mask, ReadMask<C>(ctx, mask_t, s));
   const C* dy = dy_t.data<C>();
   const C* q = q_t.data<C>();
@@ -345,7 +382,7 @@ Status BackwardTyped(const KernelContext& ctx, const FlashAttributes& a, const F
         const int64_t kv_index = grouped ? item : b * s.kv_heads + h;
         Status st = BackwardHead<C>(a, s, mask, b, h, dy, q, k, v, y, lse, dq + s.QOffset(b, h, 0, s.head),
                                     dk_acc + kv_index * s.kv_seq * s.head, dv_acc + kv_index * s.kv_seq * s.v_head,
-                                    scores, dscores, delta, block_cols);
+                                    scores, dscores, delta, block_cols, b16);
         if (!st.ok()) {
           slice_status[slice] = st;
           return;
@@ -398,6 +435,22 @@ Status RoundInto(const KernelContext& ctx, const Tensor* computed, Tensor* out) 
   return FromFloatScratch(ctx, *computed, out);
 }
 
+// The bfloat16 inputs the products read directly: Q and K when the head size is even (the
+// bfloat16 GEMM reads K in pairs), V and dY when V's head size is; none without the native kernel.
+Bf16Operands Bf16OperandsOf(const FlashShape& s, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* dy) {
+  Bf16Operands o;
+  if (q.dtype() != DType::kBFloat16 || !Bf16GemmAvailable()) return o;
+  if (s.head % 2 == 0) {
+    o.q = q.data<BFloat16>();
+    o.k = k.data<BFloat16>();
+  }
+  if (s.v_head % 2 == 0 && dy != nullptr) {
+    o.v = v.data<BFloat16>();
+    o.dy = dy->data<BFloat16>();
+  }
+  return o;
+}
+
 // float32 and float64 compute in their own type; float16 and bfloat16 in float32 (operands
 // widened once, results rounded once; logsumexp stays float32, as torch keeps it).
 template <typename Fn>
@@ -432,7 +485,8 @@ class FlashAttentionKernel final : public OpKernel {
     TOB_ASSIGN_OR_RETURN(const Tensor* mask, InCompute(ctx, ctx.input(3), &keep[3]));
     TOB_ASSIGN_OR_RETURN(Tensor * y, OutCompute(ctx, ctx.output(0), ctx.output(0)->shape(), compute, &keep[4], true));
     TOB_RETURN_IF_ERROR(DispatchCompute(ctx, dtype, [&]<typename C>() -> Status {
-      return ForwardTyped<C>(ctx, attrs_, s, *q, *k, *v, mask, *y, ctx.output(1));
+      return ForwardTyped<C>(ctx, attrs_, s, *q, *k, *v, mask, *y, ctx.output(1),
+                             Bf16OperandsOf(s, *ctx.input(0), *ctx.input(1), *ctx.input(2), nullptr));
     }));
     return RoundInto(ctx, y, ctx.output(0));
   }
@@ -477,7 +531,8 @@ class FlashAttentionGradKernel final : public OpKernel {
                            OutCompute(ctx, ctx.output(i), ctx.input(1 + i)->shape(), compute, &keep[6 + i], true));
     }
     TOB_RETURN_IF_ERROR(DispatchCompute(ctx, dtype, [&]<typename C>() -> Status {
-      return BackwardTyped<C>(ctx, attrs_, s, *dy_c, *q, *k, *v, *y_c, lse, mask, *grads[0], *grads[1], *grads[2]);
+      return BackwardTyped<C>(ctx, attrs_, s, *dy_c, *q, *k, *v, *y_c, lse, mask, *grads[0], *grads[1], *grads[2],
+                              Bf16OperandsOf(s, *ctx.input(1), *ctx.input(2), *ctx.input(3), &dy));
     }));
     for (int i = 0; i < 3; ++i) TOB_RETURN_IF_ERROR(RoundInto(ctx, grads[i], ctx.output(i)));
     return Status::OK();
