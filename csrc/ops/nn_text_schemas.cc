@@ -1,4 +1,4 @@
-// TfIdfVectorizer (ai.onnx 9): n-gram counts of integer (or string) sequences.
+// TfIdfVectorizer (ai.onnx 9): n-gram counts of integer or string sequences.
 #include "ops/nn_tfidf_attributes.h"
 #include "ops/op_schema.h"
 
@@ -9,10 +9,10 @@ namespace {
 Status InferTfIdfVectorizer(InferenceContext& ctx) {
   TOB_ASSIGN_OR_RETURN(TfIdfAttributes a, TfIdfAttributes::Read(ctx.node()));
   const ValueType& x = *ctx.input_type(0);
-  if (x.dtype == DType::kString || a.string_pool)
-    return NotImplemented(ctx.node().Describe(), ": the string form (pool_strings, string input) needs string tensors,",
-                          " which the engine does not have yet");
-  if (x.dtype != DType::kInt32 && x.dtype != DType::kInt64)
+  // The pool's kind names X's: strings with pool_strings, integers with pool_int64s.
+  if (a.string_pool && x.dtype != DType::kString)
+    return ctx.Fail("X must be string with pool_strings, got ", DTypeName(x.dtype));
+  if (!a.string_pool && x.dtype != DType::kInt32 && x.dtype != DType::kInt64)
     return ctx.Fail("X must be int32 or int64 with pool_int64s, got ", DTypeName(x.dtype));
   if (!x.has_rank()) {
     ctx.set_output(0, ValueType(DType::kFloat32, std::nullopt));

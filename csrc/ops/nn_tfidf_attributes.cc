@@ -32,9 +32,8 @@ StatusOr<TfIdfAttributes> TfIdfAttributes::Read(const Node& node) {
     TOB_RETURN_IF_ERROR(node.GetAttr("pool_int64s", &a.pool_int64s));
     pool_size = static_cast<int64_t>(a.pool_int64s.size());
   } else {
-    std::vector<std::string> strings;
-    TOB_RETURN_IF_ERROR(node.GetAttr("pool_strings", &strings));
-    pool_size = static_cast<int64_t>(strings.size());
+    TOB_RETURN_IF_ERROR(node.GetAttr("pool_strings", &a.pool_strings));
+    pool_size = static_cast<int64_t>(a.pool_strings.size());
   }
   TOB_RETURN_IF_ERROR(node.GetAttr("weights", &a.weights, std::vector<float>{}));
 

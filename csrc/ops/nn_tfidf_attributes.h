@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/status.h"
@@ -20,6 +21,7 @@ struct TfIdfAttributes {
   std::vector<int64_t> ngram_counts;   // start of the n-grams of length i + 1 in the pool
   std::vector<int64_t> ngram_indexes;  // output column of n-gram i (in pool order)
   std::vector<int64_t> pool_int64s;
+  std::vector<std::string> pool_strings;
   bool string_pool = false;    // pool_strings given instead of pool_int64s
   std::vector<float> weights;  // per output column; empty = all ones
   int64_t output_size = 0;     // max(ngram_indexes) + 1

@@ -1,6 +1,6 @@
 """String tensors, sequences and optionals end to end through InferenceSession, against onnx's
 ReferenceEvaluator (and onnxruntime where the reference departs from the spec: StringNormalizer),
-on random data: the string ops, Cast to and from string, the data-movement ops on strings, the
+on random data: the string ops, TfIdfVectorizer's string form (pool_strings), Cast to and from string, the data-movement ops on strings, the
 Sequence* and Optional* ops, the Python forms of the values (numpy object arrays of str, lists,
 None), saving the optimised model, and the errors bad feeds and models get. onnx's backend node
 tests (test_onnx_conformance.py) check the suite's fixed cases; the C++ side is
@@ -451,3 +451,53 @@ def test_optimized_model_keeps_strings_and_sequences(rng, tmp_path):
     _assert_same(tob.InferenceSession(saved).run(None, {"x": x}), got)
     want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})  # (the reference's Optional is off)
     _assert_same(got, [list(want[0]), want[1]])
+
+
+# ---- TfIdfVectorizer's string form (pool_strings) -----------------------------------------------
+
+_TFIDF_WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "", "zebra"]  # "zebra" is in no n-gram
+_TFIDF_POOL = (["the", "cat", "sat", "mat", "dog"]  # 1-grams
+               + ["the", "cat", "cat", "sat", "on", "the", "a", "dog"]  # 2-grams
+               + ["the", "cat", "sat", "sat", "on", "the"])  # 3-grams
+_TFIDF_COUNTS = [0, 5, 13]
+_TFIDF_NGRAMS = 5 + 4 + 2
+
+
+@pytest.mark.parametrize("mode", ["TF", "IDF", "TFIDF"])
+@pytest.mark.parametrize("grams,skip", [((1, 1), 0), ((2, 2), 0), ((1, 2), 2), ((2, 3), 1), ((1, 3), 5)])
+@pytest.mark.parametrize("shape", [(15,), (3, 9)])
+def test_tfidf_vectorizer_string_pool(rng, mode, grams, skip, shape):
+    """Strings counted against pool_strings as the reference counts them: every gram range and skip
+    count, 1-D and batched input, output columns in a random order (two n-grams sharing one), with
+    and without weights."""
+    x = np.empty(int(np.prod(shape)), dtype=object)
+    x[:] = list(rng.choice(_TFIDF_WORDS, size=x.size))
+    x = x.reshape(shape)
+    indexes = rng.permutation(_TFIDF_NGRAMS)
+    indexes[indexes == _TFIDF_NGRAMS - 1] = 0  # two n-grams count into column 0
+    attrs = dict(mode=mode, min_gram_length=grams[0], max_gram_length=grams[1], max_skip_count=skip,
+                 ngram_counts=_TFIDF_COUNTS, ngram_indexes=indexes.tolist(), pool_strings=_TFIDF_POOL)
+    if mode != "TF":
+        attrs["weights"] = rng.uniform(0.5, 2.0, size=_TFIDF_NGRAMS - 1).astype(np.float32).tolist()
+    node = helper.make_node("TfIdfVectorizer", ["x"], ["y"], **attrs)
+    model = _one_node(node, {"x": x}, [("y", TensorProto.FLOAT)], opset=21)
+    (got,) = _check_against_reference(model, {"x": x})
+    assert got.shape == (*shape[:-1], _TFIDF_NGRAMS - 1)
+    assert np.count_nonzero(got) > 0  # the inputs meet the pool
+
+
+def test_tfidf_vectorizer_pool_and_input_kinds_must_agree(rng):
+    """An int64 X with pool_strings (and a string X with pool_int64s) is refused, naming the node."""
+    strings = helper.make_node("TfIdfVectorizer", ["x"], ["y"], mode="TF", min_gram_length=1, max_gram_length=1,
+                               max_skip_count=0, ngram_counts=[0], ngram_indexes=[0, 1], pool_strings=["a", "b"])
+    ints = helper.make_node("TfIdfVectorizer", ["x"], ["y"], mode="TF", min_gram_length=1, max_gram_length=1,
+                            max_skip_count=0, ngram_counts=[0], ngram_indexes=[0, 1], pool_int64s=[1, 2])
+    words = np.array(["a", "b", "c"], dtype=object)
+    for node, x, want in ((strings, np.array([1, 2, 3], dtype=np.int64), "X must be string with pool_strings"),
+                          (ints, words, "X must be int32 or int64 with pool_int64s")):
+        graph = helper.make_graph([node], "g", [_tensor_info("x", x)],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+        with pytest.raises(Exception, match=want) as err:
+            tob.InferenceSession(model).run(None, {"x": x})
+        assert "TfIdfVectorizer" in str(err.value)

@@ -1,5 +1,7 @@
-// TfIdfVectorizer (ai.onnx 9) over integer sequences (pool_int64s; the string form needs string
-// tensors, which the engine does not have yet).
+// TfIdfVectorizer (ai.onnx 9) over integer sequences (pool_int64s) or string sequences
+// (pool_strings). The string form numbers the pool's distinct strings when the kernel is built and
+// reads each input string as its number (a string outside the pool as -1, which no n-gram has), so
+// both forms count on the same integer trie.
 //
 // The pool's n-grams of the lengths in [min_gram_length, max_gram_length] go into a trie when the
 // kernel is built; n-gram i (in pool order, over every length) is identified by i + 1 and counts
@@ -12,6 +14,7 @@
 // column j, as the reference does.
 #include <algorithm>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -28,15 +31,23 @@ struct TrieNode {
 
 class TfIdfVectorizerKernel final : public OpKernel {
  public:
-  TfIdfVectorizerKernel(const Node& node, TfIdfAttributes attrs, std::vector<TrieNode> trie)
-      : OpKernel(node), attrs_(std::move(attrs)), trie_(std::move(trie)) {}
+  TfIdfVectorizerKernel(const Node& node, TfIdfAttributes attrs, std::vector<TrieNode> trie,
+                        std::unordered_map<std::string, int64_t> vocabulary)
+      : OpKernel(node), attrs_(std::move(attrs)), trie_(std::move(trie)), vocabulary_(std::move(vocabulary)) {}
 
   static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node) {
     TOB_ASSIGN_OR_RETURN(TfIdfAttributes a, TfIdfAttributes::Read(node));
-    if (a.string_pool) return NotImplemented(node.Describe(), ": the string form (pool_strings) needs string tensors");
+    // The string pool as numbers: each distinct string its first position's index.
+    std::unordered_map<std::string, int64_t> vocabulary;
+    std::vector<int64_t> pool = a.pool_int64s;
+    if (a.string_pool) {
+      pool.clear();
+      for (const std::string& s : a.pool_strings)
+        pool.push_back(vocabulary.emplace(s, static_cast<int64_t>(vocabulary.size())).first->second);
+    }
     std::vector<TrieNode> trie(1);
     int64_t id = 1;
-    const auto pool_size = static_cast<int64_t>(a.pool_int64s.size());
+    const auto pool_size = static_cast<int64_t>(pool.size());
     for (size_t i = 0; i < a.ngram_counts.size(); ++i) {
       const auto n = static_cast<int64_t>(i) + 1;
       const int64_t start = a.ngram_counts[i];
@@ -48,7 +59,7 @@ class TfIdfVectorizerKernel final : public OpKernel {
       for (int64_t at = start; at < end; at += n, ++id) {
         int32_t cur = 0;
         for (int64_t j = 0; j < n; ++j) {
-          const int64_t key = a.pool_int64s[at + j];
+          const int64_t key = pool[at + j];
           auto found = trie[cur].children.find(key);
           int32_t next;
           if (found == trie[cur].children.end()) {
@@ -63,11 +74,15 @@ class TfIdfVectorizerKernel final : public OpKernel {
         trie[cur].id = id;  // a repeated n-gram keeps its last id, as the reference's map does
       }
     }
-    return MakeKernel<TfIdfVectorizerKernel>(node, std::move(a), std::move(trie));
+    return MakeKernel<TfIdfVectorizerKernel>(node, std::move(a), std::move(trie), std::move(vocabulary));
   }
 
   Status Compute(KernelContext& ctx) const override {
     const Tensor& x = *ctx.input(0);
+    if ((x.dtype() == DType::kString) != attrs_.string_pool)
+      return ctx.Fail(attrs_.string_pool ? "X must be string with pool_strings, got "
+                                         : "X must be int32 or int64 with pool_int64s, got ",
+                      DTypeName(x.dtype()));
     const int64_t rows = x.rank() == 2 ? x.shape()[0] : 1;
     const int64_t row_size = x.rank() == 2 ? x.shape()[1] : x.numel();
     float* y = ctx.output(0)->data<float>();
@@ -77,8 +92,19 @@ class TfIdfVectorizerKernel final : public OpKernel {
       for (int64_t r = begin; r < end; ++r) {
         int64_t* count = counts.data<int64_t>() + r * width;
         std::fill(count, count + width, int64_t{0});
-        if (x.dtype() == DType::kInt32) CountRow(x.data<int32_t>() + r * row_size, row_size, count);
-        else CountRow(x.data<int64_t>() + r * row_size, row_size, count);
+        if (x.dtype() == DType::kString) {
+          std::vector<int64_t> ids(static_cast<size_t>(row_size));
+          const std::string* row = x.data<std::string>() + r * row_size;
+          for (int64_t i = 0; i < row_size; ++i) {
+            auto found = vocabulary_.find(row[i]);
+            ids[i] = found == vocabulary_.end() ? -1 : found->second;
+          }
+          CountRow(ids.data(), row_size, count);
+        } else if (x.dtype() == DType::kInt32) {
+          CountRow(x.data<int32_t>() + r * row_size, row_size, count);
+        } else {
+          CountRow(x.data<int64_t>() + r * row_size, row_size, count);
+        }
         Weigh(count, y + r * width);
       }
     });
@@ -123,6 +149,7 @@ class TfIdfVectorizerKernel final : public OpKernel {
 
   TfIdfAttributes attrs_;
   std::vector<TrieNode> trie_;
+  std::unordered_map<std::string, int64_t> vocabulary_;  // the string form's pool strings -> numbers
 };
 
 }  // namespace
@@ -133,7 +160,7 @@ namespace tob {
 void RegisterCpuTfIdfVectorizerKernels(KernelRegistry& registry) {
   registry.Register(Def("TfIdfVectorizer")
                         .Versions(9)
-                        .Constraint("T", {0}, {DType::kInt32, DType::kInt64})
+                        .Constraint("T", {0}, {DType::kInt32, DType::kInt64, DType::kString})
                         .Kernel<cpu::TfIdfVectorizerKernel>());
 }
 
