@@ -9,6 +9,11 @@ shared machine, wall time measures the other jobs.
 
     python benchmarks/bench_elementwise_fusion.py                       # mlp, transformer_lm, gpt2, bert_mlm, llama
     python benchmarks/bench_elementwise_fusion.py --models llama --rounds 15
+
+--switch names another fusion's variable to measure it the same way (the RMSNorm fusion
+TOB_RMS_NORM_FUSION, the rotary embedding fusion TOB_ROTARY_FUSION):
+
+    python benchmarks/bench_elementwise_fusion.py --switch TOB_RMS_NORM_FUSION --models llama --rounds 15
 """
 
 from __future__ import annotations
@@ -24,8 +29,8 @@ from torch_ort_backend.compile_state import COMPILE_STATE
 from torch_ort_backend.testing import models as M
 
 
-def _step(name: str, fused: bool, train: bool):
-    os.environ["TOB_ELEMENTWISE_FUSION"] = "1" if fused else "0"
+def _step(name: str, fused: bool, train: bool, switch: str):
+    os.environ[switch] = "1" if fused else "0"
     COMPILE_STATE.clear_sessions()
     spec = M.MODELS[name]
     make, make_batch = spec.builders(spec.bench_sizes)
@@ -57,14 +62,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=["mlp", "transformer_lm", "gpt2", "bert_mlm", "llama"])
     parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--switch", default="TOB_ELEMENTWISE_FUSION",
+                        choices=["TOB_ELEMENTWISE_FUSION", "TOB_RMS_NORM_FUSION", "TOB_ROTARY_FUSION"])
     args = parser.parse_args()
     torch.set_num_threads(1)
-    saved = os.environ.get("TOB_ELEMENTWISE_FUSION")
+    saved = os.environ.get(args.switch)
     print(f"{'model':15s} {'mode':6s} {'on ms':>8s} {'off ms':>8s} {'off/on':>7s}")
     try:
         for name in args.models:
             for train in (True, False):
-                steps = {"on": _step(name, True, train), "off": _step(name, False, train)}
+                steps = {"on": _step(name, True, train, args.switch), "off": _step(name, False, train, args.switch)}
                 times = {key: [] for key in steps}
                 for _ in range(args.rounds):
                     for key, step in steps.items():
@@ -77,9 +84,9 @@ def main() -> None:
                       f"{med['off'] / med['on']:7.3f}", flush=True)
     finally:
         if saved is None:
-            os.environ.pop("TOB_ELEMENTWISE_FUSION", None)
+            os.environ.pop(args.switch, None)
         else:
-            os.environ["TOB_ELEMENTWISE_FUSION"] = saved
+            os.environ[args.switch] = saved
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@
 // Q (grouped-query attention: q_num_heads a multiple of kv_num_heads); past_key / past_value
 // ([batch, kv_heads, past_seq, head_size]) are prepended to K / V, giving present_key /
 // present_value of total = past_seq + kv_seq positions.
+#include "ops/fused_elementwise_program.h"  // kTobDomain
 #include "ops/op_schema.h"
 
 namespace tob {
@@ -203,6 +204,8 @@ void RegisterNnAttentionSchemas(OpSchemaRegistry& registry) {
   registry.Register(OpSchema{kOnnxPreviewDomain, "FlexAttention", 3, 3, 1, 1, InferFlexAttention});
   registry.Register(OpSchema{"", "Attention", 3, 7, 1, 4, InferAttention});
   registry.Register(OpSchema{"", "RotaryEmbedding", 3, 4, 1, 1, InferRotaryEmbedding});
+  // The same op at any opset, which the rotary embedding fusion emits (optimizer/rotary_embedding_fusion.cc).
+  registry.Register(OpSchema{kTobDomain, "RotaryEmbedding", 3, 4, 1, 1, InferRotaryEmbedding});
 }
 
 }  // namespace tob

@@ -3,6 +3,7 @@
 // LpNormalization, MeanVarianceNormalization and LRN, GroupNormalization.
 #include <algorithm>
 
+#include "ops/fused_elementwise_program.h"  // kTobDomain
 #include "ops/op_schema.h"
 
 namespace tob {
@@ -93,13 +94,19 @@ Status InferRmsNorm(InferenceContext& ctx) {
   TOB_RETURN_IF_ERROR(ctx.node().GetAttr("axis", &axis, int64_t{-1}));
   TOB_RETURN_IF_ERROR(ctx.node().GetAttr("stash_type", &stash_type, int64_t{1}));
   if (stash_type != 1) return ctx.Fail("stash_type ", stash_type, " is not supported (1: float32)");
+  std::optional<Dims> stat_shape;
   if (x.has_rank()) {
     int64_t a = 0;
     TOB_RETURN_IF_ERROR(NormalizeAxis(ctx, axis, x.rank(), &a));
     const Dims normalized(x.shape->begin() + a, x.shape->end());
     TOB_RETURN_IF_ERROR(CheckBroadcastsTo(ctx, "scale", &scale, normalized));
+    stat_shape = Dims(x.shape->begin(), x.shape->begin() + a);
+    stat_shape->resize(x.shape->size(), Dim(1));
   }
   ctx.set_output(0, ValueType(scale.dtype, x.shape));
+  // ai.tob's optional InvStdDev: 1 / rms of each row, in the compute type (float64 for float64 X).
+  if (ctx.num_outputs() > 1)
+    ctx.set_output(1, ValueType(x.dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32, stat_shape));
   return Status::OK();
 }
 
@@ -190,6 +197,9 @@ void RegisterNnNormalizationSchemas(OpSchemaRegistry& registry) {
   registry.Register(OpSchema{kMicrosoftDomain, "LayerNormalization", 2, 3, 1, 3, InferLayerNorm});
   registry.Register(OpSchema{kMicrosoftDomain, "SkipLayerNormalization", 3, 5, 1, 4, InferSkipLayerNorm});
   registry.Register(OpSchema{"", "RMSNormalization", 2, 2, 1, 1, InferRmsNorm});
+  // The engine's own (optimizer/rms_norm_fusion.cc): ai.onnx's op, at any opset, with an optional
+  // second output InvStdDev that a training forward graph saves for the backward.
+  registry.Register(OpSchema{kTobDomain, "RMSNormalization", 2, 2, 1, 2, InferRmsNorm});
   registry.Register(OpSchema{"", "GroupNormalization", 3, 3, 1, 1, InferGroupNorm});
   registry.Register(OpSchema{"", "Softmax", 1, 1, 1, 1, InferSoftmax});
   registry.Register(OpSchema{"", "LogSoftmax", 1, 1, 1, 1, InferSoftmax});

@@ -17,6 +17,20 @@ bool ElementwiseFusionEnabled() {
   return env == nullptr || std::strcmp(env, "0") != 0;
 }
 
+// A fusion's environment switch: on unless set to "0".
+bool SwitchOn(const char* variable) {
+  const char* env = std::getenv(variable);
+  return env == nullptr || std::strcmp(env, "0") != 0;
+}
+
+// On by default; TOB_RMS_NORM_FUSION=0 turns it off (A/B runs; docs/performance.md, "RMSNorm and
+// rotary embedding fusion").
+bool RmsNormFusionEnabled() { return SwitchOn("TOB_RMS_NORM_FUSION"); }
+
+// On by default; TOB_ROTARY_FUSION=0 turns it off (docs/performance.md, "RMSNorm and rotary
+// embedding fusion").
+bool RotaryFusionEnabled() { return SwitchOn("TOB_ROTARY_FUSION"); }
+
 }  // namespace
 
 Status PassManager::RunPass(GraphPass& pass, Graph& graph, PassContext& ctx, bool* changed) {
@@ -90,6 +104,9 @@ PassManager BuildPipeline(OptLevel level, const CastPropagationOptions& casts) {
   pm.Add(CreateMatMulTransposeFusionPass());
   if (level == OptLevel::kExtended) return pm;
   // kAll: fusions into ops of our own domain (ai.tob), last, on the cleaned-up graph.
+  // RMSNorm and RoPE first: ElementwiseFusion would otherwise take their elementwise nodes.
+  if (RmsNormFusionEnabled()) pm.Add(CreateRmsNormFusionPass());
+  if (RotaryFusionEnabled()) pm.Add(CreateRotaryEmbeddingFusionPass());
   if (ElementwiseFusionEnabled()) pm.Add(CreateElementwiseFusionPass());
   return pm;
 }

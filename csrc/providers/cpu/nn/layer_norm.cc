@@ -1,5 +1,6 @@
 // LayerNormalization (opset 17, and com.microsoft's for older opsets),
-// com.microsoft::SkipLayerNormalization and RMSNormalization (opset 23). Rows are independent
+// com.microsoft::SkipLayerNormalization and RMSNormalization (opset 23, and ai.tob's with the
+// optional InvStdDev output that optimizer/rms_norm_fusion.cc emits). Rows are independent
 // and split across the pool; each LayerNorm row is normalised with a two-pass mean/variance (no
 // cancellation) using the vectorised reductions of vec_math.h; an RMSNorm row sums its squares
 // in float64.
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "framework/kernel_registry.h"
+#include "ops/fused_elementwise_program.h"  // kTobDomain
 #include "providers/cpu/float_compute.h"
 #include "providers/cpu/nn/vec_math.h"
 
@@ -259,6 +261,8 @@ class RmsNormKernel final : public OpKernel {
     TOB_ASSIGN_OR_RETURN(NormRows split, SplitAtAxis(ctx, x, axis_));
     const Shape& trailing = split.trailing;
     const int64_t D = split.D, rows = split.rows;
+    const StatOutput inv_out{ctx.output(1)};  // ai.tob's InvStdDev
+    TOB_RETURN_IF_ERROR(CheckStatOutput(ctx, inv_out.t, rows));
     if (rows == 0) return Status::OK();
     return DispatchFloat(ctx, x.dtype(), [&]<typename T>() -> Status {
       using C = ComputeType<T>;
@@ -275,7 +279,9 @@ class RmsNormKernel final : public OpKernel {
               const double v = static_cast<C>(xr[i]);
               squares += v * v;
             }
-            const C inv_rms = static_cast<C>(1.0 / std::sqrt(squares / static_cast<double>(D) + epsilon_));
+            const double inv = 1.0 / std::sqrt(squares / static_cast<double>(D) + epsilon_);
+            const C inv_rms = static_cast<C>(inv);
+            inv_out.Set(r, inv);
             V* yr = yp + r * D;
             for (int64_t i = 0; i < D; ++i) yr[i] = static_cast<V>(static_cast<C>(xr[i]) * inv_rms * sp[i]);
           }
@@ -307,6 +313,13 @@ void RegisterCpuLayerNormKernels(KernelRegistry& registry) {
                         .Kernel<SkipLayerNormKernel>());
   registry.Register(Def("RMSNormalization")
                         .Versions(23)
+                        .Constraint("T", {0}, FloatTypes())
+                        .Constraint("V", {1}, FloatTypes())
+                        .Kernel<RmsNormKernel>());
+  // The optimizer's fused form (optimizer/rms_norm_fusion.cc), with the optional InvStdDev output.
+  registry.Register(Def("RMSNormalization")
+                        .Domain(kTobDomain)
+                        .Versions(1)
                         .Constraint("T", {0}, FloatTypes())
                         .Constraint("V", {1}, FloatTypes())
                         .Kernel<RmsNormKernel>());

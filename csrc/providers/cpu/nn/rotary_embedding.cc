@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "framework/kernel_registry.h"
+#include "ops/fused_elementwise_program.h"  // kTobDomain
 #include "providers/cpu/float_compute.h"
 
 namespace tob {
@@ -111,6 +112,13 @@ class RotaryEmbeddingKernel final : public OpKernel {
 void RegisterCpuRotaryEmbeddingKernels(KernelRegistry& registry) {
   registry.Register(Def("RotaryEmbedding")
                         .Versions(23)
+                        .Constraint("T", {0, 1, 2}, {DType::kFloat32, DType::kFloat16, DType::kBFloat16})
+                        .Constraint("M", {3}, {DType::kInt64})
+                        .Kernel<RotaryEmbeddingKernel>());
+  // ai.tob's, at any opset: what optimizer/rotary_embedding_fusion.cc emits below opset 23.
+  registry.Register(Def("RotaryEmbedding")
+                        .Domain(kTobDomain)
+                        .Versions(1)
                         .Constraint("T", {0, 1, 2}, {DType::kFloat32, DType::kFloat16, DType::kBFloat16})
                         .Constraint("M", {3}, {DType::kInt64})
                         .Kernel<RotaryEmbeddingKernel>());
