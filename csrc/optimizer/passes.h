@@ -32,12 +32,12 @@ std::unique_ptr<GraphPass> CreateMatMulTransposeFusionPass();
 // low type (strategy, level and allow list of onnxruntime-training's PropagateCastOps).
 std::unique_ptr<GraphPass> CreatePropagateCastOpsPass(CastPropagationOptions options);
 // The hand-written RMSNorm of LLaMA-style models (ReduceMean of the squares, Rsqrt, Mul, Mul by the
-// weight) becomes one RMSNormalization (ai.onnx's at opset >= 23, else ai.tob's, which can also
-// return the inverse RMS a training forward saves); level kAll unless TOB_RMS_NORM_FUSION=0, only
-// where PassContext::elementwise_fusion (CPU-only sessions).
+// weight) becomes one ai.tob::RMSNormalization (bit-identical to the chain; it can also return the
+// inverse RMS a training forward saves); level kAll unless TOB_RMS_NORM_FUSION=0, only where
+// PassContext::elementwise_fusion (CPU-only sessions).
 std::unique_ptr<GraphPass> CreateRmsNormFusionPass();
 // HuggingFace's rotary embedding (q * cos + rotate_half(q) * sin, cos and sin proved to have equal
-// halves) becomes one RotaryEmbedding (ai.onnx's at opset >= 23, else ai.tob's); level kAll unless
+// halves) becomes one ai.tob::RotaryEmbedding (bit-identical to the chain); level kAll unless
 // TOB_ROTARY_FUSION=0, only where PassContext::elementwise_fusion.
 std::unique_ptr<GraphPass> CreateRotaryEmbeddingFusionPass();
 // Connected groups of float32 elementwise nodes of one output shape become one ai.tob

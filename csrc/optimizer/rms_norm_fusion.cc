@@ -4,23 +4,23 @@
 //   xf = Cast(X, to = float32)                 (only when X is float16 / bfloat16; else xf = X)
 //   ms = ReduceMean(Mul(xf, xf) | Pow(xf, 2), axes = [last], keepdims = 1)
 //   r  = Reciprocal(Sqrt(ms + eps)) | Div(1, Sqrt(ms + eps))        n = Mul(xf, r)
-//      | n = Div(xf, Sqrt(ms + eps))
 //   Y  = Mul(Cast(n, to = V)?, W)              (W: the [D] weight, of Y's type V)
 //
-// becomes one RMSNormalization(X, W, axis = -1, epsilon = eps): one pass over each row instead of
-// three fused loops and a reduction (onnxruntime does the same in SimplifiedLayerNormFusion). The
-// fused node is ai.onnx's RMSNormalization where the model imports opset 23 or later and nothing
-// else reads r; otherwise the engine's ai.tob::RMSNormalization, the same op with an optional second
-// output InvStdDev ([..., 1], float32), which takes over r's other readers. That is the training
-// forward graph's case: AOTAutograd saves r for the backward, so the forward returns it.
+// becomes one ai.tob::RMSNormalization(X, W, axis = -1, epsilon = eps): one pass over each row
+// instead of three fused loops and a reduction (onnxruntime does the same in
+// SimplifiedLayerNormFusion). ai.tob's op is ai.onnx's (opset 23) at any opset, with an optional
+// second output InvStdDev ([..., 1], float32) that takes over r's other readers: the training
+// forward's case, where AOTAutograd saves r for the backward. Its kernel repeats the chain's float32
+// arithmetic step by step (squares rounded, summed in ReduceMean's order, ...), so fusing changes
+// no bit: a backward that recomputes r from the decomposed chain (the memory optimizer's plans)
+// gets the value the forward saved, and fused and unfused sessions agree exactly.
 //
 // Exact matching, every guard checked (a chain that fails one stays as it is): the reduction is
 // over the last axis only, with keepdims; the statistic is computed in float32 (a float16 chain
 // would round its squares to float16, which the fused kernel would not); eps is a float32 scalar
 // constant and 2 the exponent; W has rank 1 and the last dim of X; Y has W's type; every
 // intermediate except r is read only inside the chain and is neither a graph output nor kept; all
-// nodes carry the same recompute mark. The fused kernel sums the squares in float64 and rounds Y
-// once, so the results differ from the chain's only by float rounding.
+// nodes carry the same recompute mark.
 //
 // Only for sessions whose nodes all run on the CPU provider (PassContext::elementwise_fusion), which
 // is the only one with the ai.tob kernel; TOB_RMS_NORM_FUSION=0 takes the pass out of the pipeline.
@@ -80,7 +80,7 @@ bool ReducesLastAxis(const Graph& graph, const Node& mean, size_t rank) {
 struct Chain {
   Value* x = nullptr;       // what the fused node reads: X (16-bit, widened exactly) or xf
   Value* weight = nullptr;  // W
-  Value* inv = nullptr;     // r, when the chain computes it (not for Div(xf, Sqrt(...)))
+  Value* inv = nullptr;     // r
   Value* y = nullptr;       // the chain's result
   float epsilon = 0;
   std::vector<Node*> nodes;  // every node the fused node replaces, from the last one back
@@ -110,7 +110,7 @@ bool Match(const Graph& graph, Node* mean, const KeptValues& kept, Chain* c) {
   Node* sqrt = SoleReader(add->output(0), kept);
   if (!IsOnnx(sqrt, "Sqrt")) return false;
 
-  // n = xf * r with r = 1 / sqrt, or n = xf / sqrt.
+  // n = xf * r with r = 1 / sqrt.
   Node* normalize = nullptr;
   Node* reciprocal = nullptr;
   const Value* s = sqrt->output(0);
@@ -118,10 +118,10 @@ bool Match(const Graph& graph, Node* mean, const KeptValues& kept, Chain* c) {
   if (s->uses().size() != 1 || s->is_graph_output()) return false;
   Node* after = s->uses()[0].node;
   float one = 0;
-  if (IsOnnx(after, "Div") && after->input(1) == s && after->input(0) == xf) {
-    normalize = after;
-  } else if (IsOnnx(after, "Reciprocal") || (IsOnnx(after, "Div") && after->input(1) == s &&
-                                             ScalarConstant(after->input(0), dims.size(), &one) && one == 1.f)) {
+  // (n = Div(xf, Sqrt(...)) is not taken: the fused kernel multiplies by the reciprocal, which
+  // rounds differently.)
+  if (IsOnnx(after, "Reciprocal") || (IsOnnx(after, "Div") && after->input(1) == s &&
+                                      ScalarConstant(after->input(0), dims.size(), &one) && one == 1.f)) {
     reciprocal = after;
     c->inv = after->output(0);
     // r may have readers outside the chain (the backward's saved value): the fused node's InvStdDev
@@ -214,15 +214,14 @@ class RmsNormFusion final : public GraphPass {
     }
     Graph* root = &graph;
     while (root->parent() != nullptr) root = root->parent();
-    const bool onnx = !inv_read && graph.Opset("") >= 23;
     std::vector<std::string> outputs{graph.UniqueName(c.y->name() + "_rms_norm")};
     if (inv_read) outputs.push_back(graph.UniqueName(c.inv->name() + "_inv_rms"));
     AttributeMap attrs{{"axis", Attribute::Int(-1)}, {"epsilon", Attribute::Float(c.epsilon)}};
     Node* mean = c.nodes[c.nodes.size() - 2];
-    TOB_ASSIGN_OR_RETURN(
-        Node * fused, graph.AddNode("RMSNormalization", onnx ? "" : kTobDomain, {c.x->name(), c.weight->name()},
-                                    outputs, std::move(attrs), graph.UniqueName(mean->name() + "_RMSNormalization")));
-    if (!onnx && root->Opset(kTobDomain) < 1) root->SetOpset(kTobDomain, 1);
+    TOB_ASSIGN_OR_RETURN(Node * fused,
+                         graph.AddNode("RMSNormalization", kTobDomain, {c.x->name(), c.weight->name()}, outputs,
+                                       std::move(attrs), graph.UniqueName(mean->name() + "_RMSNormalization")));
+    if (root->Opset(kTobDomain) < 1) root->SetOpset(kTobDomain, 1);
     graph.PlaceLike(fused, mean);
     fused->output(0)->set_type(c.y->type());
     TOB_RETURN_IF_ERROR(graph.ReplaceAllUses(c.y, fused->output(0)));

@@ -14,12 +14,12 @@
 // Guards: q 4-D of a float type with a known even last dim; the slices split the last axis exactly
 // at h (step 1); the Unsqueeze inserts axis 1; cos and sin of q's type and of [B or 1, S, D]; the
 // slices, the negation, the concatenation and both products read only inside the chain and are
-// neither graph outputs nor kept; one recompute mark. The kernel computes cos x1 - sin x2 and
-// sin x1 + cos x2 in float32, what the chain computes, up to float rounding.
+// neither graph outputs nor kept; one recompute mark.
 //
-// The fused node is ai.onnx's RotaryEmbedding at opset 23 and later, else ai.tob's (the same op and
-// kernel). Level kAll, CPU-only sessions (PassContext::elementwise_fusion), TOB_ROTARY_FUSION=0
-// takes it out of the pipeline.
+// The fused node is ai.tob::RotaryEmbedding, ai.onnx's op (opset 23) at any opset, whose kernel
+// repeats the chain's arithmetic bit for bit (each product rounded to a 16-bit type as the chain's
+// Mul nodes store it), so fusing changes no result. Level kAll, CPU-only sessions
+// (PassContext::elementwise_fusion), TOB_ROTARY_FUSION=0 takes it out of the pipeline.
 #include <algorithm>
 #include <map>
 #include <string>
@@ -202,16 +202,13 @@ class RotaryEmbeddingFusion final : public GraphPass {
       const Dims& qd = *c.q->type().shape;
       TOB_ASSIGN_OR_RETURN(Value * cos, Cache(graph, c.cos, qd, &caches));
       TOB_ASSIGN_OR_RETURN(Value * sin, Cache(graph, c.sin, qd, &caches));
-      const bool onnx = graph.Opset("") >= 23;
-      TOB_ASSIGN_OR_RETURN(
-          Node * rope, graph.AddNode("RotaryEmbedding", onnx ? "" : kTobDomain, {c.q->name(), cos->name(), sin->name()},
-                                     {graph.UniqueName(c.out->name() + "_rotary")}, {},
-                                     graph.UniqueName(add->name() + "_RotaryEmbedding")));
-      if (!onnx) {
-        Graph* root = &graph;
-        while (root->parent() != nullptr) root = root->parent();
-        if (root->Opset(kTobDomain) < 1) root->SetOpset(kTobDomain, 1);
-      }
+      TOB_ASSIGN_OR_RETURN(Node * rope,
+                           graph.AddNode("RotaryEmbedding", kTobDomain, {c.q->name(), cos->name(), sin->name()},
+                                         {graph.UniqueName(c.out->name() + "_rotary")}, {},
+                                         graph.UniqueName(add->name() + "_RotaryEmbedding")));
+      Graph* root = &graph;
+      while (root->parent() != nullptr) root = root->parent();
+      if (root->Opset(kTobDomain) < 1) root->SetOpset(kTobDomain, 1);
       graph.PlaceLike(rope, add);
       rope->output(0)->set_type(c.out->type());
       TOB_RETURN_IF_ERROR(graph.ReplaceAllUses(c.out, rope->output(0)));

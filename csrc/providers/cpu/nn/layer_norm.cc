@@ -13,6 +13,7 @@
 #include "ops/fused_elementwise_program.h"  // kTobDomain
 #include "providers/cpu/float_compute.h"
 #include "providers/cpu/nn/vec_math.h"
+#include "providers/cpu/reduction/reduce_loops.h"
 
 namespace tob {
 
@@ -242,11 +243,34 @@ class SkipLayerNormKernel final : public OpKernel {
   float epsilon_;
 };
 
+// ai.tob::RMSNormalization's row with X of a float32 compute type: the arithmetic of the chain it
+// replaces (optimizer/rms_norm_fusion.cc), step by step, so that fusing changes no bit: the squares
+// rounded to float32, summed in ReduceMean's order (ReduceContiguous), divided by D, eps added,
+// 1 / sqrt, x * inv, rounded to V when V is 16-bit (the chain's Cast), times the scale.
+template <typename T, typename V>
+void ChainRmsRow(const T* x, int64_t D, const float* scale, float epsilon, float* squares, V* y, float* inv_out) {
+  for (int64_t i = 0; i < D; ++i) {
+    const auto v = static_cast<float>(x[i]);
+    squares[i] = v * v;
+  }
+  const float sum = cpu::ReduceContiguous<cpu::Combine::kSum, cpu::Map::kIdentity, float, float>(squares, D, 0.f);
+  const float inv = 1.0f / std::sqrt(sum / static_cast<float>(D) + epsilon);
+  *inv_out = inv;
+  for (int64_t i = 0; i < D; ++i) {
+    float n = static_cast<float>(x[i]) * inv;
+    if constexpr (kIs16BitFloat<V>) n = static_cast<float>(V(n));
+    y[i] = static_cast<V>(n * scale[i]);
+  }
+}
+
 // RMSNormalization: y = x / sqrt(mean(x^2 over the dims from axis) + epsilon) * scale. X (type T)
-// and scale / Y (type V) may differ; 16-bit types compute in float32.
+// and scale / Y (type V) may differ; 16-bit types compute in float32. ai.onnx's sums the squares in
+// float64; ai.tob's (the optimizer's fused form) repeats the float32 chain it replaced (ChainRmsRow)
+// and may return InvStdDev.
 class RmsNormKernel final : public OpKernel {
  public:
-  RmsNormKernel(const Node& node, int64_t axis, float epsilon) : OpKernel(node), axis_(axis), epsilon_(epsilon) {}
+  RmsNormKernel(const Node& node, int64_t axis, float epsilon)
+      : OpKernel(node), axis_(axis), epsilon_(epsilon), chain_(node.domain() == kTobDomain) {}
 
   static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node) {
     int64_t axis = -1;
@@ -271,6 +295,19 @@ class RmsNormKernel final : public OpKernel {
         const T* xp = x.data<T>();
         const C* sp = scale.data<C>();
         V* yp = y.data<V>();
+        if constexpr (std::is_same_v<C, float>) {
+          if (chain_) {
+            ParallelFor(ctx.thread_pool(), rows, std::max<int64_t>(1, 16384 / D), [&](int64_t b, int64_t e) {
+              std::vector<float> squares(static_cast<size_t>(D));
+              for (int64_t r = b; r < e; ++r) {
+                float inv = 0;
+                ChainRmsRow(xp + r * D, D, sp, epsilon_, squares.data(), yp + r * D, &inv);
+                inv_out.Set(r, inv);
+              }
+            });
+            return Status::OK();
+          }
+        }
         ParallelFor(ctx.thread_pool(), rows, std::max<int64_t>(1, 16384 / D), [&](int64_t b, int64_t e) {
           for (int64_t r = b; r < e; ++r) {
             const T* xr = xp + r * D;
@@ -294,6 +331,7 @@ class RmsNormKernel final : public OpKernel {
  private:
   int64_t axis_;
   float epsilon_;
+  bool chain_;
 };
 
 }  // namespace

@@ -7,6 +7,8 @@
 //   x1' = cos x1 - sin x2,   x2' = sin x1 + cos x2
 // The values past rotary_dim pass through. 16-bit types compute in float32.
 #include <algorithm>
+#include <type_traits>
+#include <vector>
 
 #include "framework/kernel_registry.h"
 #include "ops/fused_elementwise_program.h"  // kTobDomain
@@ -16,10 +18,46 @@ namespace tob {
 
 namespace {
 
+// A float32 value rounded to the 16-bit type T and widened back.
+template <typename T>
+float Round(float v) {
+  return static_cast<float>(T(v));
+}
+
+// ai.tob's float32 rotation of one head, the chain's arithmetic bit for bit: the four products are
+// stored before they are combined, in loops of their own, so that the compiler cannot contract a
+// product and a sum into one fused multiply-add (which rounds once where the chain's Mul and Add
+// nodes round twice). `products` holds 4 * half floats.
+template <bool kInterleaved>
+void ChainRotateFloat(const float* x, const float* c, const float* s, int64_t half, float* products, float* y) {
+  float* x1c = products;
+  float* x2s = products + half;
+  float* x2c = products + 2 * half;
+  float* x1s = products + 3 * half;
+  for (int64_t k = 0; k < half; ++k) {  // contiguous halves: vectorised
+    const float x1 = x[kInterleaved ? 2 * k : k], x2 = x[kInterleaved ? 2 * k + 1 : k + half];
+    x1c[k] = x1 * c[k];
+    x2s[k] = x2 * s[k];
+    x2c[k] = x2 * c[k];
+    x1s[k] = x1 * s[k];
+  }
+  for (int64_t k = 0; k < half; ++k) {
+    y[kInterleaved ? 2 * k : k] = x1c[k] - x2s[k];
+    y[kInterleaved ? 2 * k + 1 : k + half] = x2c[k] + x1s[k];
+  }
+}
+
+// ai.tob's form (optimizer/rotary_embedding_fusion.cc) repeats the chain it replaced bit for bit:
+// in float32 that is cos x1 - sin x2 as written (two products, one difference); in 16-bit types
+// each product is rounded to the type first, as the chain's Mul nodes store them.
 class RotaryEmbeddingKernel final : public OpKernel {
  public:
   RotaryEmbeddingKernel(const Node& node, bool interleaved, int64_t rotary_dim, int64_t num_heads)
-      : OpKernel(node), interleaved_(interleaved), rotary_dim_(rotary_dim), num_heads_(num_heads) {}
+      : OpKernel(node),
+        interleaved_(interleaved),
+        rotary_dim_(rotary_dim),
+        num_heads_(num_heads),
+        chain_(node.domain() == kTobDomain) {}
 
   static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node) {
     int64_t interleaved = 0, rotary_dim = 0, num_heads = 0;
@@ -75,27 +113,48 @@ class RotaryEmbeddingKernel final : public OpKernel {
       const T* sp = sin_cache.data<T>();
       T* yp = y.data<T>();
       const int64_t* pos = positions != nullptr ? positions->data<int64_t>() : nullptr;
-      ParallelFor(ctx.thread_pool(), batch * seq, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, heads * head_size)),
+      // Work items walk X in memory order: (b, h) with s inside for 4-D X, (b, s) with h inside for
+      // 3-D; each is one (b, h, s) row of head_size values.
+      const int64_t outer = three_d ? batch * seq : batch * heads, inner = three_d ? heads : seq;
+      ParallelFor(ctx.thread_pool(), outer, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, inner * head_size)),
                   [&](int64_t begin, int64_t end) {
-                    for (int64_t bs = begin; bs < end; ++bs) {
-                      const int64_t b = bs / seq, s = bs % seq;
-                      const int64_t row = pos != nullptr ? pos[bs] : bs;  // cache row of this token
-                      const T* c = cp + row * half;
-                      const T* sn = sp + row * half;
-                      for (int64_t h = 0; h < heads; ++h) {
+                    std::vector<float> products;  // ai.tob's float32 form: [4, half]
+                    if (chain_ && std::is_same_v<T, float>) products.resize(static_cast<size_t>(4 * half));
+                    for (int64_t o = begin; o < end; ++o)
+                      for (int64_t j = 0; j < inner; ++j) {
+                        const int64_t b = o / (three_d ? seq : heads);
+                        const int64_t s = three_d ? o % seq : j, h = three_d ? j : o % heads;
+                        const int64_t bs = b * seq + s;
+                        const int64_t row = pos != nullptr ? pos[bs] : bs;  // cache row of this token
+                        const T* c = cp + row * half;
+                        const T* sn = sp + row * half;
                         const int64_t off = b * batch_stride + h * head_stride + s * seq_stride;
                         const T* xr = xp + off;
                         T* yr = yp + off;
+                        if constexpr (std::is_same_v<T, float>) {
+                          if (chain_) {
+                            if (interleaved_) ChainRotateFloat<true>(xr, c, sn, half, products.data(), yr);
+                            else ChainRotateFloat<false>(xr, c, sn, half, products.data(), yr);
+                            std::copy(xr + rotary_dim, xr + head_size, yr + rotary_dim);
+                            continue;
+                          }
+                        }
                         for (int64_t k = 0; k < half; ++k) {
                           const int64_t i1 = interleaved_ ? 2 * k : k, i2 = interleaved_ ? 2 * k + 1 : k + half;
                           const C x1 = static_cast<C>(xr[i1]), x2 = static_cast<C>(xr[i2]);
                           const C ck = static_cast<C>(c[k]), sk = static_cast<C>(sn[k]);
+                          if constexpr (kIs16BitFloat<T>) {
+                            if (chain_) {  // each product rounded to T, as the chain's Mul nodes do
+                              yr[i1] = static_cast<T>(Round<T>(x1 * ck) - Round<T>(x2 * sk));
+                              yr[i2] = static_cast<T>(Round<T>(x2 * ck) + Round<T>(x1 * sk));
+                              continue;
+                            }
+                          }
                           yr[i1] = static_cast<T>(ck * x1 - sk * x2);
                           yr[i2] = static_cast<T>(sk * x1 + ck * x2);
                         }
                         std::copy(xr + rotary_dim, xr + head_size, yr + rotary_dim);
                       }
-                    }
                   });
       return Status::OK();
     });
@@ -105,6 +164,7 @@ class RotaryEmbeddingKernel final : public OpKernel {
   bool interleaved_;
   int64_t rotary_dim_;
   int64_t num_heads_;
+  bool chain_;
 };
 
 }  // namespace
