@@ -28,6 +28,7 @@ from .memory_optimizer import partition_with_plans
 from .options import BackendOptions, resolve
 from .recompile_limit import install as install_recompile_limit_warning
 from .recompile_limit import note_compiled_function
+from . import warm_region
 
 
 logger = logging.getLogger("torch_ort_backend")
@@ -58,13 +59,16 @@ def _unaliased_outputs() -> frozenset:
     return frozenset(offset + i for i in meta.unsafe_view_out_indices)
 
 
-def _compiler(opts: BackendOptions, stage: str, graphs: list) -> Callable:
+def _compiler(opts: BackendOptions, stage: str, graphs: list, recorder: Any = None) -> Callable:
     """The compiler of one stage; every graph it makes joins ``graphs`` (its region's, lean_call.py)
-    with AOTAutograd's metadata of the region."""
+    with AOTAutograd's metadata of the region. ``recorder``: the warm cache's (warm_region.py), told
+    when the region's last graph exists."""
     def compile_graph(gm: torch.fx.GraphModule, example_inputs: Any) -> CompiledGraph:
         graph = CompiledGraph(gm, stage, opts, _unaliased_outputs() if stage == "forward" else frozenset())
         graph.aot_meta = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
         graphs.append(graph)
+        if recorder is not None:
+            recorder.graph_compiled(graphs, stage)
         return graph
 
     return compile_graph
@@ -121,16 +125,47 @@ def ort_backend(gm: torch.fx.GraphModule, example_inputs: list, options: Mapping
     if log_level_requested(options):
         configure_logging(opts.log_level)
     note_compiled_function()
-    policy = opts.fallback_policy
-    if policy & FallbackPolicy.FALLBACK_FORCE_TORCH_FORWARD:
+    if opts.fallback_policy & FallbackPolicy.FALLBACK_FORCE_TORCH_FORWARD:
         return gm.forward
+    recorder = None
+    if opts.cache_dir and warm_region.why_not(gm, example_inputs, opts) is None:
+        # the on-disk cache's record of this region: built from it without AOTAutograd, or written
+        # after this cold compile (warm_region.py)
+        key = warm_region.region_key(gm, example_inputs, opts)
+        if key is not None:
+            warm = warm_region.load(gm, example_inputs, opts, key, _compile_later(gm, example_inputs, opts))
+            if warm is not None:
+                return warm
+            params = warm_region._lifted(gm)
+            inference = not (torch.is_grad_enabled() and any(x.requires_grad for x in [*params, *example_inputs]))
+            recorder = warm_region.Recorder(warm_region.cache_for(opts), key, len(example_inputs), len(params),
+                                            inference)
+    return _compile_region(gm, example_inputs, opts, recorder)
+
+
+def _compile_later(gm: torch.fx.GraphModule, example_inputs: list, opts: BackendOptions) -> Callable:
+    """The cold compile of a warm region, for the calls its lean path does not take (the profiler,
+    compiled autograd): AOTAutograd on TorchDynamo's graph and fake arguments, in a tracing context
+    of their fake mode, as TorchDynamo would have called it."""
+    def compile_now() -> Callable:
+        fake_mode = torch._guards.detect_fake_mode(example_inputs)
+        with torch._guards.tracing(torch._guards.TracingContext(fake_mode)):
+            return _compile_region(gm, example_inputs, opts, None)
+
+    return compile_now
+
+
+def _compile_region(gm: torch.fx.GraphModule, example_inputs: list, opts: BackendOptions,
+                    recorder: Any) -> Callable:
+    """AOTAutograd and our compilers on TorchDynamo's graph: the region's callable."""
+    policy = opts.fallback_policy
     graphs: list = []  # this region's compiled graphs (lean_call.py)
     bw = (_eager_backward if policy & FallbackPolicy.FALLBACK_FORCE_TORCH_BACKWARD
-          else _compiler(opts, "backward", graphs))
+          else _compiler(opts, "backward", graphs, recorder))
     aot = aot_autograd(
         fw_compiler=_compiler(opts, "forward", graphs),
         bw_compiler=bw,
-        inference_compiler=_compiler(opts, "inference", graphs),
+        inference_compiler=_compiler(opts, "inference", graphs, recorder),
         decompositions=decomposition_table(),
         partition_fn=_partitioner(opts),
         keep_inference_input_mutations=False,

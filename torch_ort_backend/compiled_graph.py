@@ -24,7 +24,7 @@ from .errors import (
 )
 from .exporter import ExportedGraph, export_fx_graph
 from .exporter.context import TORCH_TO_ONNX
-from .fallback import FallbackManager
+from .fallback import FallbackManager, FallbackPolicy
 from .memory_optimizer.step_memory import GraphMemory
 from .model_cache import cache_for, graph_key
 from .options import BackendOptions
@@ -84,7 +84,7 @@ def _check_inputs(gm: torch.fx.GraphModule) -> None:
                 raise UnsupportedDataError(f"input '{node.name}' has layout {mv.layout}; dense tensors only")
 
 
-def _session_options(opts: BackendOptions):
+def _session_options(opts: BackendOptions, trusted: bool = True):
     from .session import GraphOptimizationLevel, SessionOptions
 
     so = SessionOptions()
@@ -93,8 +93,9 @@ def _session_options(opts: BackendOptions):
     so.enable_profiling = opts.enable_profiling
     # The graph is our exporter's, made in this process from the user's own code: its ATen nodes
     # may call any operator that code called (prims, custom ops). Models loaded from files never
-    # take this path (docs/security.md).
-    so.allow_unsafe_aten_ops = True
+    # take this path (docs/security.md). Nor do models a warm cache's region record names
+    # (warm_region.py: no graph of this process to check them against): ``trusted`` False.
+    so.allow_unsafe_aten_ops = trusted
     return so
 
 
@@ -129,6 +130,8 @@ class CompiledGraph:
         self._declared_outputs = 0  # the session's outputs that are graph outputs (views' bases follow)
         self._donates = False
         self.aot_meta = None  # AOTAutograd's ViewAndMutationMeta of this region (lean_call.py), set by the backend
+        self.cache_key: str | None = None  # the on-disk cache's key of this export, once it is there
+        self.trusted = True  # exported in this process (or checked against its graph): allow_unsafe_aten_ops
         self.session = None
         self.exported: ExportedGraph | None = None
         self.memory = GraphMemory.for_graph(gm, stage)  # memory_stats() (memory_optimizer/step_memory.py)
@@ -153,10 +156,33 @@ class CompiledGraph:
         cache = cache_for(self.opts)  # ORTMODULE_CACHE_DIR (model_cache.py)
         key = graph_key(self.gm, self.stage, self.opts, self.unaliased_outputs) if cache else None
         exported = cache.load(self.gm, key) if key else None
-        if exported is None:
+        if exported is not None:
+            self.cache_key = key
+        else:
             exported = self._export()
-            if key:
-                cache.store(key, exported)
+            if key and cache.store(key, exported):
+                self.cache_key = key
+        self._finish(exported)
+
+    @classmethod
+    def from_cache(cls, exported: ExportedGraph, stage: str, opts: BackendOptions, memory: GraphMemory,
+                   state: CompileState = COMPILE_STATE) -> "CompiledGraph":
+        """A graph of a warm region (warm_region.py): the cached export, without AOTAutograd's graph
+        (``gm`` is None) and run by a session that keeps ATen nodes to the engine's pure-operator list,
+        as for any model file. Raises what session creation raises."""
+        self = cls.__new__(cls)
+        self._boxed_call = True
+        self.gm, self.stage, self.opts, self.unaliased_outputs, self.state = None, stage, opts, frozenset(), state
+        self.name, self.serial = state.register_graph(self, stage)
+        self.fallback = FallbackManager(FallbackPolicy.FALLBACK_DISABLE, False, f"the {stage} graph {self.name}")
+        self.eager, self._fast, self._donates = False, False, False
+        self.aot_meta, self.cache_key, self.trusted = None, None, False
+        self.session, self.exported, self.memory, self.inspector = None, None, memory, None
+        self._finish(exported)
+        return self
+
+    def _finish(self, exported: ExportedGraph) -> None:
+        """The session and the run path of an export (fresh or from the cache)."""
         self.state.stats.aten_fallback_ops.update(exported.aten_fallback_ops)
         self.exported = exported
         model = exported.model
@@ -168,7 +194,8 @@ class CompiledGraph:
         self.session = self._session_for(model) if exported.output_names else None
         self._input_names = exported.input_names
         self.memory.keep_returned_inputs(exported.output_kinds)  # donation (memory_optimizer/step_memory.py)
-        self.inspector = inspector_for(self.gm, self.name, self.stage, self.opts)  # runtime_inspector.py
+        if self.gm is not None:
+            self.inspector = inspector_for(self.gm, self.name, self.stage, self.opts)  # runtime_inspector.py
         self._output_plan = self._fast_output_plan()
         self._plain_outputs = self._output_plan is not None and all(k == _ENGINE for k, _ in self._output_plan)
         self._fast = self._output_plan is not None
@@ -225,7 +252,7 @@ class CompiledGraph:
         """The engine session of this export: shared with earlier identical exports (same model and
         session options) through the compile state, except when the optimized model is to be saved."""
         key = (hashlib.sha1(model.SerializeToString(deterministic=True)).hexdigest(), self.opts.optimization_level,
-               self.opts.intra_op_threads, self.opts.enable_profiling, self._arena_policy())
+               self.opts.intra_op_threads, self.opts.enable_profiling, self._arena_policy(), self.trusted)
         return self.state.shared_session(key, lambda: self._create_session(model), reuse=not self.opts.save_onnx)
 
     def _arena_policy(self) -> tuple[bool, bool]:
@@ -245,7 +272,7 @@ class CompiledGraph:
     def _create_session(self, model):
         from .session import InferenceSession
 
-        so = _session_options(self.opts)
+        so = _session_options(self.opts, self.trusted)
         so.enable_mem_pattern, so.release_arena_after_run = self._arena_policy()
         if self.opts.save_onnx:
             so.optimized_model_filepath = os.path.join(
@@ -273,6 +300,8 @@ class CompiledGraph:
     # ---- what the lean per-call path (lean_call.py) reads ----
     @property
     def num_inputs(self) -> int:
+        if self.gm is None:
+            return len(self.exported.input_names)
         return sum(1 for n in self.gm.graph.nodes if n.op == "placeholder")
 
     @property
@@ -339,6 +368,8 @@ class CompiledGraph:
             return self._run_eager(args)
 
     def _run_eager(self, args: list) -> Any:
+        if self.gm is None:  # never reached: a warm graph's FallbackManager falls back to nothing
+            raise RuntimeError(f"{self.name} came from the on-disk cache and has no torch graph to run instead")
         return self.gm(*args)
 
     def _run_fast(self, args: list) -> list:

@@ -43,6 +43,7 @@ checks each behaviour against AOTAutograd's path and eager.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import weakref
 from typing import Any, Callable
@@ -186,11 +187,14 @@ class LeanRegion:
         return call_training
 
 
-def _lean_inference(graph: Any, params: list, disable_amp: bool, region: LeanRegion) -> Callable:
+def _lean_inference(graph: Any, params: list, disable_amp: bool, region: LeanRegion,
+                    n_out: int | None = None) -> Callable:
     """RuntimeWrapper's inference steps for a plain region: grad off around the graph (its outputs
-    never require grad), autocast off if it was traced under autocast."""
+    never require grad), autocast off if it was traced under autocast. ``n_out``: AOTAutograd's
+    output count, read from the graph's metadata when not given (a warm region's record)."""
     run = graph.run_list
-    n_out = graph.aot_meta.num_outputs
+    if n_out is None:
+        n_out = graph.aot_meta.num_outputs
 
     def lean(args: tuple) -> list:
         region.lean_calls += 1
@@ -214,62 +218,113 @@ def _lean_inference(graph: Any, params: list, disable_amp: bool, region: LeanReg
     return lean
 
 
-def _tangent_coercions(meta: Any, surviving: list[int]) -> list:
-    """Per surviving output, the (size, stride) its gradient was traced with, or the memory format,
-    or None where AOTAutograd's own coercion must run (not a plain tensor)."""
-    from torch._functorch._aot_autograd.runtime_wrappers import AOTDispatchAutograd
+@dataclasses.dataclass
+class TrainingPlan:
+    """What the training call reads of AOTAutograd's metadata of a region, as plain data: taken
+    from the metadata after a compile (``plan_from_meta``), or from a warm cache's record
+    (warm_region.py), which skips AOTAutograd."""
 
+    n_out: int  # the user's outputs (meta.num_outputs)
+    n_fw: int  # forward outputs before the saved tensors (meta.num_forward)
+    n_no_vc: int  # saved tensors without a version-counter check (the last ones)
+    non_diff: list  # outputs marked non-differentiable
+    unsafe_view: list  # outputs re-viewed with _unsafe_view
+    surviving: list  # outputs whose gradient the backward graph takes, in order
+    coercions: list  # per surviving output: ("strides", size, stride), ("format", memory_format) or None
+    detach: list  # inputs detached before the forward (require grad, not leaves, get no gradient)
+    check_deterministic: bool  # traced with deterministic algorithms off
+    donated: bool  # the backward frees donated activations (retain_graph refused)
+    inputs_require_grad: bool
+
+    def tangent_metas(self) -> list:
+        """AOTAutograd's PlainTensorMeta of each tangent (its process_runtime_tangent reads them)."""
+        from torch._functorch._aot_autograd.schemas import MemoryFormatMeta, PlainTensorMeta
+
+        metas = []
+        for j, c in enumerate(self.coercions):
+            fmt = (None if c is None else MemoryFormatMeta(memory_format=c[1]) if c[0] == "format"
+                   else MemoryFormatMeta(size=list(c[1]), stride=list(c[2])))
+            metas.append(PlainTensorMeta(j, memory_format=fmt))
+        return metas
+
+
+def _tangent_coercions(meta: Any, surviving: list[int]) -> list | None:
+    """Per surviving output, the (size, stride) its gradient was traced with, or the memory format;
+    None when one is not a plain tensor (AOTAutograd's own coercion would have to run)."""
     out = []
     for j, _ in enumerate(surviving):
         m = meta.subclass_tangent_meta[j]
         fmt = getattr(m, "memory_format", None)
-        if type(m).__name__ != "PlainTensorMeta" or fmt is None:
-            out.append(None)
+        if type(m).__name__ != "PlainTensorMeta":
+            return None
+        if fmt is None:
+            out.append(None)  # nothing to coerce (process_runtime_tangent hands a plain tensor back)
         elif fmt.memory_format is not None:
             out.append(("format", fmt.memory_format))
         else:
             out.append(("strides", tuple(fmt.size), tuple(fmt.stride)))
-    return out, AOTDispatchAutograd.process_runtime_tangent
+    return out
 
 
-def _lean_training(fw: Any, bw: Any, params: list, disable_amp: bool, region: LeanRegion) -> Callable | None:
-    """RuntimeWrapper's training steps and CompiledFunction's forward and backward for a plain
-    region (the module docstring), as one autograd.Function."""
-    from torch._functorch._aot_autograd.runtime_wrappers import _should_disable_saved_tensors_hooks
+def plan_from_meta(fw: Any, bw: Any) -> tuple[TrainingPlan | None, str | None]:
+    """The TrainingPlan of a region from AOTAutograd's metadata (the forward graph's aot_meta), or
+    None and why the lean path cannot run it."""
     from torch._functorch._aot_autograd.schemas import OutputType
 
     meta = fw.aot_meta
-    if _should_disable_saved_tensors_hooks():
-        region.declined = "saved-tensor hooks inlined in the graphs"
-        return None
     if meta.num_symints_saved_for_bw or meta.num_opaque_objects_saved_for_bw:
-        region.declined = "sizes or opaque objects saved for the backward"
-        return None
+        return None, "sizes or opaque objects saved for the backward"
     if meta.traced_tangents and len(meta.subclass_tangent_meta) != len(meta.traced_tangents):
-        region.declined = "tangent metadata"
-        return None
-    n_out = meta.num_outputs
+        return None, "tangent metadata"
     n_fw = meta.num_forward  # == num_forward_returns: no mutated inputs, bases or random offsets here
     n_no_vc = meta.num_tensors_saved_with_no_vc_check or 0
     n_saved = fw.num_outputs - n_fw
-    n_vc = n_saved - n_no_vc
-    if n_saved < 0 or n_vc < 0:
-        region.declined = "forward outputs"
-        return None
-    # Saved tensors that may be views (inputs returned as they came); engine outputs never are.
-    view_candidates = [i for i in range(n_fw, fw.num_outputs) if fw.output_may_be_view(i)]
-    non_diff = [i for i, o in enumerate(meta.output_info) if not o.requires_grad]
-    unsafe_view = list(meta.unsafe_view_out_indices)
+    if n_saved < 0 or n_saved - n_no_vc < 0:
+        return None, "forward outputs"
     surviving = [i for i, o in enumerate(meta.output_info)
                  if o.output_type in (OutputType.non_alias, OutputType.unsafe_view_alias,
                                       OutputType.custom_function_view)
                  and issubclass(o.raw_type, torch.Tensor) and o.requires_grad_for_backward]
-    coercions, process_tangent = _tangent_coercions(meta, surviving)
-    tangent_metas = meta.subclass_tangent_meta
-    detach = bw.inputs_to_detach(meta)
-    check_deterministic = meta.deterministic is not None and not meta.deterministic
-    donated = bool(meta.bw_donated_idxs)
-    inputs_require_grad = any(i.requires_grad for i in meta.input_info)
+    coercions = _tangent_coercions(meta, surviving)
+    if coercions is None:
+        return None, "a tangent that is not a plain tensor"
+    plan = TrainingPlan(
+        n_out=meta.num_outputs, n_fw=n_fw, n_no_vc=n_no_vc,
+        non_diff=[i for i, o in enumerate(meta.output_info) if not o.requires_grad],
+        unsafe_view=list(meta.unsafe_view_out_indices), surviving=surviving, coercions=coercions,
+        detach=bw.inputs_to_detach(meta),
+        check_deterministic=meta.deterministic is not None and not meta.deterministic,
+        donated=bool(meta.bw_donated_idxs), inputs_require_grad=any(i.requires_grad for i in meta.input_info))
+    return plan, None
+
+
+def _lean_training(fw: Any, bw: Any, params: list, disable_amp: bool, region: LeanRegion,
+                   plan: TrainingPlan | None = None) -> Callable | None:
+    """RuntimeWrapper's training steps and CompiledFunction's forward and backward for a plain
+    region (the module docstring), as one autograd.Function. ``plan``: AOTAutograd's metadata as
+    data, read from the forward graph's when not given."""
+    from torch._functorch._aot_autograd.runtime_wrappers import (
+        AOTDispatchAutograd,
+        _should_disable_saved_tensors_hooks,
+    )
+
+    if _should_disable_saved_tensors_hooks():
+        region.declined = "saved-tensor hooks inlined in the graphs"
+        return None
+    if plan is None:
+        plan, why = plan_from_meta(fw, bw)
+        if plan is None:
+            region.declined = why
+            return None
+    n_out, n_fw, n_no_vc = plan.n_out, plan.n_fw, plan.n_no_vc
+    n_vc = fw.num_outputs - n_fw - n_no_vc
+    # Saved tensors that may be views (inputs returned as they came); engine outputs never are.
+    view_candidates = [i for i in range(n_fw, fw.num_outputs) if fw.output_may_be_view(i)]
+    non_diff, unsafe_view, surviving, coercions = plan.non_diff, plan.unsafe_view, plan.surviving, plan.coercions
+    process_tangent = AOTDispatchAutograd.process_runtime_tangent
+    tangent_metas = plan.tangent_metas()
+    detach = plan.detach
+    check_deterministic, donated, inputs_require_grad = plan.check_deterministic, plan.donated, plan.inputs_require_grad
     fw_run, bw_run = fw.run_list, bw.run_list
     _unsafe_view = torch.ops.aten._unsafe_view
 

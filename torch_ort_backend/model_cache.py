@@ -208,12 +208,38 @@ class ModelCache:
             return f"{path} is writable by other users (mode {stat.filemode(st.st_mode)})"
         return ""
 
-    def _warn(self, message: str) -> None:
-        STATS["rejected"] += 1
-        warnings.warn(f"ORTMODULE_CACHE_DIR: {message}; exporting again", CacheWarning, stacklevel=4)
+    def untrusted(self, path: str) -> str:
+        """'' when the directory and `path` are this user's alone; otherwise why not."""
+        return self._owned_by_us(self.directory) or self._owned_by_us(path)
 
-    def load(self, gm: torch.fx.GraphModule, key: str):
-        """The cached ExportedGraph for `key`, or None (a miss, or an entry ignored with a warning)."""
+    def _warn(self, message: str, then: str = "exporting again") -> None:
+        STATS["rejected"] += 1
+        warnings.warn(f"ORTMODULE_CACHE_DIR: {message}; {then}", CacheWarning, stacklevel=4)
+
+    def write_atomic(self, path: str, data: bytes) -> bool:
+        """``data`` into ``path`` through a private temporary file and ``os.replace``: readers see a
+        whole entry or none. False (with a CacheWarning) when it could not be written."""
+        try:
+            os.makedirs(self.directory, mode=0o700, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".tob-", suffix=".tmp", dir=self.directory)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)  # atomic: readers see a whole entry or none
+            except BaseException:
+                os.unlink(tmp)
+                raise
+        except OSError as e:
+            warnings.warn(f"ORTMODULE_CACHE_DIR: could not write {path}: {e}", CacheWarning, stacklevel=5)
+            return False
+        return True
+
+    def load(self, gm: torch.fx.GraphModule | None, key: str):
+        """The cached ExportedGraph for `key`, or None (a miss, or an entry ignored with a warning).
+        ``gm`` None (a warm region's graph, warm_region.py): no graph of this process to check the
+        ATen nodes against; the caller runs the model as any model file instead."""
         from .exporter import ExportedGraph
         from .onnx_loader import parse_model
 
@@ -221,7 +247,7 @@ class ModelCache:
         if not os.path.exists(path):
             STATS["misses"] += 1
             return None
-        why = self._owned_by_us(self.directory) or self._owned_by_us(path)
+        why = self.untrusted(path)
         if why:
             self._warn(f"ignoring {path}: {why}")
             return None
@@ -232,10 +258,11 @@ class ModelCache:
                 raise ValueError(f"it was written for another graph (key {props.get(_KEY_PROP)!r})")
             if props.get(_GRAPH_SHA_PROP) != _graph_sha(model):
                 raise ValueError("its graph does not match the checksum recorded with it")
-            allowed = _operator_names(gm)
-            foreign = sorted({op for op in _aten_nodes(model.graph) if op not in allowed})
-            if foreign:
-                raise ValueError(f"it calls torch operators this graph does not: {foreign[:5]}")
+            if gm is not None:
+                allowed = _operator_names(gm)
+                foreign = sorted({op for op in _aten_nodes(model.graph) if op not in allowed})
+                if foreign:
+                    raise ValueError(f"it calls torch operators this graph does not: {foreign[:5]}")
             meta = _decode(json.loads(props[_META_PROP]))
             fields = {f.name for f in dataclasses.fields(ExportedGraph)} - {"model"}
             if set(meta) != fields:
@@ -249,7 +276,8 @@ class ModelCache:
         logger.info("loaded the exported graph from %s", path)
         return ExportedGraph(model=model, **meta)
 
-    def store(self, key: str, exported: Any) -> None:
+    def store(self, key: str, exported: Any) -> bool:
+        """Writes the entry of `key`; whether it is there now."""
         try:
             meta = {f.name: getattr(exported, f.name) for f in dataclasses.fields(exported) if f.name != "model"}
             meta["aten_fallback_ops"] = dict(meta["aten_fallback_ops"])
@@ -257,29 +285,17 @@ class ModelCache:
         except TypeError as e:
             STATS["uncacheable"] += 1
             logger.info("not caching a graph: %s", e)
-            return
+            return False
         model = type(exported.model)()
         model.CopyFrom(exported.model)
         del model.metadata_props[:]
         for k, v in ((_KEY_PROP, key), (_GRAPH_SHA_PROP, _graph_sha(model)), (_META_PROP, encoded)):
             entry = model.metadata_props.add()
             entry.key, entry.value = k, v
-        try:
-            os.makedirs(self.directory, mode=0o700, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".tob-", suffix=".tmp", dir=self.directory)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(model.SerializeToString(deterministic=True))
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, self._path(key))  # atomic: readers see a whole entry or none
-            except BaseException:
-                os.unlink(tmp)
-                raise
-        except OSError as e:
-            warnings.warn(f"ORTMODULE_CACHE_DIR: could not write {self._path(key)}: {e}", CacheWarning, stacklevel=4)
-            return
+        if not self.write_atomic(self._path(key), model.SerializeToString(deterministic=True)):
+            return False
         STATS["stored"] += 1
+        return True
 
 
 def cache_for(opts: Any) -> ModelCache | None:
