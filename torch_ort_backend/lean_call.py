@@ -36,8 +36,9 @@ So when AOTAutograd's metadata of a region (``ViewAndMutationMeta``) shows none 
 region's callable is ``LeanRegion``'s: the same steps for what remains, straight-line, with the
 engine graph's run inlined (``CompiledGraph.run_list``). Everything else, and the first call
 (AOTAutograd's first-call checks; for training, until the backward graph has been compiled), goes
-through AOTAutograd's wrappers as before. ``ORTMODULE_LEAN_CALL=0`` (option ``lean_call``) turns it
-off. docs/performance.md ("Per-call overhead") has the figures; tests/python/test_lean_call.py
+through AOTAutograd's wrappers as before. A warm region (warm_region.py: built from the on-disk
+cache without AOTAutograd) takes the lean path from its first call, with ``TrainingPlan`` read from
+its record. ``ORTMODULE_LEAN_CALL=0`` (option ``lean_call``) turns it off, and warm regions with it. docs/performance.md ("Per-call overhead") has the figures; tests/python/test_lean_call.py
 checks each behaviour against AOTAutograd's path and eager.
 """
 

@@ -21,6 +21,11 @@ that this process's own graph calls. Only then is it run as our own export (with
 ``allow_unsafe_aten_ops``); anything else is a warning and a fresh export. The directory and the file
 must belong to this user and not be writable by others. docs/security.md ("The on-disk cache")
 says what a local attacker could still do.
+
+Beside the exports, warm_region.py keeps one record per region (``tob-<key>.region.json``), with
+which a new process builds the region from these exports without AOTAutograd; it reads the
+exports through ``load(None, key)``: the checks above but the ATen one, which the sessions'
+allow-list for model files replaces.
 """
 
 from __future__ import annotations
@@ -51,7 +56,9 @@ _EXPORT_OPTIONS = ("opset", "prefer_torch_kernels", "disable_custom_autograd_sup
                    "skipped_autograd_functions", "allow_autograd_checkpoint", "aten_sdpa_fallback")
 _SYM_FUNCTIONS = {torch.sym_int, torch.sym_float, torch.sym_max, torch.sym_min, torch.sym_not, torch.sym_ite}
 
-STATS: Counter = Counter()  # hits, misses, stored, rejected, uncacheable
+# hits, misses, stored, rejected, uncacheable; regions' records (warm_region.py): region_hits,
+# region_misses, region_stored, region_uncacheable
+STATS: Counter = Counter()
 
 
 class CacheWarning(UserWarning):
@@ -72,6 +79,14 @@ def _operator_names(gm: torch.fx.GraphModule) -> set[tuple[str, str]]:
             schema = node.target._schema
             names.add((schema.name.removeprefix("aten::"), schema.overload_name))
     return names
+
+
+def option_repr(value: Any) -> str:
+    """An option's value as the key reads it: sets sorted (their repr's order follows string
+    hashing, which differs between processes)."""
+    if isinstance(value, (set, frozenset)):
+        return "{" + ",".join(sorted(option_repr(v) for v in value)) + "}"
+    return repr(value)
 
 
 def _describe(value: Any) -> str:
@@ -97,7 +112,7 @@ def graph_key(gm: torch.fx.GraphModule, stage: str, opts: Any, unaliased_outputs
             h.update(data)
 
     feed(FORMAT, torch.__version__, onnx.__version__, __version__, stage, sorted(unaliased_outputs))
-    feed(*(f"{name}={getattr(opts, name)!r}" for name in _EXPORT_OPTIONS))
+    feed(*(f"{name}={option_repr(getattr(opts, name))}" for name in _EXPORT_OPTIONS))
     for node in gm.graph.nodes:
         if node.op == "call_function" and not _cacheable_target(node.target):
             return None

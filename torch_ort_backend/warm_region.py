@@ -53,7 +53,7 @@ from .lean_call import LeanRegion, TrainingPlan, _lean_inference, _lean_training
 from .memory_optimizer.step_memory import GraphMemory
 from .model_cache import FORMAT as _CACHE_FORMAT
 from . import model_cache
-from .model_cache import ModelCache, _aten_nodes, _cacheable_target, _describe, cache_for
+from .model_cache import ModelCache, _aten_nodes, _cacheable_target, _describe, cache_for, option_repr
 
 logger = logging.getLogger("torch_ort_backend")
 
@@ -133,7 +133,8 @@ def region_key(gm: torch.fx.GraphModule, example_inputs: list, opts: Any) -> str
             h.update(data)
 
     feed("region", FORMAT, _CACHE_FORMAT, torch.__version__, onnx.__version__, __version__)
-    feed(*(f"{f.name}={getattr(opts, f.name)!r}" for f in dataclasses.fields(opts) if f.name not in _NOT_IN_KEY))
+    feed(*(f"{f.name}={option_repr(getattr(opts, f.name))}" for f in dataclasses.fields(opts)
+           if f.name not in _NOT_IN_KEY))
     feed(torch.is_grad_enabled(), torch.are_deterministic_algorithms_enabled(),
          torch.is_deterministic_algorithms_warn_only_enabled())
     for device in ("cpu", "cuda"):

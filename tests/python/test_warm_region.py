@@ -341,3 +341,24 @@ def test_a_warm_region_under_the_profiler_compiles_aotautograds_path(tmp_path, a
     compiled(x)  # after the profiler: the lean path again
     assert _warm_lean_calls() == [1]
     assert_engine_ran(3)
+
+
+def test_ortmodule_with_the_cache_builds_its_regions_warm(tmp_path, aot_calls):
+    """ORTModule compiles through the same backend: training and evaluation regions are recorded
+    and built warm after a reset, with eager's numbers."""
+    from torch_ort_backend import ORTModule
+
+    x = torch.randn(4, 6)
+    for round_ in range(2):
+        torch._dynamo.reset()
+        net = Net()
+        wrapped = ORTModule(net, options={"cache_dir": str(tmp_path)})
+        out = wrapped(x)
+        (out[0].square().sum() + out[1].sin().sum()).backward()
+        _assert_eager(([o.detach() for o in out], [p.grad for p in net.parameters()]), _eager(x))
+        wrapped.eval()
+        with torch.no_grad():
+            evaluated = wrapped(x)
+        _assert_eager(([o for o in evaluated], []), _eager(x, grad=False))
+        assert aot_calls[0] == 2, round_  # the first round compiled both regions; the second, none
+    assert model_cache.STATS["region_stored"] == 2 and model_cache.STATS["region_hits"] == 2
