@@ -176,6 +176,7 @@ class CompiledGraph:
         self.name, self.serial = state.register_graph(self, stage)
         self.fallback = FallbackManager(FallbackPolicy.FALLBACK_DISABLE, False, f"the {stage} graph {self.name}")
         self.eager, self._fast, self._donates = False, False, False
+        self._contiguous_copies, self._declared_outputs = (), 0
         self.aot_meta, self.cache_key, self.trusted = None, None, False
         self.session, self.exported, self.memory, self.inspector = None, None, memory, None
         self._finish(exported)
