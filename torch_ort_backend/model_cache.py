@@ -203,6 +203,47 @@ def _aten_nodes(graph) -> Iterable[tuple[str, str]]:
                 yield from _aten_nodes(g)
 
 
+def check_view_step(op: Any, op_args: Any, op_kwargs: Any,
+                    allowed: set[tuple[str, str]] | None = None) -> None:
+    """A view replay an entry's metadata asks for (an output kind ("view", base, steps, copy)):
+    an aten view operator (not mutable, its result an alias of its input) with numbers, dtypes and
+    memory formats for arguments, and, with `allowed`, one of the operators the graph itself calls.
+    ValueError naming it otherwise: an entry may only make the process call what its graph calls."""
+    if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
+        raise ValueError(f"a view replay calls {op!r}, not an aten operator")
+    schema = op._schema
+    name = schema.name.removeprefix("aten::")
+    if schema.is_mutable or not schema.returns or schema.returns[0].alias_info is None:
+        raise ValueError(f"a view replay calls aten::{name}, which is not a view operator")
+    if allowed is not None and (name, schema.overload_name) not in allowed:
+        raise ValueError(f"a view replay calls aten::{name}.{schema.overload_name or 'default'}, "
+                         "which this graph does not call")
+    plain = (bool, int, float, type(None), torch.dtype, torch.memory_format)
+
+    def ok(v: Any) -> bool:
+        return isinstance(v, plain) or (isinstance(v, (list, tuple)) and all(isinstance(x, plain) for x in v))
+
+    if not isinstance(op_args, tuple) or not isinstance(op_kwargs, dict) or not all(map(ok, op_args)) \
+            or not all(isinstance(k, str) and ok(v) for k, v in op_kwargs.items()):
+        raise ValueError(f"a view replay of aten::{name} has arguments other than numbers")
+
+
+def _check_view_replays(kinds: Any, allowed: set[tuple[str, str]]) -> None:
+    """Every view replay among an entry's output kinds (check_view_step, against the graph's own
+    operators)."""
+    if not isinstance(kinds, list):
+        raise ValueError("its output kinds are not a list")
+    for j, kind in enumerate(kinds):
+        if not (isinstance(kind, tuple) and kind and kind[0] == "view"):
+            continue
+        if len(kind) != 4 or not isinstance(kind[2], tuple):
+            raise ValueError(f"output {j}'s view replay is malformed")
+        for step in kind[2]:
+            if not isinstance(step, tuple) or len(step) != 3:
+                raise ValueError(f"output {j}'s view replay is malformed")
+            check_view_step(*step, allowed=allowed)
+
+
 def _graph_sha(model) -> str:
     return hashlib.sha256(model.graph.SerializeToString(deterministic=True)).hexdigest()
 
@@ -282,6 +323,8 @@ class ModelCache:
             fields = {f.name for f in dataclasses.fields(ExportedGraph)} - {"model"}
             if set(meta) != fields:
                 raise ValueError(f"its metadata has fields {sorted(meta)}, expected {sorted(fields)}")
+            if gm is not None:  # a warm region checks its replays itself (warm_region._check_graph)
+                _check_view_replays(meta["output_kinds"], allowed)
             meta["aten_fallback_ops"] = Counter(meta["aten_fallback_ops"])
         except Exception as e:  # corrupt, foreign or tampered: never fatal, never trusted
             self._warn(f"ignoring {path}: {type(e).__name__}: {e}")

@@ -289,23 +289,11 @@ def _int(value: Any, name: str, lo: int, hi: int) -> int:
 def _check_view_op(op: Any, op_args: Any, op_kwargs: Any) -> None:
     from ._engine import C
 
-    if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
-        raise ValueError(f"a view replay calls {op!r}, not an aten operator")
-    schema = op._schema
-    name = schema.name.removeprefix("aten::")
-    if schema.is_mutable or not schema.returns or schema.returns[0].alias_info is None:
-        raise ValueError(f"a view replay calls aten::{name}, which is not a view operator")
-    why = C.aten_op_refusal(name, schema.overload_name)
+    model_cache.check_view_step(op, op_args, op_kwargs)
+    name, overload = op._schema.name.removeprefix("aten::"), op._schema.overload_name
+    why = C.aten_op_refusal(name, overload)
     if why:
         raise ValueError(f"a view replay calls aten::{name} ({why})")
-    plain = (bool, int, float, type(None))
-
-    def ok(v: Any) -> bool:
-        return isinstance(v, plain) or (isinstance(v, (list, tuple)) and all(isinstance(x, plain) for x in v))
-
-    if not isinstance(op_args, tuple) or not isinstance(op_kwargs, dict) or not all(map(ok, op_args)) \
-            or not all(isinstance(k, str) and ok(v) for k, v in op_kwargs.items()):
-        raise ValueError(f"a view replay of aten::{name} has arguments other than numbers")
 
 
 def _check_output_kinds(kinds: Any, n_inputs: int) -> None:

@@ -197,3 +197,67 @@ def test_a_new_process_with_a_warm_cache_skips_the_export_of_gpt2(tmp_path):
         assert run["loss"] == pytest.approx(loss.item(), rel=1e-5)
         assert run["grad"] == pytest.approx(grad, rel=1e-4)
     assert warm["loss"] == cold["loss"] and warm["grad"] == cold["grad"]
+
+
+class ViewNet(nn.Module):
+    """Two outputs where the second is a view of the first: the export hands the view back as a
+    replay of aten operators on the engine's output (an output kind ("view", ...) in the entry)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = nn.Linear(6, 8)
+
+    def forward(self, x):
+        y = self.a(x).tanh()
+        return y, y.transpose(0, 1)
+
+
+def _view_step(cache_dir, x):
+    torch._dynamo.reset()
+    net = ViewNet()
+    y, yt = torch.compile(net, backend="ort", options={"cache_dir": str(cache_dir)})(x)
+    (y.square().sum() + (yt * yt.detach().flip(0)).sum()).backward()
+    return y.detach(), yt.detach(), [p.grad for p in net.parameters()]
+
+
+def _swap_ops(node, to):
+    """The JSON of an entry's metadata with every operator it names replaced by `to`."""
+    if isinstance(node, dict):
+        if set(node) == {"op"}:
+            return {"op": list(to)}
+        return {k: _swap_ops(v, to) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_swap_ops(v, to) for v in node]
+    return node
+
+
+@pytest.mark.parametrize("op,why", [(("aten::as_strided", ""), "as_strided.default, which this graph does not call"),
+                                    (("aten::fill_", "Scalar"), "fill_, which is not a view operator")])
+def test_a_view_replay_the_graph_does_not_call_is_refused(tmp_path, op, why):
+    """An entry's metadata may only replay view operators its own graph calls: a local writer who
+    swaps the replayed transpose for another operator (the graph's checksum does not cover the
+    metadata) gets a CacheWarning naming it, and the graph is exported again."""
+    x = torch.randn(4, 6)
+    ref = _view_step(tmp_path / "ref", x)
+    torch.testing.assert_close(ref[1], ref[0].transpose(0, 1))
+    for record in _records(tmp_path / "ref"):
+        record.unlink()
+    swapped = 0
+    for entry in _entries(tmp_path / "ref"):
+        model = onnx.load(str(entry))
+        meta = _props(model)[model_cache._META_PROP]
+        if '"op"' in meta.value:
+            meta.value = json.dumps(_swap_ops(json.loads(meta.value), op))
+            onnx.save(model, str(entry))
+            swapped += 1
+    assert swapped >= 1  # the forward's entry replays the transpose
+    compile_stats().reset()
+    with pytest.warns(CacheWarning, match=rf"(?s)ignoring .*{why}.*exporting again"):
+        y, yt, grads = _view_step(tmp_path / "ref", x)
+    assert model_cache.STATS["rejected"] == swapped
+    torch.testing.assert_close(y, ref[0])
+    torch.testing.assert_close(yt, y.transpose(0, 1))
+    for g, r in zip(grads, ref[2]):
+        torch.testing.assert_close(g, r)
+    assert_engine_ran(2)
