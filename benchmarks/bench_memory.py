@@ -6,12 +6,14 @@ memory_opt_level 0, 1 and 2, in one run.
                                       [--hidden 256] [--heads 4] [--vocab 1024] [--steps 5]
                                       [--configs eager,checkpoint,inductor_budget,ort0,ort1,ort2]
                                       [--threads 1] [--rounds 3] [--no-time] [--no-memory] [--json PATH]
+    python benchmarks/bench_memory.py --from-json RUN.json [RUN2.json ...]   # the table of saved runs
 
 Variants of an "ort" level N take a change of docs/memory_optimizer.md back, to measure what it
 is worth: ``ortN_arena`` (the training graphs plan an arena and free it after each run, as level
 >= 1 did before it ran without one), ``ortN_keep_arena`` (they plan one and keep the largest between
-runs, as level 0 does) and ``ortN_no_donation`` (torch._functorch.config.donated_buffer off: the
-backward holds its whole stash to its end).
+runs, as level 0 does), ``ortN_no_donation`` (torch._functorch.config.donated_buffer off: the
+backward holds its whole stash to its end) and ``ortN_all_layers`` (the ``TransformerLayer:1:-1`` plan:
+the last transformer layer recomputed too, where level 1 keeps it).
 
 The models are torch_ort_backend/testing/models.py's GPT-2 and LLaMA (eager attention, dropout 0.1)
 at the given sizes; the default (6 layers, batch 16 x 256 tokens, hidden 256) is one where
@@ -25,7 +27,11 @@ adds to the model while training: activations, gradients, workspaces, and anythi
 between steps (what compiling imported and keeps, the engine's memory arenas). glibc is told to map
 every block of 64 KiB or more on its own (MALLOC_MMAP_THRESHOLD_), so freed activations leave the
 resident set and the mark follows live memory. "above idle" is the same mark minus the resident set
-between two steps (after the warm-up): what a step adds on top of everything a configuration keeps.
+between two steps (after the warm-up): what a step adds on top of everything a configuration keeps;
+"held between steps" is the difference (what compiling keeps for the process's life, memory glibc
+keeps, the engine's arenas). All three are measured the same way for every configuration, so
+their ratios compare like with like; torch's CPU allocator keeps no peak statistics, and the
+engine's memory is not torch's, so no allocator-level figure could cover every configuration.
 For "ort" the engine's own count (torch_ort_backend.memory_stats()["step_peak_bytes"]) is shown too.
 benchmarks/memory_attribution.py takes these peaks apart.
 
@@ -91,7 +97,10 @@ def _apply_config(model, config: str):
         fn = torch.compile(model)
     elif config.startswith("ort"):
         level, _, variant = config[3:].partition("_")
-        if variant:
+        options: dict = {"memory_opt_level": int(level)}
+        if variant == "all_layers":
+            options["memory_opt_config"] = ["TransformerLayer:1:-1"]
+        elif variant:
             from torch_ort_backend.compiled_graph import CompiledGraph
 
             if variant == "arena":
@@ -101,9 +110,9 @@ def _apply_config(model, config: str):
             elif variant == "no_donation":
                 torch._functorch.config.donated_buffer = False
             else:
-                raise ValueError(f"unknown configuration {config!r}: the variants are _arena, _keep_arena and "
-                                 "_no_donation")
-        fn = torch.compile(model, backend="ort", options={"memory_opt_level": int(level)})
+                raise ValueError(f"unknown configuration {config!r}: the variants are _arena, _keep_arena, "
+                                 "_no_donation and _all_layers")
+        fn = torch.compile(model, backend="ort", options=options)
     elif config != "eager":
         raise ValueError(f"unknown configuration {config!r}; known: {', '.join(CONFIGS)}")
     return fn
@@ -165,6 +174,77 @@ def run_config(model: str, config: str, sizes: dict, steps: int, threads: int, m
     return run_json_worker(args, timeout=3600, **env)
 
 
+def _ratio(value: float | None, base: float | None) -> str:
+    return f"{value / base:.2f}x" if value is not None and base else "-"
+
+
+def print_table(memory: dict, times: dict, models: list, configs: list, sizes: dict, steps: int, rounds: int,
+                threads: int) -> None:
+    """One row per model and configuration. Every peak column is measured the same way for every
+    configuration (the module docstring): "peak" is what training adds to the process, "above idle"
+    what one step adds on top of what the configuration keeps between steps, and "held between
+    steps" the difference (what compiling keeps, memory glibc keeps, the engine's arenas). Ratios:
+    to eager's and to checkpointed eager's figure of the same column."""
+
+    def cpu_ms(key: str) -> float | None:
+        ok = [r["median_cpu_ms"] for r in times.get(key, []) if "error" not in r]
+        return statistics.median(ok) if ok else None
+
+    print(f"\npeak memory (MiB) and step CPU time (median, ms; {rounds} round(s) of {steps} steps, threads "
+          f"{threads or 'default'}); {sizes}; (x eager / x checkpoint)\n")
+    print("| model | config | peak MiB | above idle MiB | held between steps MiB | engine step peak MiB "
+          "| peak MiB, glibc defaults | step CPU ms | rounds' medians | loss |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|---:|")
+    for model in models:
+        eager, ckpt = memory.get(f"{model}/eager", {}), memory.get(f"{model}/checkpoint", {})
+        eager_ms, ckpt_ms = cpu_ms(f"{model}/eager"), cpu_ms(f"{model}/checkpoint")
+        for config in configs:
+            key = f"{model}/{config}"
+            r = memory.get(key, {})
+            cells = ["", "", "", ""]
+            if "error" in r:
+                cells[0] = f"error: {r['error']}"
+            elif r:
+                cells[0] = (f"{r['peak_mib']:.1f} ({_ratio(r['peak_mib'], eager.get('peak_mib'))} / "
+                            f"{_ratio(r['peak_mib'], ckpt.get('peak_mib'))})")
+                cells[1] = f"{r['step_mib']:.1f} ({_ratio(r['step_mib'], ckpt.get('step_mib'))} of checkpoint)"
+                cells[2] = f"{r['peak_mib'] - r['step_mib']:.1f}"
+                cells[3] = f"{r['engine_step_peak_mib']:.1f}" if "engine_step_peak_mib" in r else ""
+            ms = cpu_ms(key)
+            ms_cell = "" if ms is None else f"{ms:.0f} ({_ratio(ms, eager_ms)} / {_ratio(ms, ckpt_ms)})"
+            runs = ", ".join(f"{t['median_cpu_ms']:.0f}" if "error" not in t else "error" for t in times.get(key, []))
+            default_peaks = [t["peak_mib"] for t in times.get(key, []) if "error" not in t]
+            default_peak = f"{statistics.median(default_peaks):.0f}" if default_peaks else ""
+            loss = r.get("first_loss") or next((t["first_loss"] for t in times.get(key, []) if "first_loss" in t), None)
+            loss_cell = f"{loss:.4f}" if loss is not None else ""
+            print(f"| {model} | {config} | {cells[0]} | {cells[1]} | {cells[2]} | {cells[3]} | {default_peak} "
+                  f"| {ms_cell} | {runs} | {loss_cell} |")
+
+
+def _print_saved(paths: list, models: list, configs: list) -> int:
+    """The table of earlier runs (--json files), merged: one run may hold the memory figures and
+    another the times, or other configurations. Runs at other sizes are refused."""
+    memory: dict = {}
+    times: dict = {}
+    sizes = None
+    timing = (0, 0)  # (rounds, threads) of the last run that timed
+    for path in paths:
+        with open(path) as f:
+            saved = json.load(f)
+        if sizes is not None and saved["sizes"] != sizes:
+            raise SystemExit(f"{path} was measured at {saved['sizes']}, not {sizes}")
+        sizes = saved["sizes"]
+        memory.update({k: v for k, v in saved["memory"].items() if v})
+        times.update({k: v for k, v in saved["times"].items() if v})
+        if any(saved["times"].values()):
+            timing = (saved["rounds"], saved["threads"])
+    models = [m for m in models if any(k.startswith(m + "/") for k in list(memory) + list(times))]
+    configs = [c for c in configs if any(k.endswith("/" + c) for k in list(memory) + list(times))]
+    steps = next((len(t[0]["cpu_ms"]) for t in times.values() if t and "cpu_ms" in t[0]), 0)
+    print_table(memory, times, models, configs, sizes, steps, *timing)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="gpt2,llama")
@@ -181,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-time", action="store_true", help="peak memory only")
     p.add_argument("--no-memory", action="store_true", help="step time only")
     p.add_argument("--json", default="")
+    p.add_argument("--from-json", nargs="+", default=[], metavar="PATH",
+                   help="print the table of earlier --json runs (merged in order: a later run's configuration wins)")
     p.add_argument("--worker", nargs=2, metavar=("MODEL", "CONFIG"), help=argparse.SUPPRESS)
     p.add_argument("--sizes", default="", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -189,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     sizes = {k: getattr(args, k) for k in ("layers", "batch", "seq", "hidden", "heads", "vocab")}
     models, configs = args.models.split(","), args.configs.split(",")
+    if args.from_json:
+        return _print_saved(args.from_json, models, configs)
     memory: dict[str, dict] = {}
     times: dict[str, list] = {f"{m}/{c}": [] for m in models for c in configs}
     if not args.no_memory:
@@ -203,39 +287,7 @@ def main(argv: list[str] | None = None) -> int:
                 times[f"{model}/{config}"].append(r)
                 print(f"time round {rnd} {model:6s} {config:16s} {r}", file=sys.stderr)
 
-    def cpu_ms(key: str) -> float | None:
-        ok = [r["median_cpu_ms"] for r in times.get(key, []) if "error" not in r]
-        return statistics.median(ok) if ok else None
-
-    print(f"\npeak memory above the model (MiB); step CPU time, median (ms), {args.rounds} round(s) of "
-          f"{args.steps} steps, threads {args.threads or 'default'}; {sizes}; ratios to eager in parentheses\n")
-    print("| model | config | peak MiB | above idle MiB | engine step peak MiB | peak MiB, glibc defaults | step CPU ms "
-          "| rounds' medians | loss |")
-    print("|---|---|---:|---:|---:|---:|---:|---|---:|")
-    for model in models:
-        eager_mem, eager_ms = memory.get(f"{model}/eager", {}), cpu_ms(f"{model}/eager")
-        for config in configs:
-            key = f"{model}/{config}"
-            r = memory.get(key, {})
-            cells = ["", "", ""]
-            if "error" in r:
-                cells[0] = f"error: {r['error']}"
-            elif r:
-                cells[0] = f"{r['peak_mib']:.1f}"
-                if config != "eager" and eager_mem.get("peak_mib"):
-                    cells[0] += f" ({r['peak_mib'] / eager_mem['peak_mib']:.2f}x)"
-                cells[1] = f"{r['step_mib']:.1f}"
-                cells[2] = f"{r['engine_step_peak_mib']:.1f}" if "engine_step_peak_mib" in r else ""
-            ms = cpu_ms(key)
-            ms_cell = "" if ms is None else f"{ms:.0f}" + (f" ({ms / eager_ms:.2f}x)" if eager_ms and config != "eager"
-                                                         else "")
-            rounds = ", ".join(f"{t['median_cpu_ms']:.0f}" if "error" not in t else "error" for t in times.get(key, []))
-            default_peaks = [t["peak_mib"] for t in times.get(key, []) if "error" not in t]
-            default_peak = f"{statistics.median(default_peaks):.0f}" if default_peaks else ""
-            loss = r.get("first_loss") or next((t["first_loss"] for t in times.get(key, []) if "first_loss" in t), None)
-            loss_cell = f"{loss:.4f}" if loss is not None else ""
-            print(f"| {model} | {config} | {cells[0]} | {cells[1]} | {cells[2]} | {default_peak} | {ms_cell} | {rounds} "
-                  f"| {loss_cell} |")
+    print_table(memory, times, models, configs, sizes, args.steps, args.rounds, args.threads)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"sizes": sizes, "threads": args.threads, "rounds": args.rounds, "memory": memory,
