@@ -70,9 +70,9 @@ def test_every_level_trains_like_level_0(name):
 def test_level_1_peak_is_clearly_below_level_0_when_activations_dominate():
     """GPT-2 at hidden 64, 4 layers, batch 4 x 128 tokens: activations are ~30x the parameters. The
     engine's step peak (memory_stats) at levels 1 and 2 must be well below level 0's, and the
-    forward's peak (its stash) shrinks level by level. (Level 2's step peak is not below level 1's:
-    with the stash donated to the backward, level 1's last layer is freed as its backward reads it,
-    while level 2 recomputes more at once: 8.92 against 9.01 MB.)"""
+    forward's peak (its stash) shrinks level by level. (Level 2's step peak is barely below level
+    1's: with the stash donated to the backward, level 1's last layer is freed as its backward reads
+    it, while level 2 recomputes it: 8.75 against 8.85 MB on 2026-11-27, so the two are not ordered.)"""
     model = make_gpt2(hidden=64, layers=4, heads=4, positions=128, dropout=0.1)
     batch = functools.partial(causal_lm_batch, batch=4, seq=128)
     runs = {level: train(model, batch, {"memory_opt_level": level}, steps=2) for level in (0, 1, 2)}
