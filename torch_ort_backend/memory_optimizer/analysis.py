@@ -125,7 +125,11 @@ def recomputable(node: torch.fx.Node) -> bool:
     if node.op != "call_function":
         return False
     if node.target is operator.getitem:
-        return True
+        # As recomputable as the node it unpacks: a getitem of an op the backward may not run
+        # again (flash attention's (out, logsumexp), seeded by its dropout) must be saved, or
+        # torch's min-cut finds a value it can neither save (a tuple) nor recompute.
+        source = node.args[0]
+        return isinstance(source, torch.fx.Node) and recomputable(source)
     target = node.target
     if not isinstance(target, torch._ops.OpOverload) or target.namespace != "aten" or target._schema.is_mutable:
         return False
