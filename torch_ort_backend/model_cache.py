@@ -97,43 +97,61 @@ def _describe(value: Any) -> str:
     return repr(value)
 
 
+class KeyHash:
+    """A SHA-256 over length-prefixed parts, so that no two different sequences of parts hash alike;
+    the key of a graph entry (graph_key) and of a region's record (warm_region.region_key)."""
+
+    def __init__(self) -> None:
+        self._h = hashlib.sha256()
+
+    def feed(self, *parts: Any) -> None:
+        for p in parts:
+            data = p if isinstance(p, bytes) else str(p).encode()
+            self._h.update(len(data).to_bytes(8, "little"))
+            self._h.update(data)
+
+    def feed_constants(self, gm: torch.fx.GraphModule, lifted: frozenset = frozenset()) -> bool:
+        """Each tensor the graph reads through get_attr, by name, metadata and bytes (ids in
+        `lifted`: by name and metadata only, they are arguments, not constants). False when one is
+        not a tensor: such a graph is not cached."""
+        for node in gm.graph.nodes:
+            if node.op != "get_attr":
+                continue
+            value = gm
+            for part in node.target.split("."):
+                value = getattr(value, part)
+            if not isinstance(value, torch.Tensor):
+                return False
+            if id(value) in lifted:
+                self.feed(node.target, _describe(value))
+                continue
+            data = value.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes()
+            self.feed(node.target, _describe(value), data)
+        return True
+
+    def hexdigest(self) -> str:
+        return self._h.hexdigest()
+
+
 def graph_key(gm: torch.fx.GraphModule, stage: str, opts: Any, unaliased_outputs: Iterable[int]) -> str | None:
     """The entry's key, or None when the graph names process-local objects and cannot be cached."""
     import onnx
 
     from . import __version__
 
-    h = hashlib.sha256()
-
-    def feed(*parts: Any) -> None:
-        for p in parts:
-            data = p if isinstance(p, bytes) else str(p).encode()
-            h.update(len(data).to_bytes(8, "little"))
-            h.update(data)
-
-    feed(FORMAT, torch.__version__, onnx.__version__, __version__, stage, sorted(unaliased_outputs))
-    feed(*(f"{name}={option_repr(getattr(opts, name))}" for name in _EXPORT_OPTIONS))
+    h = KeyHash()
+    h.feed(FORMAT, torch.__version__, onnx.__version__, __version__, stage, sorted(unaliased_outputs))
+    h.feed(*(f"{name}={option_repr(getattr(opts, name))}" for name in _EXPORT_OPTIONS))
     for node in gm.graph.nodes:
         if node.op == "call_function" and not _cacheable_target(node.target):
             return None
         if node.op == "call_module":
             return None
         if node.op == "placeholder":
-            feed(node.name, _describe(node.meta.get("val")))
-    feed(gm.code)
-    for node in gm.graph.nodes:
-        if node.op == "get_attr":
-            value = gm
-            for part in node.target.split("."):
-                value = getattr(value, part)
-            if not isinstance(value, torch.Tensor):
-                return None
-            data = value.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes()
-            feed(node.target, _describe(value), data)
-    return h.hexdigest()
+            h.feed(node.name, _describe(node.meta.get("val")))
+    h.feed(gm.code)
+    return h.hexdigest() if h.feed_constants(gm) else None
 
-
-# ---- ExportedGraph <-> JSON (no pickle: nothing in a cache file is executed) ----
 
 def _encode(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, str)):

@@ -40,7 +40,6 @@ record draws a CacheWarning and a cold compile. docs/security.md ("The on-disk c
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -53,7 +52,7 @@ from .lean_call import LeanRegion, TrainingPlan, _lean_inference, _lean_training
 from .memory_optimizer.step_memory import GraphMemory
 from .model_cache import FORMAT as _CACHE_FORMAT
 from . import model_cache
-from .model_cache import ModelCache, _aten_nodes, _cacheable_target, _describe, cache_for, option_repr
+from .model_cache import KeyHash, ModelCache, _aten_nodes, _cacheable_target, _describe, cache_for, option_repr
 
 logger = logging.getLogger("torch_ort_backend")
 
@@ -124,14 +123,8 @@ def region_key(gm: torch.fx.GraphModule, example_inputs: list, opts: Any) -> str
 
     from . import __version__
 
-    h = hashlib.sha256()
-
-    def feed(*parts: Any) -> None:
-        for p in parts:
-            data = p if isinstance(p, bytes) else str(p).encode()
-            h.update(len(data).to_bytes(8, "little"))
-            h.update(data)
-
+    h = KeyHash()
+    feed = h.feed
     feed("region", FORMAT, _CACHE_FORMAT, torch.__version__, onnx.__version__, __version__)
     feed(*(f"{f.name}={option_repr(getattr(opts, f.name))}" for f in dataclasses.fields(opts)
            if f.name not in _NOT_IN_KEY))
@@ -151,19 +144,8 @@ def region_key(gm: torch.fx.GraphModule, example_inputs: list, opts: Any) -> str
         if node.op == "call_function" and not (_cacheable_target(node.target) or _torch_function(node.target)):
             return None
     feed(gm.code)
-    for node in gm.graph.nodes:
-        if node.op == "get_attr":
-            value = gm
-            for part in node.target.split("."):
-                value = getattr(value, part)
-            if not isinstance(value, torch.Tensor):
-                return None
-            if id(value) in lifted:  # an argument of the graph AOTAutograd compiles, not a constant
-                feed(node.target, _describe(value))
-                continue
-            data = value.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes()
-            feed(node.target, _describe(value), data)
-    return h.hexdigest()
+    # A lifted tensor is an argument of the graph AOTAutograd compiles, not a constant.
+    return h.hexdigest() if h.feed_constants(gm, frozenset(lifted)) else None
 
 
 def _torch_function(target: Any) -> bool:

@@ -1,5 +1,6 @@
-// Test helpers for the low-precision types: tensors from raw codes, codes back, and reference
-// roundings computed from the formats' definitions by search (not by the engine's arithmetic).
+// Test helpers for the low-precision types: tensors from raw codes, codes back, reference
+// roundings computed from the formats' definitions by search (not by the engine's arithmetic), and
+// a float32 tensor narrowed to a 16-bit float type.
 #pragma once
 
 #include <cmath>
@@ -93,6 +94,14 @@ inline uint32_t NearestMagnitude(const FormatSpec& f, double a, bool* overflow) 
   const double d_over = std::fabs(a - (max_v + spacing));
   if (d_over < best_d || (d_over == best_d && ((top + 1) & 1u) == 0)) *overflow = true;
   return best;
+}
+
+// A float32 tensor's values rounded to T (BFloat16, Float16), same shape.
+template <typename T>
+Tensor Narrowed(const Tensor& f) {
+  std::vector<T> v;
+  for (int64_t i = 0; i < f.numel(); ++i) v.push_back(T(f.data<float>()[i]));
+  return Tensor::FromVector<T>(v, f.shape());
 }
 
 }  // namespace tob::testing

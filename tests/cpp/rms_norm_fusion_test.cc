@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "graph_pass_test_util.h"
+#include "low_precision_test_util.h"
 #include "op_tester.h"
 #include "ops/fused_elementwise_program.h"
 #include "optimizer/passes.h"
@@ -243,20 +244,6 @@ SessionRun RunForm(const Form& f, OptLevel level, const std::vector<Tensor>& fee
   return r;
 }
 
-template <typename T>
-std::vector<double> AsDoubles(const Tensor& t) {
-  std::vector<double> v;
-  for (int64_t i = 0; i < t.numel(); ++i) v.push_back(static_cast<double>(static_cast<float>(t.data<T>()[i])));
-  return v;
-}
-
-template <typename T>
-Tensor Narrowed(const Tensor& f) {
-  std::vector<T> v;
-  for (int64_t i = 0; i < f.numel(); ++i) v.push_back(T(f.data<float>()[i]));
-  return Tensor::FromVector<T>(v, f.shape());
-}
-
 // y = x / sqrt(mean(x^2) + eps) * w and 1 / sqrt(mean(x^2) + eps) per row, in float64.
 void Reference(const std::vector<double>& x, const std::vector<double>& w, std::vector<double>* y,
                std::vector<double>* inv) {
@@ -291,16 +278,16 @@ TEST(OptimizerRmsNormFusion, Float32MatchesTheChainBitForBitAndFloat64) {
       EXPECT_EQ(fused.reductions, 0) << inverse;
       EXPECT_EQ(plain.fused, 0) << inverse;
       std::vector<double> y, inv;
-      Reference(AsDoubles<float>(x), AsDoubles<float>(w), &y, &inv);
+      Reference(testing::ToDoubles(x), testing::ToDoubles(w), &y, &inv);
       ASSERT_EQ(fused.outputs.size(), save ? 2u : 1u);
       for (size_t i = 0; i < fused.outputs.size(); ++i)
         ExpectSameBits(fused.outputs[i], plain.outputs[i], std::string(inverse) + " output " + std::to_string(i));
       for (const SessionRun* run : {&fused, &plain}) {
-        const std::vector<double> got = AsDoubles<float>(run->outputs[0]);
+        const std::vector<double> got = testing::ToDoubles(run->outputs[0]);
         for (size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(got[i], y[i], 2e-6 * (1 + std::abs(y[i]))) << i;
         if (!save) continue;
         ASSERT_EQ(run->outputs[1].shape(), (Shape{2, 3, 1}));
-        const std::vector<double> r = AsDoubles<float>(run->outputs[1]);
+        const std::vector<double> r = testing::ToDoubles(run->outputs[1]);
         for (size_t i = 0; i < inv.size(); ++i) EXPECT_NEAR(r[i], inv[i], 2e-6 * inv[i]) << i;
       }
     }
@@ -313,26 +300,18 @@ TEST(OptimizerRmsNormFusion, SixteenBitMatchesTheChainBitForBitAndFloat64) {
     Form f;
     f.x = f.out = t;
     const Tensor xf = RandomTensor<float>({2, 3, kD}, -2, 2, 21), wf = RandomTensor<float>({kD}, 0.5, 1.5, 22);
-    const Tensor x = t == DType::kBFloat16 ? Narrowed<BFloat16>(xf) : Narrowed<Float16>(xf);
-    const Tensor w = t == DType::kBFloat16 ? Narrowed<BFloat16>(wf) : Narrowed<Float16>(wf);
+    const Tensor x = t == DType::kBFloat16 ? testing::Narrowed<BFloat16>(xf) : testing::Narrowed<Float16>(xf);
+    const Tensor w = t == DType::kBFloat16 ? testing::Narrowed<BFloat16>(wf) : testing::Narrowed<Float16>(wf);
     SessionRun fused = RunForm(f, OptLevel::kAll, {x, w});
     SessionRun plain = RunForm(f, OptLevel::kExtended, {x, w});
     EXPECT_EQ(fused.fused, 1);
     ExpectSameBits(fused.outputs[0], plain.outputs[0], DTypeName(t));
-    std::vector<double> xd, wd, y, inv;
-    if (t == DType::kBFloat16) {
-      xd = AsDoubles<BFloat16>(x);
-      wd = AsDoubles<BFloat16>(w);
-    } else {
-      xd = AsDoubles<Float16>(x);
-      wd = AsDoubles<Float16>(w);
-    }
-    Reference(xd, wd, &y, &inv);
+    std::vector<double> y, inv;
+    Reference(testing::ToDoubles(x), testing::ToDoubles(w), &y, &inv);
     const double ulp = t == DType::kBFloat16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
     for (const SessionRun* run : {&fused, &plain}) {
       ASSERT_EQ(run->outputs[0].dtype(), t);
-      const std::vector<double> got =
-          t == DType::kBFloat16 ? AsDoubles<BFloat16>(run->outputs[0]) : AsDoubles<Float16>(run->outputs[0]);
+      const std::vector<double> got = testing::ToDoubles(run->outputs[0]);
       for (size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(got[i], y[i], 2 * ulp * std::abs(y[i]) + 1e-6) << i;
     }
   }
@@ -343,13 +322,13 @@ TEST(OptimizerRmsNormFusion, TobKernelReturnsTheInverseRms) {
   // the wrong length is refused, naming the op.
   const Tensor x = RandomTensor<float>({kRows, kD}, -2, 2, 31), w = RandomTensor<float>({kD}, 0.5, 1.5, 32);
   std::vector<double> y, inv;
-  Reference(AsDoubles<float>(x), AsDoubles<float>(w), &y, &inv);
+  Reference(testing::ToDoubles(x), testing::ToDoubles(w), &y, &inv);
   testing::OpTester t("RMSNormalization", 1, kTobDomain);
   t.Attr("epsilon", Attribute::Float(kEps)).Input("X", x).Input("scale", w);
   t.Output("Y", {kRows, kD}, y, 2e-6, 1e-6).Output("InvStdDev", {kRows, 1}, inv, 2e-6, 0);
   t.Run();
 
-  std::vector<double> xd = AsDoubles<float>(x), wd = AsDoubles<float>(w);
+  std::vector<double> xd = testing::ToDoubles(x), wd = testing::ToDoubles(w);
   testing::OpTester d("RMSNormalization", 1, kTobDomain);
   d.Attr("epsilon", Attribute::Float(kEps))
       .Input("X", Tensor::FromVector<double>(xd, {kRows, kD}))

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "graph_pass_test_util.h"
+#include "low_precision_test_util.h"
 #include "op_tester.h"
 #include "ops/fused_elementwise_program.h"
 #include "optimizer/passes.h"
@@ -169,20 +170,6 @@ SessionRun RunForm(const Form& f, OptLevel level, const std::vector<Tensor>& fee
   return r;
 }
 
-template <typename T>
-std::vector<double> AsDoubles(const Tensor& t) {
-  std::vector<double> v;
-  for (int64_t i = 0; i < t.numel(); ++i) v.push_back(static_cast<double>(static_cast<float>(t.data<T>()[i])));
-  return v;
-}
-
-template <typename T>
-Tensor Narrowed(const Tensor& f) {
-  std::vector<T> v;
-  for (int64_t i = 0; i < f.numel(); ++i) v.push_back(T(f.data<float>()[i]));
-  return Tensor::FromVector<T>(v, f.shape());
-}
-
 // out[b, h, s, i] = q[i] cos(f[i mod D/2]) + rotate_half(q)[i] sin(f[i mod D/2]), tables of `tb` rows.
 std::vector<double> Reference(const std::vector<double>& q, const std::vector<double>& f, int64_t tb) {
   std::vector<double> out(q.size());
@@ -210,8 +197,8 @@ TEST(OptimizerRotaryEmbeddingFusion, MatchesTheChainBitForBitAndFloat64) {
       const Tensor qf = RandomTensor<float>({kB, kH, kS, kD}, -2, 2, 41);
       const Tensor freqs = RandomTensor<float>({tb, kS, kD / 2}, -3, 3, 42);
       const Tensor q = t == DType::kFloat32    ? qf
-                       : t == DType::kBFloat16 ? Narrowed<BFloat16>(qf)
-                                               : Narrowed<Float16>(qf);
+                       : t == DType::kBFloat16 ? testing::Narrowed<BFloat16>(qf)
+                                               : testing::Narrowed<Float16>(qf);
       SessionRun fused = RunForm(f, OptLevel::kAll, {q, freqs});
       SessionRun plain = RunForm(f, OptLevel::kExtended, {q, freqs});
       EXPECT_EQ(fused.fused, 1) << DTypeName(t);
@@ -220,19 +207,14 @@ TEST(OptimizerRotaryEmbeddingFusion, MatchesTheChainBitForBitAndFloat64) {
       ASSERT_EQ(plain.outputs.size(), 1u);
       EXPECT_EQ(std::memcmp(fused.outputs[0].raw_data(), plain.outputs[0].raw_data(), fused.outputs[0].nbytes()), 0)
           << DTypeName(t) << " table batch " << tb << ": fused and unfused differ";
-      auto doubles = [&](const Tensor& x) {
-        return t == DType::kFloat32    ? AsDoubles<float>(x)
-               : t == DType::kBFloat16 ? AsDoubles<BFloat16>(x)
-                                       : AsDoubles<Float16>(x);
-      };
-      const std::vector<double> want = Reference(doubles(q), AsDoubles<float>(freqs), tb);
+      const std::vector<double> want = Reference(testing::ToDoubles(q), testing::ToDoubles(freqs), tb);
       // float32: a few roundings of values below 4; 16-bit: the tables and the result are rounded to
       // the type (the chain also rounds each product).
       const double tol = t == DType::kFloat32 ? 1e-5 : t == DType::kBFloat16 ? 0.06 : 8e-3;
       for (const SessionRun* run : {&fused, &plain}) {
         ASSERT_EQ(run->outputs.size(), 1u);
         ASSERT_EQ(run->outputs[0].dtype(), t);
-        const std::vector<double> got = doubles(run->outputs[0]);
+        const std::vector<double> got = testing::ToDoubles(run->outputs[0]);
         for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << DTypeName(t) << " " << i;
       }
     }
