@@ -16,11 +16,24 @@ from torch_ort_backend.backend import compile_stats
 from torch_ort_backend.lean_call import live_regions
 
 
+_EARLIER: set = set()  # ids of the regions alive when the running test began
+
+
 @pytest.fixture(autouse=True)
 def strict(monkeypatch):
     for _ in fresh_state(monkeypatch):
         gc.collect()  # graphs and regions of earlier tests (reference cycles) gone
+        _EARLIER.clear()
+        _EARLIER.update(id(r) for r in live_regions())
         yield
+
+
+def _own_regions() -> list:
+    """The regions this test compiled: live_regions() lists every region alive in the process, and
+    in one pytest process an earlier test's may still be (its compiled module kept by a fixture or
+    a frame), so each test counts only its own."""
+    gc.collect()
+    return [r for r in live_regions() if id(r) not in _EARLIER]
 
 
 def _nonzero(*shape, seed=0):
@@ -45,8 +58,7 @@ class TwoOutputs(nn.Module):
 
 
 def _region():
-    gc.collect()  # regions of earlier tests (reference cycles) gone
-    regions = live_regions()
+    regions = _own_regions()
     assert len(regions) == 1, f"expected one compiled region, found {len(regions)}"
     return regions[0]
 
@@ -125,8 +137,7 @@ def test_lean_call_off_keeps_aotautograds_path(how, monkeypatch):
         compiled(x)[0].sum().backward()
         with torch.no_grad():
             torch.testing.assert_close(compiled(x)[0], model(x)[0])
-    gc.collect()
-    assert live_regions() == [], "no lean region may exist with lean_call off"
+    assert _own_regions() == [], "no lean region may exist with lean_call off"
     assert_engine_ran(9)
 
 
@@ -260,8 +271,7 @@ def test_a_region_that_mutates_its_inputs_keeps_aotautograds_path():
         eager(x).sum().backward()
         assert model.calls.item() == eager.calls.item() == seed + 1
         torch.testing.assert_close(model.fc.weight.grad, eager.fc.weight.grad)
-    gc.collect()
-    regions = live_regions()
+    regions = _own_regions()
     assert all(r.lean_calls == 0 for r in regions)
     assert all(r.declined == "input mutations" for r in regions if r.declined), [r.declined for r in regions]
     assert_engine_ran()
