@@ -586,9 +586,9 @@ Status Session::RunPositional(std::vector<Tensor> feeds, std::vector<Tensor>* fe
   const int64_t t0 = profiler_->NowUs();
   std::vector<RuntimeValue> slots = constants_;
   std::string signature;
-  TOB_RETURN_IF_ERROR(BindPositional(
-      std::vector<RuntimeValue>(std::make_move_iterator(feeds.begin()), std::make_move_iterator(feeds.end())), slots,
-      &signature));
+  std::unordered_map<std::string, int64_t> symbols;
+  for (size_t i = 0; i < feeds.size(); ++i)
+    TOB_RETURN_IF_ERROR(BindPositional(i, std::move(feeds[i]), slots, &symbols, &signature));
   std::vector<RuntimeValue> fetched;
   TOB_RETURN_IF_ERROR(RunBound(slots, signature, output_slots_, &fetched, stats, t0, donated));
   return FetchedTensors(output_slots_, fetched, fetches);

@@ -193,11 +193,12 @@ class Session {
   Status CheckInputTensor(size_t index, const char* kind, const Tensor& t, const ValueType& want,
                           std::unordered_map<std::string, int64_t>* symbols) const;
   int FindInput(const std::string& name) const;
-  // Binds feeds given by position (the graph's inputs in order, for a nested session followed by
-  // the values it reads from enclosing graphs) to their slots, each checked against its declared
-  // type, and appends each to the memory-pattern signature (session_feeds.cc).
-  Status BindPositional(std::vector<RuntimeValue> feeds, std::vector<RuntimeValue>& slots,
-                        std::string* signature) const;
+  // Binds feed `index` given by position (the graph's inputs in order, for a nested session
+  // followed by the values it reads from enclosing graphs) to its slot, checked against its
+  // declared type (`symbols` binds symbolic dims across one run's feeds), and appends it to the
+  // memory-pattern signature (session_feeds.cc). RunPositional and RunNested loop over it.
+  Status BindPositional(size_t index, RuntimeValue feed, std::vector<RuntimeValue>& slots,
+                        std::unordered_map<std::string, int64_t>* symbols, std::string* signature) const;
   // The step's subgraphs bound to this run's values of the enclosing graphs they read (into
   // *bound, which must outlive the run of the step), as the runners its kernel sees
   // (session_subgraphs.cc).

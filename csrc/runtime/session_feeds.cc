@@ -127,15 +127,12 @@ void Session::AppendSignature(const RuntimeValue& v, std::string* signature) {
     for (const Tensor& t : v.sequence().tensors) append_tensor(t);
 }
 
-Status Session::BindPositional(std::vector<RuntimeValue> feeds, std::vector<RuntimeValue>& slots,
-                               std::string* signature) const {
-  std::unordered_map<std::string, int64_t> symbols;
-  for (size_t i = 0; i < feeds.size(); ++i) {
-    RuntimeValue& slot = slots[input_slots_[i]];
-    slot = std::move(feeds[i]);
-    TOB_RETURN_IF_ERROR(CheckInput(i, "input", slot, &symbols));
-    AppendSignature(slot, signature);
-  }
+Status Session::BindPositional(size_t index, RuntimeValue feed, std::vector<RuntimeValue>& slots,
+                               std::unordered_map<std::string, int64_t>* symbols, std::string* signature) const {
+  RuntimeValue& slot = slots[input_slots_[index]];
+  slot = std::move(feed);
+  TOB_RETURN_IF_ERROR(CheckInput(index, "input", slot, symbols));
+  AppendSignature(slot, signature);
   return Status::OK();
 }
 

@@ -72,8 +72,11 @@ Status Session::RunNested(std::vector<RuntimeValue> feeds, std::vector<RuntimeVa
   const int64_t t0 = profiler_->NowUs();
   std::vector<RuntimeValue> slots = constants_;
   std::string signature;
-  Status bound_st = BindPositional(std::move(feeds), slots, &signature);
-  if (!bound_st.ok()) return bound_st.WithContext("feeding " + graph_->Describe());
+  std::unordered_map<std::string, int64_t> symbols;
+  for (size_t i = 0; i < feeds.size(); ++i) {
+    Status st = BindPositional(i, std::move(feeds[i]), slots, &symbols, &signature);
+    if (!st.ok()) return st.WithContext("feeding " + graph_->Describe());
+  }
   RunStats stats;
   fetches->clear();
   Status st = RunBound(slots, signature, output_slots_, fetches, &stats, t0, {});
