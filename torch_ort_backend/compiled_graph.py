@@ -59,13 +59,18 @@ def _replay_views(views: list, args: list, outs: list, hidden: list) -> None:
 
 def _load_engine():
     """The compiled engine module; BadInitializationError when it cannot be loaded (a broken or
-    partial install, a libtorch that does not match the one it was built against)."""
+    partial install, a libtorch that does not match the one it was built against) or when a TOB_*
+    engine switch in the environment is set to a value it does not accept."""
     try:
         from ._engine import C
     except (ImportError, OSError, AttributeError) as e:
         raise BadInitializationError(f"the engine (torch_ort_backend._C) could not be loaded: {e}") from e
     if not hasattr(C, "Session"):
         raise BadInitializationError("the engine module torch_ort_backend._C has no Session: a partial build")
+    try:
+        C.check_env_switches()
+    except ValueError as e:  # a TOB_* switch set to a value it does not accept
+        raise BadInitializationError(str(e)) from e
     return C
 
 

@@ -1,7 +1,5 @@
 // The pass manager and THE pipeline: one plain, ordered list of passes per optimisation level.
-#include <cstdlib>
-#include <cstring>
-
+#include "core/env_switch.h"
 #include "optimizer/passes.h"
 
 namespace tob {
@@ -12,24 +10,15 @@ namespace {
 // bench_compile's models at their benchmark size, on / off interleaved in one process: MLP training
 // 1.18x faster, the transformer LM 1.03x, LLaMA, GPT-2 and BERT within 1% either way
 // (docs/performance.md, "Elementwise fusion").
-bool ElementwiseFusionEnabled() {
-  const char* env = std::getenv("TOB_ELEMENTWISE_FUSION");
-  return env == nullptr || std::strcmp(env, "0") != 0;
-}
-
-// A fusion's environment switch: on unless set to "0".
-bool SwitchOn(const char* variable) {
-  const char* env = std::getenv(variable);
-  return env == nullptr || std::strcmp(env, "0") != 0;
-}
+bool ElementwiseFusionEnabled() { return EnvSwitchOn(EnvSwitch::kElementwiseFusion); }
 
 // On by default; TOB_RMS_NORM_FUSION=0 turns it off (A/B runs; docs/performance.md, "RMSNorm and
 // rotary embedding fusion").
-bool RmsNormFusionEnabled() { return SwitchOn("TOB_RMS_NORM_FUSION"); }
+bool RmsNormFusionEnabled() { return EnvSwitchOn(EnvSwitch::kRmsNormFusion); }
 
 // On by default; TOB_ROTARY_FUSION=0 turns it off (docs/performance.md, "RMSNorm and rotary
 // embedding fusion").
-bool RotaryFusionEnabled() { return SwitchOn("TOB_ROTARY_FUSION"); }
+bool RotaryFusionEnabled() { return EnvSwitchOn(EnvSwitch::kRotaryFusion); }
 
 }  // namespace
 

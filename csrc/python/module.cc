@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "core/env_switch.h"
 #include "framework/kernel_registry.h"
 #include "ir/graph.h"
 #include "memory/arena_pool.h"
@@ -436,6 +437,10 @@ PYBIND11_MODULE(_C, m) {
     Check(Status(static_cast<StatusCode>(code), message));
   });
   m.def("registered_providers", [] { return ProviderRegistry::Global().Names(); });
+  m.def(
+      "check_env_switches", [] { Check(CheckEnvSwitches()); },
+      "Raises InvalidArgumentError naming each TOB_* engine switch set to a value it does not accept "
+      "(docs/architecture.md lists them); Session creation makes the same check.");
   m.def("bf16_gemm_available", &Bf16GemmAvailable,
         "Whether bfloat16 MatMul/Gemm run on the native AVX512-BF16 kernel (else through float32; TOB_BF16_GEMM=0 "
         "turns it off).");

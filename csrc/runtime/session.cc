@@ -5,6 +5,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "core/env_switch.h"
 #include "memory/arena_pool.h"
 #include "memory/run_allocator.h"
 #include "ops/op_schema.h"
@@ -38,6 +39,7 @@ Status CheckStringInput(const Node& node, const KernelDef& def, bool takes_strin
 
 StatusOr<std::unique_ptr<Session>> Session::Create(std::unique_ptr<Graph> graph, SessionOptions options) {
   if (graph == nullptr) return InvalidArgument("Session::Create: graph is null");
+  TOB_RETURN_IF_ERROR(CheckEnvSwitches());
   if (options.intra_op_threads < 0)
     return InvalidArgument("intra_op_threads must be >= 0 (0 = all cores), got ", options.intra_op_threads);
   std::unique_ptr<Session> s(new Session());

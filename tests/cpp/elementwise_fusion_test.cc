@@ -170,7 +170,8 @@ TEST(OptimizerElementwiseFusion, OnByDefaultAndTheEnvironmentVariableTurnsItOff)
     for (const auto& p : pipeline.passes()) found |= std::string(p->name()) == "ElementwiseFusion";
     return found;
   };
-  // On at level 99 by default; =0 turns it off (A/B runs); other values leave it on.
+  // On at level 99 by default; =0 turns it off (A/B runs). Other values are refused when a session is
+  // created (env_switch_test.cc).
   unsetenv("TOB_ELEMENTWISE_FUSION");
   EXPECT_TRUE(has_fusion());
   EXPECT_FALSE(has_fusion(OptLevel::kExtended));

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/env_switch.h"
 #include "providers/cpu/nn/bf16_gemm.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 10
@@ -261,10 +262,7 @@ bool CpuHasBf16() {
 }  // namespace
 
 bool Bf16GemmAvailable() {
-  static const bool available = [] {
-    const char* env = std::getenv("TOB_BF16_GEMM");
-    return (env == nullptr || std::string(env) != "0") && CpuHasBf16();
-  }();
+  static const bool available = EnvSwitchOn(EnvSwitch::kBf16Gemm) && CpuHasBf16();
   return available;
 }
 

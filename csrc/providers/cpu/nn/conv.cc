@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/env_switch.h"
 #include "framework/kernel_registry.h"
 #include "providers/cpu/float_compute.h"
 #include "providers/cpu/nn/conv_columns.h"
@@ -449,10 +450,7 @@ namespace conv_packed {
 bool TiledEnabled() {
   // TOB_CONV_TILED=0 takes the whole-image column path for 2-D convs too: the A/B switch behind
   // the figures in docs/performance.md.
-  static const bool tiled = [] {
-    const char* env = std::getenv("TOB_CONV_TILED");
-    return env == nullptr || std::string(env) != "0";
-  }();
+  static const bool tiled = EnvSwitchOn(EnvSwitch::kConvTiled);
   return tiled;
 }
 
@@ -461,9 +459,8 @@ bool TransposedWins(int64_t Mg, int64_t kernel_dim, int64_t kernel_size, bool po
   // pre-packing), =1 packs every float32 constant W and sends its conv to the transposed tiles: the
   // A/B switches of docs/performance.md.
   static const int mode = [] {
-    const char* env = std::getenv("TOB_CONV_PACKED");
-    if (env == nullptr) return -1;
-    return std::string(env) == "0" ? 0 : std::string(env) == "1" ? 1 : -1;
+    const std::string value = EnvSwitchValue(EnvSwitch::kConvPacked);
+    return value.empty() ? -1 : value == "1" ? 1 : 0;
   }();
   if (mode >= 0) return mode == 1;
   // Measured per ResNet-50 conv shape (docs/performance.md, "Convolution"): the transposed tiles

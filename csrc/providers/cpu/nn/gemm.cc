@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env_switch.h"
 #include "providers/cpu/float_compute.h"
 #include "providers/cpu/nn/bf16_gemm.h"
 #include "providers/cpu/nn/sgemm_packed.h"
@@ -34,8 +35,7 @@ constexpr int64_t kColBlock = 64;
 bool SgemmBeatsBlas() {
   static const bool beats = [] {
     if (!SgemmAvailable()) return false;
-    const char* env = std::getenv("TOB_SGEMM");
-    if (env != nullptr && std::string(env) == "1") return true;
+    if (EnvSwitchValue(EnvSwitch::kSgemm) == "1") return true;
     std::string core = scipy_openblas_get_corename();
     std::transform(core.begin(), core.end(), core.begin(), [](unsigned char ch) { return std::tolower(ch); });
     for (const char* avx512 : {"skylakex", "cooperlake", "sapphirerapids"})

@@ -9,6 +9,8 @@
 #include <immintrin.h>
 #endif
 
+#include "core/env_switch.h"
+
 namespace tob::qgemm {
 
 namespace {
@@ -88,8 +90,7 @@ bool VnniAvailable() { return avx512vnni::Available(); }
 
 Isa DefaultIsa() {
   static const Isa isa = [] {
-    const char* env = std::getenv("TOB_QGEMM");
-    if (env != nullptr && std::string(env) == "portable") return Isa::kPortable;
+    if (EnvSwitchValue(EnvSwitch::kQgemm) == "portable") return Isa::kPortable;
     return VnniAvailable() ? Isa::kAvx512Vnni : Isa::kPortable;
   }();
   return isa;

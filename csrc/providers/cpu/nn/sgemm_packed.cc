@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env_switch.h"
 #include "providers/cpu/nn/small_gemm.h"
 #include "providers/cpu/nn/small_gemm_isa.h"
 
@@ -127,10 +128,7 @@ void RunPanels(const Problems& p, ThreadPool* pool) {
 }  // namespace
 
 bool SgemmAvailable() {
-  static const bool available = [] {
-    const char* env = std::getenv("TOB_SGEMM");
-    return (env == nullptr || std::string(env) != "0") && small_gemm::avx512::Available();
-  }();
+  static const bool available = [] { return EnvSwitchOn(EnvSwitch::kSgemm) && small_gemm::avx512::Available(); }();
   return available;
 }
 

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/env_switch.h"
+
 namespace tob {
 
 namespace {
@@ -134,10 +136,7 @@ void RunPanel(const Kernels& ks, const Problem& p, int64_t n0, float* pack) {
 // Only with AVX-512 (small_gemm_isa.h says why).
 bool SmallGemmApplies(int64_t M, int64_t N, int64_t K) {
   // TOB_SMALL_GEMM=0 sends everything to OpenBLAS (A/B measurements, or to rule this path out).
-  static const bool enabled = [] {
-    const char* env = std::getenv("TOB_SMALL_GEMM");
-    return env == nullptr || std::string(env) != "0";
-  }();
+  static const bool enabled = EnvSwitchOn(EnvSwitch::kSmallGemm);
   return enabled && M <= kSmallGemmMaxM && small_gemm::avx512::Available();
 }
 

@@ -1,0 +1,72 @@
+"""The engine's TOB_* developer switches (docs/architecture.md, "Engine switches"): a value a switch
+does not accept is refused by name, in torch.compile(backend="ort") as a BadInitializationError
+(not a silent eager fallback: FALLBACK_BAD_INITIALIZATION is outside the default policy) and in
+InferenceSession as a ValueError; an accepted value compiles and runs on the engine like eager."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from onnx import TensorProto, helper
+from torch import nn
+
+import torch_ort_backend as tob
+from torch_ort_backend import compile_stats
+from ortmodule_helpers import assert_engine_ran
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    torch._dynamo.reset()
+    compile_stats().reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _neg_model() -> bytes:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])
+    graph = helper.make_graph([helper.make_node("Neg", ["x"], ["y"])], "neg", [x], [y])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+@pytest.mark.parametrize("variable,value", [("TOB_ROTARY_FUSION", "off"), ("TOB_SGEMM", "2"),
+                                            ("TOB_QGEMM", "vnni"), ("TOB_CONV_PACKED", "true")])
+def test_compile_refuses_a_bad_switch_by_name(monkeypatch, variable, value):
+    monkeypatch.setenv(variable, value)
+    model = nn.Linear(4, 3)
+    compiled = torch.compile(model, backend="ort")
+    with pytest.raises(Exception) as info:
+        compiled(torch.randn(2, 4))
+    text = "".join(str(e) for e in _chain(info.value))
+    assert f"{variable}='{value}' is not a value it accepts" in text, text
+    assert any(isinstance(e, tob.BadInitializationError) for e in _chain(info.value)), info.value
+    assert compile_stats().fallbacks == 0
+
+
+def test_inference_session_refuses_a_bad_switch(monkeypatch):
+    monkeypatch.setenv("TOB_ELEMENTWISE_FUSION", "no")
+    with pytest.raises(ValueError, match=r"TOB_ELEMENTWISE_FUSION='no' is not a value it accepts \('0' or '1'"):
+        tob.InferenceSession(_neg_model())
+
+
+@pytest.mark.parametrize("value", ["0", "1", ""])
+def test_accepted_values_run_on_the_engine(monkeypatch, value):
+    monkeypatch.setenv("TOB_ELEMENTWISE_FUSION", value)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Linear(8, 3))
+    x = torch.randn(5, 4)
+    out = torch.compile(model, backend="ort")(x)
+    torch.testing.assert_close(out, model(x), rtol=1e-6, atol=1e-6)
+    assert_engine_ran()
+    sess = tob.InferenceSession(_neg_model())
+    v = torch.randn(3)
+    torch.testing.assert_close(torch.tensor(sess.run(["y"], {"x": v.numpy()})[0]), -v)
+
+
+def _chain(e: BaseException):
+    while e is not None:
+        yield e
+        e = e.__cause__ or e.__context__
+
+
