@@ -4,8 +4,9 @@
 // mask holding the dtype's minimum above the diagonal, what its eager attention passes and
 // attention_fusion.py hands over), and unmasked; then longer sequences. Each cell is the best and
 // the median of interleaved rounds of one call (the process's CPU time, so other jobs on a shared
-// machine count little); GFLOP/s counts the products a dense (unmasked) attention does.
-//   ./build/<dir>/tob_flash_bench [threads] [rounds]
+// machine count little); GFLOP/s counts the products a dense (unmasked) attention does. bf16 runs
+// the same cases on bfloat16 operands (the mask bfloat16 too, logsumexp float32).
+//   ./build/<dir>/tob_flash_bench [threads] [rounds] [f32|bf16]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -54,6 +55,13 @@ Tensor Random(const Shape& shape, std::mt19937& gen) {
   return Tensor::FromVector<float>(v, shape);
 }
 
+Tensor Narrowed(const Tensor& t, DType dtype) {
+  if (dtype == DType::kFloat32) return t;
+  std::vector<BFloat16> v(t.numel());
+  for (int64_t i = 0; i < t.numel(); ++i) v[i] = BFloat16(t.data<float>()[i]);
+  return Tensor::FromVector<BFloat16>(v, t.shape());
+}
+
 // One node's kernel with its graph, ready to compute on fixed operands.
 struct Prepared {
   std::unique_ptr<Graph> graph;
@@ -62,7 +70,7 @@ struct Prepared {
 };
 
 Prepared Prepare(const std::string& op, const std::vector<std::pair<std::string, Tensor>>& inputs,
-                 const std::vector<std::pair<std::string, Shape>>& outputs, bool causal) {
+                 const std::vector<std::pair<std::string, Shape>>& outputs, bool causal, DType dtype) {
   Prepared p;
   p.graph = std::make_unique<Graph>();
   p.graph->SetOpset(kMicrosoftDomain, 1);
@@ -75,7 +83,8 @@ Prepared Prepare(const std::string& op, const std::vector<std::pair<std::string,
   }
   for (const auto& [name, shape] : outputs) {
     out_names.push_back(name);
-    p.outputs.push_back(Tensor::FromVector<float>(std::vector<float>(NumElements(shape)), shape));
+    const Tensor out = Tensor::FromVector<float>(std::vector<float>(NumElements(shape)), shape);
+    p.outputs.push_back(name == "logsumexp" ? out : Narrowed(out, dtype));
   }
   AttributeMap attrs;
   attrs["is_causal"] = Attribute::Int(causal ? 1 : 0);
@@ -113,6 +122,7 @@ void Compute(Prepared& p, ThreadPool* pool, CpuExecutionProvider& ep) {
 int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 1;
   const int rounds = argc > 2 ? std::atoi(argv[2]) : 9;
+  const DType dtype = argc > 3 && std::string(argv[3]) == "bf16" ? DType::kBFloat16 : DType::kFloat32;
   const Case cases[] = {
       {4, 4, 128, 32, Mask::kNone},           {4, 4, 128, 32, Mask::kCausal}, {4, 4, 128, 32, Mask::kAdditiveCausal},
       {4, 12, 128, 64, Mask::kCausal},        {4, 8, 512, 64, Mask::kCausal}, {1, 2, 1024, 64, Mask::kCausal},
@@ -121,11 +131,13 @@ int main(int argc, char** argv) {
   ThreadPool pool(threads);
   CpuExecutionProvider ep;
   std::mt19937 gen(0);
-  std::printf("threads: %d, CPU ms per call, best / median of %d interleaved rounds\n", threads, rounds);
+  std::printf("threads: %d, %s, CPU ms per call, best / median of %d interleaved rounds\n", threads, DTypeName(dtype),
+              rounds);
   std::printf("%-22s %-16s %22s %22s\n", "B x H x S x E", "mask", "forward ms (GFLOP/s)", "backward ms (GFLOP/s)");
   for (const Case& c : cases) {
     const Shape bhse{c.batch, c.heads, c.seq, c.head}, bhs{c.batch, c.heads, c.seq};
-    Tensor q = Random(bhse, gen), k = Random(bhse, gen), v = Random(bhse, gen), dy = Random(bhse, gen);
+    Tensor q = Narrowed(Random(bhse, gen), dtype), k = Narrowed(Random(bhse, gen), dtype),
+           v = Narrowed(Random(bhse, gen), dtype), dy = Narrowed(Random(bhse, gen), dtype);
     std::vector<std::pair<std::string, Tensor>> fwd_in{{"Q", q}, {"K", k}, {"V", v}};
     Tensor mask;
     if (c.mask == Mask::kAdditiveCausal) {
@@ -133,16 +145,16 @@ int main(int argc, char** argv) {
       for (int64_t b = 0; b < c.batch; ++b)
         for (int64_t i = 0; i < c.seq; ++i)
           for (int64_t j = i + 1; j < c.seq; ++j) m[(b * c.seq + i) * c.seq + j] = std::numeric_limits<float>::lowest();
-      mask = Tensor::FromVector<float>(m, {c.batch, 1, c.seq, c.seq});
+      mask = Narrowed(Tensor::FromVector<float>(m, {c.batch, 1, c.seq, c.seq}), dtype);
       fwd_in.emplace_back("attn_mask", mask);
     }
     const bool causal = c.mask == Mask::kCausal;
-    Prepared fwd = Prepare("FlashAttention", fwd_in, {{"Y", bhse}, {"logsumexp", bhs}}, causal);
+    Prepared fwd = Prepare("FlashAttention", fwd_in, {{"Y", bhse}, {"logsumexp", bhs}}, causal, dtype);
     Compute(fwd, &pool, ep);
     std::vector<std::pair<std::string, Tensor>> bwd_in{
         {"dY", dy}, {"Q", q}, {"K", k}, {"V", v}, {"Y", fwd.outputs[0]}, {"logsumexp", fwd.outputs[1]}};
     if (mask.defined()) bwd_in.emplace_back("attn_mask", mask);
-    Prepared bwd = Prepare("FlashAttentionGrad", bwd_in, {{"dQ", bhse}, {"dK", bhse}, {"dV", bhse}}, causal);
+    Prepared bwd = Prepare("FlashAttentionGrad", bwd_in, {{"dQ", bhse}, {"dK", bhse}, {"dV", bhse}}, causal, dtype);
     std::vector<double> tf, tb;
     const int reps = std::max<int64_t>(1, 64 * 128 * 128 / (c.batch * c.heads * c.seq * c.seq / 16));
     for (int r = 0; r < rounds + 1; ++r) {

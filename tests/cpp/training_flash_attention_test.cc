@@ -299,6 +299,144 @@ TEST(TrainingFlashAttention, SixteenBitTypesComputeInFloat32) {
   RunFlash<BFloat16>(c, 2e-2);
 }
 
+// Elementwise error bounds of the bfloat16 path (every product on the bfloat16 GEMM, P and dS
+// rounded to bfloat16 as torch's CPU flash attention rounds them): with u = 2^-8, bfloat16's unit
+// roundoff, each rounded P or dS term is off by at most u of itself and each result by u of itself
+// when stored, so |Y - Y*| <= u sum_j P_j |V_j| + u |Y*|, |dV - dV*| <= u sum_i P_ij |dY_i| +
+// u |dV*|, and dQ / dK gain u |dS_ij| per term plus P_ij |d delta_i| from the bfloat16 Y the
+// backward reads (delta = dY . Y): scale sum (u |dS_ij| + P_ij |d delta_i|) |K_j| (|Q_i|) + u |dQ*|
+// (|dK*|). The float32 sums add ~1e-4 of the absolute sums at most. Y* and the gradients are the
+// float64 results on the same bfloat16 inputs.
+struct FlashBounds {
+  std::vector<double> y, dq, dk, dv;
+};
+
+FlashBounds Bf16Bounds(const FlashCase& c, const FlashData& d, const FlashRef& r, const std::vector<double>& y_in) {
+  constexpr double u = 1.0 / 256, sums = 1e-4;
+  FlashBounds e;
+  e.y.assign(r.y.size(), 0);
+  e.dq.assign(r.dq.size(), 0);
+  e.dk.assign(r.dk.size(), 0);
+  e.dv.assign(r.dv.size(), 0);
+  const double scale = c.scale ? *c.scale : 1 / std::sqrt(static_cast<double>(c.head));
+  Shape m4(4 - c.mask_shape.size(), 1);
+  m4.insert(m4.end(), c.mask_shape.begin(), c.mask_shape.end());
+  const int64_t group = c.heads / c.kv_heads;
+  for (int64_t b = 0; b < c.batch; ++b)
+    for (int64_t h = 0; h < c.heads; ++h)
+      for (int64_t i = 0; i < c.q_seq; ++i) {
+        const int64_t g = h / group, qi = (b * c.heads + h) * c.q_seq + i;
+        const double lse = r.lse[qi];
+        if (std::isinf(lse)) continue;
+        double ddelta = 0, delta = 0;
+        for (int64_t x = 0; x < c.v_head; ++x) {
+          ddelta += std::abs(d.dy[qi * c.v_head + x]) * std::abs(y_in[qi * c.v_head + x] - r.y[qi * c.v_head + x]);
+          delta += d.dy[qi * c.v_head + x] * r.y[qi * c.v_head + x];
+        }
+        for (int64_t j = 0; j < c.kv_seq; ++j) {
+          const int64_t kj = (b * c.kv_heads + g) * c.kv_seq + j;
+          double s = 0, dp = 0;
+          for (int64_t x = 0; x < c.head; ++x) s += d.q[qi * c.head + x] * d.k[kj * c.head + x];
+          s *= scale;
+          if (c.causal && j > i) continue;
+          if (!d.mask.empty()) {
+            const int64_t idx[4] = {m4[0] == 1 ? 0 : b, m4[1] == 1 ? 0 : h, m4[2] == 1 ? 0 : i, m4[3] == 1 ? 0 : j};
+            int64_t off = 0;
+            for (int dd = 0; dd < 4; ++dd) off = off * m4[dd] + idx[dd];
+            s += d.mask[off];
+          }
+          const double p = std::exp(s - lse);
+          if (p == 0) continue;
+          for (int64_t x = 0; x < c.v_head; ++x) {
+            e.y[qi * c.v_head + x] += (u + sums) * p * std::abs(d.v[kj * c.v_head + x]);
+            e.dv[kj * c.v_head + x] += (u + sums) * p * std::abs(d.dy[qi * c.v_head + x]);
+            dp += d.dy[qi * c.v_head + x] * d.v[kj * c.v_head + x];
+          }
+          const double ds = (u + sums) * std::abs(p * (dp - delta)) + p * ddelta;
+          for (int64_t x = 0; x < c.head; ++x) {
+            e.dq[qi * c.head + x] += scale * ds * std::abs(d.k[kj * c.head + x]);
+            e.dk[kj * c.head + x] += scale * ds * std::abs(d.q[qi * c.head + x]);
+          }
+        }
+      }
+  auto stored = [&](std::vector<double>& bound, const std::vector<double>& exact) {
+    for (size_t i = 0; i < bound.size(); ++i) bound[i] += u * std::abs(exact[i]) + 1e-7;
+  };
+  stored(e.y, r.y);
+  stored(e.dq, r.dq);
+  stored(e.dk, r.dk);
+  stored(e.dv, r.dv);
+  return e;
+}
+
+void ExpectWithin(const Tensor& got, const std::vector<double>& want, const std::vector<double>& bound,
+                  const char* what) {
+  const std::vector<double> g = ToDoubles(got);
+  ASSERT_EQ(g.size(), want.size()) << what;
+  int64_t outside = 0;
+  for (size_t i = 0; i < g.size(); ++i)
+    if (!(std::abs(g[i] - want[i]) <= bound[i]) && outside++ < 5)
+      ADD_FAILURE() << what << "[" << i << "] = " << g[i] << ", float64 " << want[i] << ", bound " << bound[i];
+  EXPECT_EQ(outside, 0) << what;
+}
+
+// bfloat16 on the all-bfloat16 path (both head sizes even, where the CPU has the native GEMM):
+// forward and gradients within the bounds above, causal, with a float padding mask and GQA, a bool
+// mask, blocks of odd lengths both ways.
+TEST(TrainingFlashAttention, Bfloat16ProductsWithinTheirRoundingBounds) {
+  FlashCase base;
+  base.head = 32;
+  base.v_head = 32;
+  std::vector<FlashCase> cases;
+  FlashCase causal_gqa = base;  // causal, an additive [batch, 1, q, kv] mask, 2 query heads per K/V head
+  causal_gqa.heads = 4;
+  causal_gqa.kv_heads = 2;
+  causal_gqa.q_seq = 70;
+  causal_gqa.kv_seq = 133;
+  causal_gqa.causal = true;
+  causal_gqa.mask_shape = {2, 1, 70, 133};
+  cases.push_back(causal_gqa);
+  FlashCase padding = base;  // a bool key-padding mask [batch, 1, 1, kv], more queries than one block
+  padding.q_seq = 131;
+  padding.kv_seq = 67;
+  padding.mask_shape = {2, 1, 1, 67};
+  padding.mask_bool = true;
+  cases.push_back(padding);
+  FlashCase odd = base;  // odd lengths across several blocks, an explicit scale, multi-query
+  odd.kv_heads = 1;
+  odd.q_seq = 151;
+  odd.kv_seq = 259;
+  odd.scale = 0.2f;
+  cases.push_back(odd);
+  for (const FlashCase& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "q_seq " << c.q_seq << " kv_seq " << c.kv_seq);
+    const FlashTensors<BFloat16> t = MakeTensors<BFloat16>(c);
+    const FlashData d = ToData(t);
+    const FlashRef r = Reference(c, d);
+    const Tensor y_in = FromDoubles<BFloat16>(r.y, c.y());  // the backward reads Y as the forward stores it
+    const FlashBounds e = Bf16Bounds(c, d, r, ToDoubles(y_in));
+    OpTester fwd = Forward(c, t.q, t.k, t.v, t.mask);
+    fwd.Output("Y", c.y(), {}).Output("logsumexp", {c.batch, c.heads, c.q_seq}, {}).Threads(3);
+    auto outs = fwd.Compute();
+    ASSERT_TRUE(outs.ok()) << outs.status().ToString();
+    ExpectWithin(outs.value()[0], r.y, e.y, "Y");
+    std::vector<double> lse_bound(r.lse.size(), 1e-5);
+    ExpectWithin(outs.value()[1], r.lse, lse_bound, "logsumexp");  // float32 sums of the exact scores
+    OpTester grad("FlashAttentionGrad", 1, kMicrosoftDomain);
+    if (c.causal) grad.Attr("is_causal", Int(1));
+    if (c.scale) grad.Attr("scale", Attribute::Float(*c.scale));
+    grad.Input("dY", t.dy).Input("Q", t.q).Input("K", t.k).Input("V", t.v).Input("Y", y_in);
+    grad.Input("logsumexp", FromDoubles<float>(r.lse, {c.batch, c.heads, c.q_seq}));
+    if (t.mask.defined()) grad.Input("attn_mask", t.mask);
+    grad.Output("dQ", c.q(), {}).Output("dK", c.k(), {}).Output("dV", c.v(), {}).Threads(3);
+    auto grads = grad.Compute();
+    ASSERT_TRUE(grads.ok()) << grads.status().ToString();
+    ExpectWithin(grads.value()[0], r.dq, e.dq, "dQ");
+    ExpectWithin(grads.value()[1], r.dk, e.dk, "dK");
+    ExpectWithin(grads.value()[2], r.dv, e.dv, "dV");
+  }
+}
+
 TEST(TrainingFlashAttention, RowThatSeesNoKeyIsZeroWithInfiniteLogsumexp) {
   FlashCase c;
   c.q_seq = 6;

@@ -148,6 +148,93 @@ def test_16bit_attention_runs_native_in_float32(dtype, tol):
     assert_native_attention_ran(since)
 
 
+U_BF16 = 2.0 ** -8  # bfloat16's unit roundoff: a rounded value is within U_BF16 of itself
+
+
+def bf16_attention_bounds(q, k, v, dy, y16, mask, causal, scale):
+    """float64 attention on the given (bfloat16) values and elementwise error bounds of the bfloat16
+    kernel there (the one for both torch's CPU flash attention and ours): P and dS rounded to
+    bfloat16 as the products' operands (u of each term), each result stored in bfloat16 (u of
+    itself), and delta = dY . Y read from the bfloat16 forward output y16 (|dY| . |y16 - Y| per
+    row, through P into dS). 1e-4 of the absolute sums covers the float32 accumulation."""
+    q, k, v, dy = (t.detach().double() for t in (q, k, v, dy))
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    s = scale * q @ k.transpose(-1, -2)
+    if mask is not None:
+        s = s + (torch.where(mask, 0.0, -torch.inf) if mask.dtype == torch.bool else mask.double())
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), -torch.inf)
+    p = torch.softmax(s, -1)
+    y = p @ v
+    dp = dy @ v.transpose(-1, -2)
+    ds = p * (dp - (dy * y).sum(-1, keepdim=True))
+    dq, dk, dv = scale * ds @ k, scale * ds.transpose(-1, -2) @ q, p.transpose(-1, -2) @ dy
+    u = U_BF16 + 1e-4
+    ddelta = (dy.abs() * (y16.double() - y).abs()).sum(-1, keepdim=True)
+    ds_err = u * ds.abs() + p * ddelta
+    bounds = [u * p @ v.abs(), scale * ds_err @ k.abs(), scale * ds_err.transpose(-1, -2) @ q.abs(),
+              u * p.transpose(-1, -2) @ dy.abs()]
+    exact = [y, dq, dk, dv]
+    for i in (1, 2, 3):  # the grouped heads' K / V gradients sum over their query heads
+        if i > 1:
+            exact[i] = exact[i].unflatten(1, (-1, group)).sum(2)
+            bounds[i] = bounds[i].unflatten(1, (-1, group)).sum(2)
+    return exact, [b + U_BF16 * e.abs() + 1e-7 for b, e in zip(bounds, exact)]
+
+
+BF16_CASES = {
+    # name: (q shape, k/v shape, sdpa kwargs, mask shape or None, mask kind)
+    "causal": ((2, 4, 128, 32), (2, 4, 128, 32), dict(is_causal=True), None, None),
+    "padding_mask": ((2, 4, 70, 32), (2, 4, 133, 32), {}, (2, 1, 1, 133), "bool"),
+    "additive_mask": ((2, 2, 67, 16), (2, 2, 67, 16), dict(scale=0.3), (2, 1, 67, 67), "float"),
+    "gqa_causal": ((2, 6, 29, 16), (2, 2, 29, 16), dict(is_causal=True, enable_gqa=True), None, None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BF16_CASES))
+def test_autocast_bf16_attention_within_bfloat16_bounds(name):
+    """SDPA under torch.autocast("cpu", torch.bfloat16) on float32 inputs, as a model's autocast
+    step runs it: our output and gradients within the elementwise bounds of bf16_attention_bounds
+    against float64 attention on the same bfloat16 values, and close to eager autocast's, which
+    (where it runs torch's CPU flash kernel) meets the same bounds."""
+    q_shape, kv_shape, kwargs, mask_shape, mask_kind = BF16_CASES[name]
+    q, k, v = (randn(*shape, seed=s).requires_grad_() for s, shape in ((1, q_shape), (2, kv_shape), (3, kv_shape)))
+    mask = None
+    if mask_kind == "bool":
+        mask = randn(*mask_shape, seed=4) > -0.8
+    elif mask_kind == "float":
+        mask = randn(*mask_shape, seed=4)
+    fn = functools.partial(F.scaled_dot_product_attention, attn_mask=mask, **kwargs)
+    dy = randn(*q_shape[:3], kv_shape[3], seed=5).to(torch.bfloat16)
+
+    def run(f):
+        ins = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        with torch.autocast("cpu", torch.bfloat16):
+            out = f(*ins)
+        return [out, *torch.autograd.grad(out, ins, dy)]
+
+    since = fresh()
+    ours = run(torch.compile(fn, backend="ort"))
+    assert_native_attention_ran(since)
+    eager = run(fn)
+    scale = kwargs.get("scale", q_shape[-1] ** -0.5)
+    q16, k16, v16 = (t.detach().to(torch.bfloat16) for t in (q, k, v))
+    mask16 = mask.to(torch.bfloat16) if mask_kind == "float" else mask  # autocast's SDPA takes the mask in bf16
+    for got, label in ((ours, "ort"), (eager, "eager")):
+        if label == "eager" and name.startswith("gqa"):
+            continue  # torch's CPU flash kernel has no GQA: eager takes the math path (bf16 scores, rounded)
+        exact, bounds = bf16_attention_bounds(q16, k16, v16, dy, got[0], mask16, kwargs.get("is_causal", False),
+                                              scale)
+        for what, g, want, bound in zip(("Y", "dQ", "dK", "dV"), got, exact, bounds):
+            err = (g.double() - want).abs()
+            # Y in bfloat16; the gradients reach the float32 inputs through autocast's casts, widened
+            assert g.dtype == (torch.bfloat16 if what == "Y" else torch.float32), (label, what, g.dtype)
+            assert (err <= bound).all(), (label, what, (err / bound).max().item(), err.max().item())
+    for g, e in zip(ours, eager):  # the two kernels' results: each within the bounds, so within their sum
+        torch.testing.assert_close(g.double(), e.double(), rtol=2 * 2 * U_BF16, atol=2 * 2 * U_BF16)
+
+
 @pytest.mark.parametrize("model", ["gpt2", "llama"])
 def test_hf_models_with_sdpa_train_on_native_attention(model):
     """GPT-2 (causal + padding mask) and LLaMA (GQA: 4 query heads on 2 key/value heads) with

@@ -17,13 +17,16 @@
 // on a block (the AVX-512 small-M kernel where the CPU has one); the row passes use the AVX2 exp.
 // With grouped K/V heads, each query head's dK/dV go to scratch and are summed per group after,
 // so no two threads ever write one value and the result does not depend on the thread count.
-// float16 / bfloat16 operands are widened to float32 once and the results rounded once (scores,
-// softmax and every sum are float32); logsumexp is then float32, as torch keeps it. The two
-// products whose operands are both bfloat16 inputs, the scores Q K^T (forward and backward) and
-// dP = dY V^T, run on the bfloat16 GEMM (bf16_gemm.h: the products exact, float32 sums, the
-// precision of the float32 GEMM on the widened values but for VDPBF16PS's flushing of subnormals)
-// where it is available and the inner size is even; the products with P or dS, which are float32,
-// stay on the float32 GEMM.
+// float16 operands are widened to float32 once and the results rounded once (scores, softmax and
+// every sum are float32); logsumexp is then float32, as torch keeps it. bfloat16 operands with
+// even head sizes, where the CPU has the native bfloat16 GEMM (bf16_gemm.h), compute as torch's
+// CPU flash attention computes 16-bit inputs: every product on the bfloat16 GEMM (the products
+// exact, float32 sums), the scores, the online softmax and its row sums in float32, and the two
+// float32 operands of the products, the probabilities P (forward: exp(score - running max),
+// before the normalisation; backward: exp(score - logsumexp)) and the score gradients dS, rounded
+// to bfloat16 once (flash_attention_rows.h); the outputs and the dQ / dK / dV accumulators stay
+// float32 until the one final rounding. Odd head sizes and CPUs without the native GEMM take the
+// float32 path (widened operands, P and dS unrounded).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -36,6 +39,7 @@
 #include "providers/cpu/nn/bf16_gemm.h"
 #include "providers/cpu/nn/gemm.h"
 #include "providers/cpu/nn/vec_math.h"
+#include "providers/cpu/training/flash_attention_rows.h"
 
 namespace tob {
 
@@ -276,6 +280,90 @@ Status ForwardTyped(const KernelContext& ctx, const FlashAttributes& a, const Fl
   return Status::OK();
 }
 
+inline int64_t RoundUpEven(int64_t n) { return n + (n & 1); }
+
+inline uint16_t* Bits16(BFloat16* p) { return reinterpret_cast<uint16_t*>(p); }
+
+// The forward on bfloat16 Q, K, V with every product on the bfloat16 GEMM, as torch's CPU flash
+// attention computes 16-bit inputs: scores Q K^T in float32, the online softmax in float32, the
+// block's unnormalised probabilities exp(score - running max) rounded to bfloat16 for P V (their
+// row sum taken before rounding), the output accumulated and normalised in float32 (y) and rounded
+// once by the caller.
+Status ForwardBf16(const KernelContext& ctx, const FlashAttributes& a, const FlashShape& s, const BFloat16* q,
+                   const BFloat16* k, const BFloat16* v, const Tensor* mask_t, Tensor& y_t, Tensor* lse_t) {
+  TOB_ASSIGN_OR_RETURN(std::optional<MaskBias<float>> mask, ReadMask<float>(ctx, mask_t, s));
+  float* y = y_t.data<float>();
+  float* lse = lse_t != nullptr ? lse_t->data<float>() : nullptr;
+  const float scale = ScaleOf<float>(a, s);
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  const int64_t blocks_per_head = (s.q_seq + kQueryBlock - 1) / kQueryBlock;
+  const int64_t items = s.batch * s.heads * blocks_per_head;
+  const int64_t slices = Slices(ctx, items);
+  const int64_t block_rows = std::min(kQueryBlock, s.q_seq);
+  const int64_t block_cols = std::min(kKeyBlock, s.kv_seq);
+  const int64_t per_slice = block_rows * block_cols + 2 * block_rows;
+  const int64_t per_slice16 = block_rows * RoundUpEven(block_cols);
+  TOB_ASSIGN_OR_RETURN(Tensor scratch, ctx.AllocateScratch(DType::kFloat32, {slices, per_slice}));
+  TOB_ASSIGN_OR_RETURN(Tensor scratch16, ctx.AllocateScratch(DType::kBFloat16, {slices, per_slice16}));
+
+  ParallelFor(ctx.thread_pool(), slices, 1, [&](int64_t sb, int64_t se) {
+    for (int64_t slice = sb; slice < se; ++slice) {
+      float* scores = scratch.data<float>() + slice * per_slice;
+      float* row_max = scores + block_rows * block_cols;
+      float* row_sum = row_max + block_rows;
+      BFloat16* p16 = scratch16.data<BFloat16>() + slice * per_slice16;
+      for (int64_t item = slice; item < items; item += slices) {
+        const int64_t bh = item / blocks_per_head, i0 = (item % blocks_per_head) * kQueryBlock;
+        const int64_t b = bh / s.heads, h = bh % s.heads, g = h / s.group();
+        const int64_t rows = std::min(kQueryBlock, s.q_seq - i0);
+        float* out = y + s.QOffset(b, h, i0, s.v_head);
+        std::fill_n(out, rows * s.v_head, 0.f);
+        std::fill_n(row_max, rows, neg_inf);
+        std::fill_n(row_sum, rows, 0.f);
+        const BFloat16* q_block = q + s.QOffset(b, h, i0, s.head);
+        const int64_t key_end = KeyEnd(a.is_causal, i0, rows, s.kv_seq);
+        for (int64_t j0 = 0; j0 < key_end; j0 += kKeyBlock) {
+          const int64_t cols = std::min(kKeyBlock, key_end - j0), cols_even = RoundUpEven(cols);
+          const BFloat16* k_block = k + s.KvOffset(b, g, j0, s.head);
+          const BFloat16* v_block = v + s.KvOffset(b, g, j0, s.v_head);
+          Bf16Gemm(true, rows, cols, s.head, scale, &q_block, s.head, &k_block, s.head, 0.f, &scores, block_cols, 1,
+                   nullptr);
+          for (int64_t r = 0; r < rows; ++r) {
+            float* row = scores + r * block_cols;
+            uint16_t* p = Bits16(p16 + r * cols_even);
+            MaskRow(row, cols, i0 + r, j0, a.is_causal, mask ? &*mask : nullptr, b, h);
+            const float new_max = std::max(row_max[r], vec::Max(row, cols));
+            if (new_max == neg_inf) {  // nothing visible yet: this block adds nothing
+              std::fill_n(p, cols_even, uint16_t{0});
+              continue;
+            }
+            const float rescale = std::exp(row_max[r] - new_max);  // 0 on the first visible block
+            row_sum[r] = row_sum[r] * rescale + flash_rows::ExpShiftedSumToBf16(row, cols, new_max, p, cols_even);
+            if (rescale != 1.f) {
+              float* o = out + r * s.v_head;
+              for (int64_t x = 0; x < s.v_head; ++x) o[x] *= rescale;
+            }
+            row_max[r] = new_max;
+          }
+          const BFloat16* p_block = p16;
+          Bf16Gemm(false, rows, s.v_head, cols, 1.f, &p_block, cols_even, &v_block, s.v_head, 1.f, &out, s.v_head, 1,
+                   nullptr);
+        }
+        for (int64_t r = 0; r < rows; ++r) {
+          const bool seen = row_sum[r] > 0.f;
+          const float inv = seen ? 1.f / row_sum[r] : 0.f;
+          float* o = out + r * s.v_head;
+          for (int64_t x = 0; x < s.v_head; ++x) o[x] *= inv;
+          if (lse != nullptr)
+            lse[(b * s.heads + h) * s.q_seq + i0 + r] =
+                seen ? row_max[r] + std::log(row_sum[r]) : std::numeric_limits<float>::infinity();
+        }
+      }
+    }
+  });
+  return Status::OK();
+}
+
 // dQ, dK, dV of one (batch, head): dK / dV accumulate into dk / dv (rows of the head's key
 // positions), dQ into dq. scores and dscores hold one [rows, cols] block each; delta q_seq values.
 template <typename C>
@@ -332,24 +420,77 @@ Status BackwardHead(const FlashAttributes& a, const FlashShape& s, const std::op
   return Status::OK();
 }
 
-// Operands and gradients in the compute type C; every gradient is computed (the products share
-// their blocks), so all three are given.
-template <typename C>
-Status BackwardTyped(const KernelContext& ctx, const FlashAttributes& a, const FlashShape& s, const Tensor& dy_t,
-                     const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const Tensor& y_t, const Tensor& lse_t,
-                     const Tensor* mask_t, Tensor& dq_t, Tensor& dk_t, Tensor& dv_t, const Bf16Operands& b16) {
-  TOB_ASSIGN_OR_RETURN(std::optional<MaskBias<C>> mask, ReadMask<C>(ctx, mask_t, s));
-  const C* dy = dy_t.data<C>();
-  const C* q = q_t.data<C>();
-  const C* k = k_t.data<C>();
-  const C* v = v_t.data<C>();
-  const C* y = y_t.data<C>();
-  const C* lse = lse_t.data<C>();
+// The bfloat16 backward of one (batch, head), torch's 16-bit arithmetic: P recomputed in float32
+// from the scores and logsumexp and rounded to bfloat16 for dV += P^T dY; dP = dY V^T in float32;
+// dS = P (dP - delta) from the float32 P, rounded to bfloat16 for dQ += scale dS K and dK += scale
+// dS^T Q. dq, dk, dv are float32 accumulators (rounded once by the caller). p16 and ds16 hold one
+// block row-major ([rows, even cols]), pt16 and dst16 its transpose ([cols, even rows]), the
+// layout the bfloat16 GEMM reads as its left operand.
+Status BackwardHeadBf16(const FlashAttributes& a, const FlashShape& s, const std::optional<MaskBias<float>>& mask,
+                        int64_t b, int64_t h, const BFloat16* dy, const BFloat16* q, const BFloat16* k,
+                        const BFloat16* v, const BFloat16* y, const float* lse, float* dq, float* dk, float* dv,
+                        float* scores, float* dscores, float* delta, BFloat16* p16, BFloat16* pt16, BFloat16* ds16,
+                        BFloat16* dst16, int64_t block_cols) {
+  const int64_t g = h / s.group();
+  const float scale = ScaleOf<float>(a, s);
+  const BFloat16* q_h = q + s.QOffset(b, h, 0, s.head);
+  const BFloat16* dy_h = dy + s.QOffset(b, h, 0, s.v_head);
+  const BFloat16* y_h = y + s.QOffset(b, h, 0, s.v_head);
+  const float* lse_h = lse + (b * s.heads + h) * s.q_seq;
+  const BFloat16* k_g = k + s.KvOffset(b, g, 0, s.head);
+  const BFloat16* v_g = v + s.KvOffset(b, g, 0, s.v_head);
+  for (int64_t i = 0; i < s.q_seq; ++i)
+    delta[i] = flash_rows::DotBf16(dy_h + i * s.v_head, y_h + i * s.v_head, s.v_head);
+  const BFloat16 *p_t = pt16, *ds = ds16, *ds_t = dst16;
+  for (int64_t j0 = 0; j0 < s.kv_seq; j0 += kKeyBlock) {
+    const int64_t cols = std::min(kKeyBlock, s.kv_seq - j0), cols_even = RoundUpEven(cols);
+    const BFloat16* k_block = k_g + j0 * s.head;
+    const BFloat16* v_block = v_g + j0 * s.v_head;
+    float* dk_block = dk + j0 * s.head;
+    float* dv_block = dv + j0 * s.v_head;
+    for (int64_t i0 = a.is_causal ? j0 : 0; i0 < s.q_seq; i0 += kQueryBlock) {
+      const int64_t rows = std::min(kQueryBlock, s.q_seq - i0), rows_even = RoundUpEven(rows);
+      const BFloat16* q_block = q_h + i0 * s.head;
+      const BFloat16* dy_block = dy_h + i0 * s.v_head;
+      float* dq_block = dq + i0 * s.head;
+      Bf16Gemm(true, rows, cols, s.head, scale, &q_block, s.head, &k_block, s.head, 0.f, &scores, block_cols, 1,
+               nullptr);
+      for (int64_t r = 0; r < rows; ++r) {
+        float* row = scores + r * block_cols;
+        MaskRow(row, cols, i0 + r, j0, a.is_causal, mask ? &*mask : nullptr, b, h);
+        vec::ExpShiftedSum(row, cols, lse_h[i0 + r], row);  // P: 0 for hidden keys
+        flash_rows::RoundRow(row, cols, Bits16(p16 + r * cols_even), cols_even);
+      }
+      PackBf16Rows(true, cols, rows, p16, cols_even, rows_even, pt16, nullptr);
+      Bf16Gemm(false, cols, s.v_head, rows, 1.f, &p_t, rows_even, &dy_block, s.v_head, 1.f, &dv_block, s.v_head, 1,
+               nullptr);
+      Bf16Gemm(true, rows, cols, s.v_head, 1.f, &dy_block, s.v_head, &v_block, s.v_head, 0.f, &dscores, block_cols, 1,
+               nullptr);
+      for (int64_t r = 0; r < rows; ++r)
+        flash_rows::SoftmaxGradRowToBf16(scores + r * block_cols, dscores + r * block_cols, delta[i0 + r], cols,
+                                         Bits16(ds16 + r * cols_even), cols_even);
+      Bf16Gemm(false, rows, s.head, cols, scale, &ds, cols_even, &k_block, s.head, 1.f, &dq_block, s.head, 1, nullptr);
+      PackBf16Rows(true, cols, rows, ds16, cols_even, rows_even, dst16, nullptr);
+      Bf16Gemm(false, cols, s.head, rows, scale, &ds_t, rows_even, &q_block, s.head, 1.f, &dk_block, s.head, 1,
+               nullptr);
+    }
+  }
+  return Status::OK();
+}
+
+// The backward's frame, in the compute type C: zeroes the gradients, splits the (batch, head)
+// items over the pool and calls head(slice, slice16, b, h, dq, dk, dv) for each, with the slice's
+// scratch (per_slice values of C, per_slice16 bfloat16 values) and the rows its gradients
+// accumulate into; every gradient is computed (the products share their blocks), so all three
+// are given. With grouped K/V heads each query head's dK / dV go to scratch, summed per group
+// after.
+template <typename C, typename HeadFn>
+Status BackwardFrame(const KernelContext& ctx, const FlashShape& s, Tensor& dq_t, Tensor& dk_t, Tensor& dv_t,
+                     int64_t per_slice, int64_t per_slice16, HeadFn&& head) {
   C* dq = dq_t.data<C>();
   C* dk = dk_t.data<C>();
   C* dv = dv_t.data<C>();
-  std::fill_n(dq, q_t.numel(), C(0));
-  // Grouped heads: per query head dK / dV in scratch, summed over each group below.
+  std::fill_n(dq, dq_t.numel(), C(0));
   const bool grouped = s.group() > 1;
   Tensor dk_heads, dv_heads;
   C* dk_acc = dk;
@@ -366,23 +507,22 @@ Status BackwardTyped(const KernelContext& ctx, const FlashAttributes& a, const F
 
   const int64_t items = s.batch * s.heads;
   const int64_t slices = Slices(ctx, items);
-  const int64_t block_rows = std::min(kQueryBlock, s.q_seq);
-  const int64_t block_cols = std::min(kKeyBlock, s.kv_seq);
-  const int64_t per_slice = 2 * block_rows * block_cols + s.q_seq;
   TOB_ASSIGN_OR_RETURN(Tensor scratch, ctx.AllocateScratch(DTypeOf<C>(), {slices, per_slice}));
+  Tensor scratch16;
+  if (per_slice16 > 0) {
+    TOB_ASSIGN_OR_RETURN(scratch16, ctx.AllocateScratch(DType::kBFloat16, {slices, per_slice16}));
+  }
   std::vector<Status> slice_status(slices);
   ParallelFor(ctx.thread_pool(), slices, 1, [&](int64_t sb, int64_t se) {
     for (int64_t slice = sb; slice < se; ++slice) {
-      C* scores = scratch.data<C>() + slice * per_slice;
-      C* dscores = scores + block_rows * block_cols;
-      C* delta = dscores + block_rows * block_cols;
+      C* slice_scratch = scratch.data<C>() + slice * per_slice;
+      BFloat16* slice16 = per_slice16 > 0 ? scratch16.data<BFloat16>() + slice * per_slice16 : nullptr;
       for (int64_t item = items * slice / slices; item < items * (slice + 1) / slices; ++item) {
         const int64_t b = item / s.heads, h = item % s.heads;
         // Ungrouped, head h's dK / dV rows are the output's (b, h) rows; grouped, its own scratch rows.
         const int64_t kv_index = grouped ? item : b * s.kv_heads + h;
-        Status st = BackwardHead<C>(a, s, mask, b, h, dy, q, k, v, y, lse, dq + s.QOffset(b, h, 0, s.head),
-                                    dk_acc + kv_index * s.kv_seq * s.head, dv_acc + kv_index * s.kv_seq * s.v_head,
-                                    scores, dscores, delta, block_cols, b16);
+        Status st = head(slice_scratch, slice16, b, h, dq + s.QOffset(b, h, 0, s.head),
+                         dk_acc + kv_index * s.kv_seq * s.head, dv_acc + kv_index * s.kv_seq * s.v_head);
         if (!st.ok()) {
           slice_status[slice] = st;
           return;
@@ -408,6 +548,53 @@ Status BackwardTyped(const KernelContext& ctx, const FlashAttributes& a, const F
     });
   }
   return Status::OK();
+}
+
+// Operands and gradients in the compute type C.
+template <typename C>
+Status BackwardTyped(const KernelContext& ctx, const FlashAttributes& a, const FlashShape& s, const Tensor& dy_t,
+                     const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const Tensor& y_t, const Tensor& lse_t,
+                     const Tensor* mask_t, Tensor& dq_t, Tensor& dk_t, Tensor& dv_t, const Bf16Operands& b16) {
+  TOB_ASSIGN_OR_RETURN(std::optional<MaskBias<C>> mask, ReadMask<C>(ctx, mask_t, s));
+  const C* dy = dy_t.data<C>();
+  const C* q = q_t.data<C>();
+  const C* k = k_t.data<C>();
+  const C* v = v_t.data<C>();
+  const C* y = y_t.data<C>();
+  const C* lse = lse_t.data<C>();
+  const int64_t block_rows = std::min(kQueryBlock, s.q_seq);
+  const int64_t block_cols = std::min(kKeyBlock, s.kv_seq);
+  return BackwardFrame<C>(ctx, s, dq_t, dk_t, dv_t, 2 * block_rows * block_cols + s.q_seq, 0,
+                          [&](C* scratch, BFloat16*, int64_t b, int64_t h, C* dq, C* dk, C* dv) {
+                            C* dscores = scratch + block_rows * block_cols;
+                            return BackwardHead<C>(a, s, mask, b, h, dy, q, k, v, y, lse, dq, dk, dv, scratch, dscores,
+                                                   dscores + block_rows * block_cols, block_cols, b16);
+                          });
+}
+
+// bfloat16 operands (dY, Q, K, V, Y) with every product on the bfloat16 GEMM (BackwardHeadBf16);
+// the mask in float32, the gradients float32 accumulators.
+Status BackwardBf16(const KernelContext& ctx, const FlashAttributes& a, const FlashShape& s, const Tensor& dy_t,
+                    const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const Tensor& y_t, const Tensor& lse_t,
+                    const Tensor* mask_t, Tensor& dq_t, Tensor& dk_t, Tensor& dv_t) {
+  TOB_ASSIGN_OR_RETURN(std::optional<MaskBias<float>> mask, ReadMask<float>(ctx, mask_t, s));
+  const BFloat16* dy = dy_t.data<BFloat16>();
+  const BFloat16* q = q_t.data<BFloat16>();
+  const BFloat16* k = k_t.data<BFloat16>();
+  const BFloat16* v = v_t.data<BFloat16>();
+  const BFloat16* y = y_t.data<BFloat16>();
+  const float* lse = lse_t.data<float>();
+  const int64_t block_rows = std::min(kQueryBlock, s.q_seq);
+  const int64_t block_cols = std::min(kKeyBlock, s.kv_seq);
+  const int64_t block16 = RoundUpEven(block_rows) * RoundUpEven(block_cols);
+  return BackwardFrame<float>(
+      ctx, s, dq_t, dk_t, dv_t, 2 * block_rows * block_cols + s.q_seq, 4 * block16,
+      [&](float* scratch, BFloat16* scratch16, int64_t b, int64_t h, float* dq, float* dk, float* dv) {
+        float* dscores = scratch + block_rows * block_cols;
+        return BackwardHeadBf16(a, s, mask, b, h, dy, q, k, v, y, lse, dq, dk, dv, scratch, dscores,
+                                dscores + block_rows * block_cols, scratch16, scratch16 + block16,
+                                scratch16 + 2 * block16, scratch16 + 3 * block16, block_cols);
+      });
 }
 
 bool Is16Bit(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; }
@@ -462,6 +649,13 @@ Status DispatchCompute(const KernelContext& ctx, DType dtype, Fn&& fn) {
 
 DType LogsumexpType(DType q) { return Is16Bit(q) ? DType::kFloat32 : q; }
 
+// Whether bfloat16 operands take the all-bfloat16 path (ForwardBf16 / BackwardHeadBf16): the
+// native GEMM is there and both head sizes are even (each is the inner size of a product whose
+// left operand is an input, read in pairs).
+bool AllBf16Products(DType dtype, const FlashShape& s) {
+  return dtype == DType::kBFloat16 && Bf16GemmAvailable() && s.head % 2 == 0 && s.v_head % 2 == 0;
+}
+
 class FlashAttentionKernel final : public OpKernel {
  public:
   FlashAttentionKernel(const Node& node, FlashAttributes attrs) : OpKernel(node), attrs_(attrs) {}
@@ -479,6 +673,13 @@ class FlashAttentionKernel final : public OpKernel {
     if (ctx.output(1) != nullptr && ctx.output(1)->dtype() != LogsumexpType(dtype))
       return ctx.Fail("logsumexp must be ", DTypeName(LogsumexpType(dtype)), " for Q of ", DTypeName(dtype));
     Tensor keep[5];
+    if (AllBf16Products(dtype, s)) {
+      TOB_ASSIGN_OR_RETURN(const Tensor* mask, InCompute(ctx, ctx.input(3), &keep[3]));
+      TOB_ASSIGN_OR_RETURN(Tensor * y, OutCompute(ctx, ctx.output(0), ctx.output(0)->shape(), compute, &keep[4], true));
+      TOB_RETURN_IF_ERROR(ForwardBf16(ctx, attrs_, s, ctx.input(0)->data<BFloat16>(), ctx.input(1)->data<BFloat16>(),
+                                      ctx.input(2)->data<BFloat16>(), mask, *y, ctx.output(1)));
+      return RoundInto(ctx, y, ctx.output(0));
+    }
     TOB_ASSIGN_OR_RETURN(const Tensor* q, InCompute(ctx, ctx.input(0), &keep[0]));
     TOB_ASSIGN_OR_RETURN(const Tensor* k, InCompute(ctx, ctx.input(1), &keep[1]));
     TOB_ASSIGN_OR_RETURN(const Tensor* v, InCompute(ctx, ctx.input(2), &keep[2]));
@@ -519,13 +720,24 @@ class FlashAttentionGradKernel final : public OpKernel {
       return ctx.Fail("logsumexp ", ShapeToString(lse.shape()), " must be [", s.batch, ", ", s.heads, ", ", s.q_seq,
                       "] of ", DTypeName(LogsumexpType(dtype)), " (FlashAttention's second output)");
     Tensor keep[9];
+    Tensor* grads[3];
+    if (AllBf16Products(dtype, s)) {
+      TOB_ASSIGN_OR_RETURN(const Tensor* mask, InCompute(ctx, ctx.input(6), &keep[5]));
+      for (int i = 0; i < 3; ++i) {
+        TOB_ASSIGN_OR_RETURN(grads[i],
+                             OutCompute(ctx, ctx.output(i), ctx.input(1 + i)->shape(), compute, &keep[6 + i], true));
+      }
+      TOB_RETURN_IF_ERROR(BackwardBf16(ctx, attrs_, s, dy, *ctx.input(1), *ctx.input(2), *ctx.input(3), y, lse, mask,
+                                       *grads[0], *grads[1], *grads[2]));
+      for (int i = 0; i < 3; ++i) TOB_RETURN_IF_ERROR(RoundInto(ctx, grads[i], ctx.output(i)));
+      return Status::OK();
+    }
     TOB_ASSIGN_OR_RETURN(const Tensor* dy_c, InCompute(ctx, &dy, &keep[0]));
     TOB_ASSIGN_OR_RETURN(const Tensor* q, InCompute(ctx, ctx.input(1), &keep[1]));
     TOB_ASSIGN_OR_RETURN(const Tensor* k, InCompute(ctx, ctx.input(2), &keep[2]));
     TOB_ASSIGN_OR_RETURN(const Tensor* v, InCompute(ctx, ctx.input(3), &keep[3]));
     TOB_ASSIGN_OR_RETURN(const Tensor* y_c, InCompute(ctx, &y, &keep[4]));
     TOB_ASSIGN_OR_RETURN(const Tensor* mask, InCompute(ctx, ctx.input(6), &keep[5]));
-    Tensor* grads[3];
     for (int i = 0; i < 3; ++i) {
       TOB_ASSIGN_OR_RETURN(grads[i],
                            OutCompute(ctx, ctx.output(i), ctx.input(1 + i)->shape(), compute, &keep[6 + i], true));
