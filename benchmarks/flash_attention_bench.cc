@@ -5,7 +5,7 @@
 // attention_fusion.py hands over), and unmasked; then longer sequences. Each cell is the best and
 // the median of interleaved rounds of one call (the process's CPU time, so other jobs on a shared
 // machine count little); GFLOP/s counts the products a dense (unmasked) attention does. bf16 runs
-// the same cases on bfloat16 operands (the mask bfloat16 too, logsumexp float32).
+// the same cases on bfloat16 operands (the mask float32, as autocast hands it over; logsumexp float32).
 //   ./build/<dir>/tob_flash_bench [threads] [rounds] [f32|bf16]
 #include <algorithm>
 #include <chrono>
@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
       for (int64_t b = 0; b < c.batch; ++b)
         for (int64_t i = 0; i < c.seq; ++i)
           for (int64_t j = i + 1; j < c.seq; ++j) m[(b * c.seq + i) * c.seq + j] = std::numeric_limits<float>::lowest();
-      mask = Narrowed(Tensor::FromVector<float>(m, {c.batch, 1, c.seq, c.seq}), dtype);
+      mask = Tensor::FromVector<float>(m, {c.batch, 1, c.seq, c.seq});  // float32 beside bf16, as autocast gives it
       fwd_in.emplace_back("attn_mask", mask);
     }
     const bool causal = c.mask == Mask::kCausal;

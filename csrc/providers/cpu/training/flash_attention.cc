@@ -148,7 +148,12 @@ void MaskRow(C* row, int64_t cols, int64_t i, int64_t j0, bool causal, const Mas
   if (mask != nullptr) {
     const C* bias = mask->Row(b, h, i);
     const int64_t step = mask->stride[3];
-    for (int64_t j = 0; j < cols; ++j) row[j] += bias[(j0 + j) * step];
+    if (step == 1) {  // a row of the mask (vectorises)
+      const C* b = bias + j0;
+      for (int64_t j = 0; j < cols; ++j) row[j] += b[j];
+    } else {
+      for (int64_t j = 0; j < cols; ++j) row[j] += bias[(j0 + j) * step];
+    }
   }
 }
 
