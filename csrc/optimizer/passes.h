@@ -28,6 +28,10 @@ std::unique_ptr<GraphPass> CreateConvBatchNormFoldingPass();
 std::unique_ptr<GraphPass> CreateConvActivationFusionPass();
 // 2-D Transposes around MatMul/Gemm become Gemm's transA/transB (extended level).
 std::unique_ptr<GraphPass> CreateMatMulTransposeFusionPass();
+// NegativeLogLikelihoodLossGrad + LogSoftmaxGrad_13 over the class axis of the same log-probabilities
+// (cross-entropy's backward as AOTAutograd writes it) become one com.microsoft
+// SoftmaxCrossEntropyLossGrad (extended level; TOB_LOSS_GRAD_FUSION=0 turns it off).
+std::unique_ptr<GraphPass> CreateCrossEntropyGradFusionPass();
 // Moves Casts between float32 and options.low_precision across ops that compute as well in the
 // low type (strategy, level and allow list of onnxruntime-training's PropagateCastOps).
 std::unique_ptr<GraphPass> CreatePropagateCastOpsPass(CastPropagationOptions options);

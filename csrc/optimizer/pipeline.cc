@@ -12,6 +12,10 @@ namespace {
 // (docs/performance.md, "Elementwise fusion").
 bool ElementwiseFusionEnabled() { return EnvSwitchOn(EnvSwitch::kElementwiseFusion); }
 
+// On by default; TOB_LOSS_GRAD_FUSION=0 turns it off (A/B runs; docs/performance.md, "bfloat16 GEMM
+// and autocast").
+bool LossGradFusionEnabled() { return SwitchOn("TOB_LOSS_GRAD_FUSION"); }
+
 // On by default; TOB_RMS_NORM_FUSION=0 turns it off (A/B runs; docs/performance.md, "RMSNorm and
 // rotary embedding fusion").
 bool RmsNormFusionEnabled() { return EnvSwitchOn(EnvSwitch::kRmsNormFusion); }
@@ -91,6 +95,7 @@ PassManager BuildPipeline(OptLevel level, const CastPropagationOptions& casts) {
   pm.Add(CreateConvBatchNormFoldingPass());
   pm.Add(CreateConvActivationFusionPass());
   pm.Add(CreateMatMulTransposeFusionPass());
+  if (LossGradFusionEnabled()) pm.Add(CreateCrossEntropyGradFusionPass());
   if (level == OptLevel::kExtended) return pm;
   // kAll: fusions into ops of our own domain (ai.tob), last, on the cleaned-up graph.
   // RMSNorm and RoPE first: ElementwiseFusion would otherwise take their elementwise nodes.

@@ -205,3 +205,40 @@ def test_nonzero_runs_on_the_engine(dtype):
     assert stats.runs == 2 and stats.fallbacks == 0 and not stats.aten_fallback_ops, stats
     ops = {n.op_type for g in compiled_graph.live_graphs() if g.exported is not None for n in g.exported.model.graph.node}
     assert "NonZero" in ops
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cross_entropy_backward_runs_as_one_fused_node(dtype):
+    """A language-model head's cross-entropy (ignored labels included): the engine's optimizer fuses
+    the backward's NegativeLogLikelihoodLossGrad + LogSoftmaxGrad_13 into one
+    SoftmaxCrossEntropyLossGrad; loss and gradients match eager (float32: float32 rounding; under
+    bfloat16 autocast the logits and their gradient are bfloat16, so within two bfloat16 roundings
+    of eager autocast's)."""
+    from torch_ort_backend.compile_state import live_graphs
+
+    gen = torch.Generator().manual_seed(3)
+    head = torch.nn.Linear(16, 301)
+    x = _r(24, 16, gen=gen)
+    labels = torch.randint(0, 301, (24,), generator=gen)
+    labels[[2, 9]] = -100
+
+    def loss_fn(m, inp):
+        with torch.autocast("cpu", torch.bfloat16, enabled=dtype == torch.bfloat16):
+            return F.cross_entropy(m(inp), labels)
+
+    since = max((g.serial for g in live_graphs()), default=0)
+    results = []
+    for f in (torch.compile(loss_fn, backend="ort"), loss_fn):
+        head.zero_grad(set_to_none=True)
+        inp = x.clone().requires_grad_()
+        loss = f(head, inp)
+        loss.backward()
+        results.append([loss.detach(), inp.grad, head.weight.grad, head.bias.grad])
+    tol = 1e-5 if dtype == torch.float32 else 2 * 2.0 ** -8
+    for got, want in zip(*results):
+        torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+    ops = {n["op_type"] for g in live_graphs() if g.serial > since and g.session is not None
+           for n in g.session._session.optimized_graph()["nodes"]}
+    assert "SoftmaxCrossEntropyLossGrad" in ops, sorted(ops)
+    assert not {"LogSoftmaxGrad_13", "NegativeLogLikelihoodLossGrad"} & ops, sorted(ops)
+    assert compile_stats().fallbacks == 0

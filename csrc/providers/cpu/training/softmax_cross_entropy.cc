@@ -7,14 +7,19 @@
 //   d_logits[n, c, i] = (exp(log_prob[n, c, i]) - [c == t]) * w[t] * g(n, i)
 // with g = dY[n, i] for 'none', dY for 'sum', dY / total weight for 'mean' (0 for ignored labels).
 // 16-bit types compute in float32; the log-softmax of a column is computed in the compute type
-// and the losses are summed in float64, so results do not depend on the thread count.
+// and the losses are summed in float64, so results do not depend on the thread count. The
+// gradient computes in float64 but for float32 [N, C] (a language model's head, which the
+// optimizer's CrossEntropyGradFusion hands over): there exp(log_prob) is the provider's vectorised
+// float32 exp (a few ulp), the target class's p - 1 float64.
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "framework/kernel_registry.h"
 #include "providers/cpu/float_compute.h"
+#include "providers/cpu/nn/vec_math.h"
 #include "providers/cpu/training/loss_targets.h"
 
 namespace tob {
@@ -98,6 +103,29 @@ class SoftmaxCrossEntropyKernel final : public OpKernel {
   LossAttributes attrs_;
 };
 
+// float32 [N, C] (a language model's head: tokens x vocabulary): one row per n, the row's factor
+// w[t] g once, exp(log_prob) * factor with the provider's vectorised exp (the float32 exp the
+// unfused LogSoftmaxGrad uses), the target class (p - 1) * factor in float64 (p near 1 there).
+void SoftmaxCrossEntropyGradRows(ThreadPool* pool, const float* dy, const float* lp, const TargetScan& scan,
+                                 const LossLayout& l, Reduction reduction, double scale, float* dx) {
+  ParallelFor(pool, l.N, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, l.C)), [&](int64_t b, int64_t e) {
+    for (int64_t n = b; n < e; ++n) {
+      const int64_t t = scan.TargetAt(n);
+      const float* lrow = lp + n * l.C;
+      float* row = dx + n * l.C;
+      if (scan.Ignored(t)) {
+        std::fill_n(row, l.C, 0.f);
+        continue;
+      }
+      const double factor = scan.weight(t) * (reduction == Reduction::kNone ? static_cast<double>(dy[n]) : scale);
+      const float f = static_cast<float>(factor);
+      vec::ExpShiftedSum(lrow, l.C, 0.f, row);
+      for (int64_t c = 0; c < l.C; ++c) row[c] *= f;
+      row[t] = static_cast<float>((std::exp(static_cast<double>(lrow[t])) - 1.0) * factor);
+    }
+  });
+}
+
 template <typename T>
 Status SoftmaxCrossEntropyGradTyped(const KernelContext& ctx, const Tensor& dy_t, const Tensor& lp_t,
                                     const TargetScan& scan, const LossLayout& l, Reduction reduction, Tensor& dx_t) {
@@ -106,6 +134,12 @@ Status SoftmaxCrossEntropyGradTyped(const KernelContext& ctx, const Tensor& dy_t
   T* dx = dx_t.data<T>();
   double scale = reduction == Reduction::kNone ? 1.0 : static_cast<double>(dy[0]);
   if (reduction == Reduction::kMean) scale /= scan.total_weight();
+  if constexpr (std::is_same_v<T, float>) {
+    if (l.inner == 1) {
+      SoftmaxCrossEntropyGradRows(ctx.thread_pool(), dy, lp, scan, l, reduction, scale, dx);
+      return Status::OK();
+    }
+  }
   // One [C, inner] block per n; within it classes outer, positions inner (contiguous).
   ParallelFor(ctx.thread_pool(), l.N, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, l.C * l.inner)),
               [&](int64_t b, int64_t e) {
