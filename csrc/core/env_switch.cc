@@ -28,6 +28,7 @@ const std::vector<SwitchSpec>& Specs() {
       {EnvSwitch::kElementwiseFusion, "TOB_ELEMENTWISE_FUSION", {kOff, kOn}},
       {EnvSwitch::kRmsNormFusion, "TOB_RMS_NORM_FUSION", {kOff, kOn}},
       {EnvSwitch::kRotaryFusion, "TOB_ROTARY_FUSION", {kOff, kOn}},
+      {EnvSwitch::kLossGradFusion, "TOB_LOSS_GRAD_FUSION", {kOff, kOn}},
   };
   return specs;
 }

@@ -21,6 +21,7 @@ enum class EnvSwitch {
   kElementwiseFusion,  // TOB_ELEMENTWISE_FUSION: 0 = pass off
   kRmsNormFusion,      // TOB_RMS_NORM_FUSION: 0 = pass off
   kRotaryFusion,       // TOB_ROTARY_FUSION: 0 = pass off
+  kLossGradFusion,     // TOB_LOSS_GRAD_FUSION: 0 = pass off
 };
 
 // The switch's value: "" when it is unset or empty, else what it is set to if that is one of the

@@ -14,7 +14,7 @@ bool ElementwiseFusionEnabled() { return EnvSwitchOn(EnvSwitch::kElementwiseFusi
 
 // On by default; TOB_LOSS_GRAD_FUSION=0 turns it off (A/B runs; docs/performance.md, "bfloat16 GEMM
 // and autocast").
-bool LossGradFusionEnabled() { return SwitchOn("TOB_LOSS_GRAD_FUSION"); }
+bool LossGradFusionEnabled() { return EnvSwitchOn(EnvSwitch::kLossGradFusion); }
 
 // On by default; TOB_RMS_NORM_FUSION=0 turns it off (A/B runs; docs/performance.md, "RMSNorm and
 // rotary embedding fusion").
