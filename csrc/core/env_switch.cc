@@ -24,6 +24,7 @@ const std::vector<SwitchSpec>& Specs() {
       {EnvSwitch::kBf16Gemm, "TOB_BF16_GEMM", {kOff, kOn}},
       {EnvSwitch::kConvTiled, "TOB_CONV_TILED", {kOff, kOn}},
       {EnvSwitch::kConvPacked, "TOB_CONV_PACKED", {kOff, kOn}},
+      {EnvSwitch::kConvBatchFold, "TOB_CONV_BATCH_FOLD", {kOff, kOn}},
       {EnvSwitch::kQgemm, "TOB_QGEMM", {"portable"}},
       {EnvSwitch::kElementwiseFusion, "TOB_ELEMENTWISE_FUSION", {kOff, kOn}},
       {EnvSwitch::kRmsNormFusion, "TOB_RMS_NORM_FUSION", {kOff, kOn}},

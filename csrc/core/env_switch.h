@@ -17,6 +17,7 @@ enum class EnvSwitch {
   kBf16Gemm,           // TOB_BF16_GEMM: 0 = bfloat16 products through float32
   kConvTiled,          // TOB_CONV_TILED: 0 = whole-image column path for 2-D convs
   kConvPacked,         // TOB_CONV_PACKED: 0 = pack no conv weight, 1 = pack every one
+  kConvBatchFold,      // TOB_CONV_BATCH_FOLD: 0 = one GEMM per image always, 1 = fold every batch
   kQgemm,              // TOB_QGEMM: portable = the portable integer GEMM even with VNNI
   kElementwiseFusion,  // TOB_ELEMENTWISE_FUSION: 0 = pass off
   kRmsNormFusion,      // TOB_RMS_NORM_FUSION: 0 = pass off

@@ -4,7 +4,8 @@
 // groups, 1x1, 7x7 stride 2, the narrow images of ResNet's last stage (7x7 = 49 positions), channel
 // counts that are no multiple of a panel, several column blocks, with and without bias, Z and
 // Relu, at 1 and 2 threads; the same graph with W fed (nothing to pack) as a second check; and
-// that the packed path ran (the weight packed once at initialisation, tiles counted).
+// that the packed path ran (the weight packed once at initialisation, tiles counted). Also the
+// batch-folded path of images with a few output positions each (ConvBatchFold).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "conv_reference.h"
+#include "core/env_switch.h"
 #include "op_tester.h"
 #include "providers/cpu/nn/conv_packed.h"
 #include "providers/cpu/nn/sgemm_packed.h"
@@ -172,6 +174,75 @@ TEST(ConvPacked, GroupsBatchesAndManyColumnBlocks) {
   // 256 channels over 30 x 30 = 900 positions: the positions x channels block is capped, so the
   // image runs in several column blocks whose edges fall inside output rows.
   RunPacked(Conv2DCase{{1, 16, 30, 30}, {256, 16, 1, 1}}, {true, true, true}, 2, 131);
+}
+
+// Batches of images with a few output positions each fold into one GEMM (conv_packed::BatchFoldWins,
+// conv.cc's BatchFoldedConv2D) where their weights are not pre-packed: against the float64 reference,
+// with fed weights (folded) and constant ones (packed: the per-image tiles; not packed: folded), bias,
+// Z and Relu, groups, strides and pads.
+void RunFolded(const Conv2DCase& c, const Fusion& f, int threads, uint32_t seed) {
+  SCOPED_TRACE(::testing::Message() << "X " << ShapeToString(c.x) << " W " << ShapeToString(c.w) << " group " << c.group
+                                    << " threads " << threads);
+  const Tensor x = RandomTensor<float>(c.x, -1, 1, seed), w = RandomTensor<float>(c.w, -1, 1, seed + 1);
+  const Tensor b = RandomTensor<float>({c.w[0]}, -1, 1, seed + 2);
+  Shape out_shape;
+  std::vector<double> expected = RefConv2D(c, x, w, f.bias ? &b : nullptr, &out_shape);
+  ASSERT_TRUE(conv_packed::BatchFoldWins(out_shape[0], out_shape[2] * out_shape[3], false));
+  const Tensor z = RandomTensor<float>(out_shape, -1, 1, seed + 3);
+  if (f.z) {
+    const std::vector<double> zv = ToDoubles(z);
+    for (size_t i = 0; i < expected.size(); ++i) expected[i] += zv[i];
+  }
+  if (f.relu)
+    for (double& v : expected) v = std::max(v, 0.0);
+  for (bool constant : {true, false}) {
+    auto s = ConvSession(c, f, w, b, out_shape, constant, threads);
+    ASSERT_TRUE(s);
+    std::vector<std::string> names{"x"};
+    std::vector<Tensor> feeds{x};
+    if (f.z) {
+      names.push_back("z");
+      feeds.push_back(z);
+    }
+    if (!constant) {
+      names.push_back("w");
+      feeds.push_back(w);
+      if (f.bias) {
+        names.push_back("b");
+        feeds.push_back(b);
+      }
+    }
+    const int64_t folds_before = conv_packed::BatchFoldsRun();
+    std::vector<Tensor> got;
+    RunStats stats;
+    ASSERT_TRUE(s->Run(names, feeds, {}, &got, &stats).ok());
+    // Pre-packed constant weights keep the per-image packed tiles; everything else folds.
+    EXPECT_EQ(conv_packed::BatchFoldsRun() - folds_before, stats.prepacked_constants > 0 ? 0 : 1);
+    testing::ExpectClose(got[0], out_shape, expected, 2e-4, 2e-4, constant ? "folded, constant W" : "folded, fed W");
+  }
+}
+
+#define SKIP_WITH_FOLD_SWITCH()                           \
+  if (!EnvSwitchValue(EnvSwitch::kConvBatchFold).empty()) \
+  GTEST_SKIP() << "TOB_CONV_BATCH_FOLD is set: the default choice is not in force"
+
+TEST(ConvBatchFold, FewPositionsPerImageFoldTheBatch) {
+  SKIP_WITH_FOLD_SWITCH();
+  // ResNet's last stages at 32x32 images: 1x1 outputs (3x3 pad 1, and stride 2 from 2x2), 2x2.
+  RunFolded(Conv2DCase{{4, 64, 1, 1}, {96, 64, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}}, {true, true, true}, 2, 151);
+  RunFolded(Conv2DCase{{4, 32, 2, 2}, {48, 32, 3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}}, {false, false, true}, 1, 161);
+  RunFolded(Conv2DCase{{3, 24, 4, 4}, {40, 24, 3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}}, {true, false, false}, 2, 171);
+  // 1x1 with a stride, an odd batch; 3x3 = 9 positions (the most folded) with groups and uneven pads.
+  RunFolded(Conv2DCase{{5, 16, 4, 4}, {32, 16, 1, 1}, {2, 2}}, {true, true, false}, 2, 181);
+  RunFolded(Conv2DCase{{2, 12, 4, 4}, {18, 4, 3, 3}, {1, 1}, {1, 1}, {0, 1, 1, 0}, 3}, {true, false, true}, 3, 191);
+}
+
+TEST(ConvBatchFold, OneImageOrManyPositionsKeepThePerImagePaths) {
+  SKIP_WITH_FOLD_SWITCH();
+  EXPECT_FALSE(conv_packed::BatchFoldWins(1, 1, false));
+  EXPECT_FALSE(conv_packed::BatchFoldWins(8, conv_packed::kMaxFoldedPositions + 1, false));
+  EXPECT_TRUE(conv_packed::BatchFoldWins(2, conv_packed::kMaxFoldedPositions, false));
+  EXPECT_FALSE(conv_packed::BatchFoldWins(4, 1, true));  // pre-packed weights keep the per-image tiles
 }
 
 TEST(ConvPacked, DoublesAndDepthwiseAreNotPacked) {

@@ -43,6 +43,7 @@ constexpr int64_t kTransposedBlockBytes = int64_t{512} << 10;
 constexpr int64_t kMinTransposedRows = 96;
 
 std::atomic<int64_t> g_packed_tiles{0};
+std::atomic<int64_t> g_batch_folds{0};
 
 // Kernel heights the AVX-512 depthwise rows take (their tap rows are gathered on the stack).
 constexpr int64_t kMaxVectorKernelRows = 32;
@@ -252,6 +253,43 @@ Status TiledConv2D(const KernelContext& ctx, const T* x, const T* w, const Packe
   return failed ? first_error : Status::OK();
 }
 
+// Convs whose output images hold only a few positions (the last stages of an image classifier at
+// small resolutions: 1x1, 2x2, 4x4 outputs). There each image's product is a matrix-vector-like
+// GEMM (N = out_size) that streams the whole weight once per image; here the columns of every image
+// sit side by side ([kernel_dim, N * out_size], image-major) and one GEMM per group streams the
+// weight once, then each image's block is copied into Y's rows with the bias, Z and activation.
+// The arithmetic per output is the same dot product over kernel_dim (one GEMM instead of N).
+template <typename T>
+Status BatchFoldedConv2D(const KernelContext& ctx, const T* x, const T* w, const T* bias, const T* z, T* y,
+                         const ConvShape& s, const WindowGeometry& g, const conv_epilogue::ActivationSpec& act) {
+  ThreadPool* pool = ctx.thread_pool();
+  g_batch_folds.fetch_add(1, std::memory_order_relaxed);
+  const int64_t P = s.out_size, width = s.N * P;
+  TOB_ASSIGN_OR_RETURN(Tensor cols, ctx.AllocateScratch(DTypeOf<T>(), {s.kernel_dim * width}));
+  TOB_ASSIGN_OR_RETURN(Tensor out, ctx.AllocateScratch(DTypeOf<T>(), {s.Mg * width}));
+  for (int64_t gi = 0; gi < s.group; ++gi) {
+    ParallelFor(pool, s.N * s.Cg, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t u = begin; u < end; ++u) {
+        const int64_t n = u / s.Cg, c = u % s.Cg;
+        const T* plane = x + (n * s.C + gi * s.Cg + c) * s.in_size;
+        conv_columns::Im2Col2D(plane, g, c, cols.data<T>() + n * P, width);
+      }
+    });
+    TOB_RETURN_IF_ERROR(Gemm(false, false, s.Mg, width, s.kernel_dim, T(1), w + gi * s.Mg * s.kernel_dim, s.kernel_dim,
+                             cols.data<T>(), width, T(0), out.data<T>(), width, pool));
+    const T* o = out.data<T>();
+    ParallelFor(pool, s.N, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t n = begin; n < end; ++n) {
+        T* yg = y + (n * s.M + gi * s.Mg) * P;
+        for (int64_t m = 0; m < s.Mg; ++m) std::memcpy(yg + m * P, o + m * width + n * P, sizeof(T) * P);
+        conv_epilogue::Apply<T>(act, bias != nullptr ? bias + gi * s.Mg : nullptr,
+                                z != nullptr ? z + (n * s.M + gi * s.Mg) * P : nullptr, yg, P, 0, s.Mg, 0, P);
+      }
+    });
+  }
+  return Status::OK();
+}
+
 // Any spatial rank: im2col of whole images + batched GEMM onto a bias-filled Y.
 template <typename T>
 Status ColumnConvND(const KernelContext& ctx, const T* x, const T* w, const T* bias, T* y, const ConvShape& s,
@@ -332,6 +370,8 @@ Status ConvTyped(const KernelContext& ctx, const Tensor& X, const Tensor& Wt, co
   }
   // TOB_CONV_TILED=0 takes the whole-image column path for 2-D convs too: the A/B switch behind
   // the figures in docs/performance.md.
+  if (geometry.rank() <= 2 && conv_packed::BatchFoldWins(s.N, s.out_size, packed != nullptr))
+    return BatchFoldedConv2D(ctx, x, w, bias, z, y, s, geometry.As2D(), act);
   if (geometry.rank() <= 2 && conv_packed::TiledEnabled()) {
     const bool transposed = packed != nullptr && conv_packed::TransposedWins(s.Mg, s.kernel_dim, geometry.kernel_size(),
                                                                              geometry.IsPointwise());
@@ -471,6 +511,19 @@ bool TransposedWins(int64_t Mg, int64_t kernel_dim, int64_t kernel_size, bool po
   if (kernel_size != 1) return true;
   return pointwise && !(kernel_dim <= 128 && Mg >= 256);
 }
+
+bool BatchFoldWins(int64_t images, int64_t out_size, bool packed_weights) {
+  // TOB_CONV_BATCH_FOLD=0 keeps every conv on the per-image paths, =1 folds whenever there are two
+  // images or more, pre-packed weights too (the A/B switches of docs/performance.md, "Convolution").
+  static const int mode = [] {
+    const std::string value = EnvSwitchValue(EnvSwitch::kConvBatchFold);
+    return value.empty() ? -1 : value == "1" ? 1 : 0;
+  }();
+  if (images < 2 || mode == 0) return false;
+  return mode == 1 || (!packed_weights && out_size <= kMaxFoldedPositions);
+}
+
+int64_t BatchFoldsRun() { return g_batch_folds.load(std::memory_order_relaxed); }
 
 int64_t PackedTilesRun() { return g_packed_tiles.load(std::memory_order_relaxed); }
 

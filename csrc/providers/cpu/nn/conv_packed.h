@@ -26,7 +26,22 @@ bool TransposedWins(int64_t Mg, int64_t kernel_dim, int64_t kernel_size, bool po
 void StoreTransposed(const float* block, int64_t rows, int64_t cols, const float* bias, const float* z, int64_t ldz,
                      bool relu, float* y, int64_t ldy);
 
+// Output images of at most this many positions fold the batch into one GEMM (BatchFoldWins).
+constexpr int64_t kMaxFoldedPositions = 9;
+
+// Whether a 2-D (or 1-D) conv over `images` images of `out_size` output positions each, whose weights
+// are not pre-packed (training, where W is a graph input; 16-bit types), runs as one GEMM over every
+// image's columns (conv.cc's BatchFoldedConv2D) instead of one per image: with a few positions per
+// image, the per-image GEMM packs and streams the whole weight for each image. Measured
+// (docs/performance.md, "Convolution"): 2.4-2.6x faster on 1x1 outputs, 1.7x on 2x2, 1.16x on 3x3, a tie on
+// 4x4 (so at most 9 positions fold); with pre-packed weights the per-image tiles stay faster (1.3x), so those keep
+// them. TOB_CONV_BATCH_FOLD=0 / =1 forces either (A/B measurements), =1 for pre-packed weights too.
+bool BatchFoldWins(int64_t images, int64_t out_size, bool packed_weights);
+
 // Tiles computed on pre-packed weights in this process (tests assert the packed path ran).
 int64_t PackedTilesRun();
+
+// Convs run batch-folded in this process (tests assert the folded path ran).
+int64_t BatchFoldsRun();
 
 }  // namespace tob::conv_packed
