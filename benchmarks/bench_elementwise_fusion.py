@@ -14,6 +14,12 @@ shared machine, wall time measures the other jobs.
 TOB_RMS_NORM_FUSION, the rotary embedding fusion TOB_ROTARY_FUSION):
 
     python benchmarks/bench_elementwise_fusion.py --switch TOB_RMS_NORM_FUSION --models llama --rounds 15
+
+TOB_TANHGRAD_FUSION switches TanhGrad as a fused instruction alone (GPT-2's GELU backward).
+--autocast bf16 runs each step's forward under torch.autocast("cpu", torch.bfloat16) with AdamW, as
+bench_autocast.py --cpu-time does; --modes train (or infer) measures one mode only:
+
+    python benchmarks/bench_elementwise_fusion.py --switch TOB_TANHGRAD_FUSION --models gpt2 --autocast bf16 --modes train
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from torch_ort_backend.compile_state import COMPILE_STATE
 from torch_ort_backend.testing import models as M
 
 
-def _step(name: str, fused: bool, train: bool, switch: str):
+def _step(name: str, fused: bool, train: bool, switch: str, autocast: bool = False):
     os.environ[switch] = "1" if fused else "0"
     COMPILE_STATE.clear_sessions()
     spec = M.MODELS[name]
@@ -37,11 +43,13 @@ def _step(name: str, fused: bool, train: bool, switch: str):
     torch.manual_seed(0)
     model = make().train()
     compiled = torch.compile(model, backend="ort")
-    sgd = torch.optim.SGD(model.parameters(), lr=0.01)
+    params = model.parameters()
+    sgd = torch.optim.AdamW(params, lr=1e-4) if autocast else torch.optim.SGD(params, lr=0.01)
     data = make_batch(0)
 
     def call():
-        return compiled(**data) if isinstance(data, dict) else compiled(*data)
+        with torch.autocast("cpu", torch.bfloat16, enabled=autocast):
+            return compiled(**data) if isinstance(data, dict) else compiled(*data)
 
     def step() -> None:
         if not train:
@@ -63,15 +71,21 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["mlp", "transformer_lm", "gpt2", "bert_mlm", "llama"])
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--switch", default="TOB_ELEMENTWISE_FUSION",
-                        choices=["TOB_ELEMENTWISE_FUSION", "TOB_RMS_NORM_FUSION", "TOB_ROTARY_FUSION"])
+                        choices=["TOB_ELEMENTWISE_FUSION", "TOB_RMS_NORM_FUSION", "TOB_ROTARY_FUSION",
+                                 "TOB_TANHGRAD_FUSION"])
+    parser.add_argument("--autocast", choices=["none", "bf16"], default="none")
+    parser.add_argument("--modes", default="train,infer")
     args = parser.parse_args()
+    autocast = args.autocast == "bf16"
+    modes = [m == "train" for m in args.modes.split(",")]
     torch.set_num_threads(1)
     saved = os.environ.get(args.switch)
     print(f"{'model':15s} {'mode':6s} {'on ms':>8s} {'off ms':>8s} {'off/on':>7s}")
     try:
         for name in args.models:
-            for train in (True, False):
-                steps = {"on": _step(name, True, train, args.switch), "off": _step(name, False, train, args.switch)}
+            for train in modes:
+                steps = {"on": _step(name, True, train, args.switch, autocast),
+                         "off": _step(name, False, train, args.switch, autocast)}
                 times = {key: [] for key in steps}
                 for _ in range(args.rounds):
                     for key, step in steps.items():

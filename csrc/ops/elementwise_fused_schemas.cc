@@ -29,7 +29,7 @@ constexpr OpEntry kOps[] = {
     {"Sigmoid", FusedOpCode::kSigmoid, 1, true},   {"Erf", FusedOpCode::kErf, 1, true},
     {"Relu", FusedOpCode::kRelu, 1, false},        {"Gelu", FusedOpCode::kGelu, 1, true},
     {"GeluTanh", FusedOpCode::kGeluTanh, 1, true}, {"Where", FusedOpCode::kWhere, 3, false},
-    {"Cast", FusedOpCode::kCast, 1, false},
+    {"Cast", FusedOpCode::kCast, 1, false},        {"TanhGrad", FusedOpCode::kTanhGrad, 2, false},
 };
 
 constexpr bool TableFollowsTheEnum() {
@@ -69,6 +69,7 @@ std::optional<FusedOpCode> FusedOpCodeOf(const Node& node) {
   const std::string& domain = node.domain();
   if (domain == kMicrosoftDomain) {
     if (node.op_type() == "Gelu") return FusedOpCode::kGelu;
+    if (node.op_type() == "TanhGrad") return FusedOpCode::kTanhGrad;
     return std::nullopt;
   }
   if (!domain.empty()) return std::nullopt;
@@ -82,7 +83,7 @@ std::optional<FusedOpCode> FusedOpCodeOf(const Node& node) {
   }
   // Opset <= 6 arithmetic with broadcast=1 aligns B the legacy way, not numpy's.
   if (node.FindAttribute("broadcast") != nullptr) return std::nullopt;
-  if (e->code == FusedOpCode::kGeluTanh) return std::nullopt;
+  if (e->code == FusedOpCode::kGeluTanh || e->code == FusedOpCode::kTanhGrad) return std::nullopt;
   if (e->code == FusedOpCode::kGelu) {
     std::string approximate;
     if (!node.GetAttr("approximate", &approximate, std::string("none")).ok()) return std::nullopt;

@@ -2,9 +2,10 @@
 // bfloat16, and the Casts between them) become one ai.tob FusedElementwise node
 // (ops/fused_elementwise_program.h), which the CPU kernel runs as one loop over memory
 // (providers/cpu/elementwise/fused_elementwise.cc). RMSNorm's scaling, RoPE's rotations, SiLU/GELU
-// and their gradients, bias + activation and residual adds otherwise read and write a full tensor
-// per node; under autocast each also sits between Casts (a bfloat16 GEMM's output widened for a
-// float32 residual add, GPT-2's tanh GELU written out in ten bfloat16 nodes). The kernel rounds
+// and their gradients (GPT-2's GELU backward with com.microsoft's TanhGrad in it), bias + activation
+// and residual adds otherwise read and write a full tensor per node; under autocast each also sits
+// between Casts (a bfloat16 GEMM's output widened for a float32 residual add, GPT-2's tanh GELU
+// written out in ten bfloat16 nodes). The kernel rounds
 // every 16-bit result as the unfused kernel stores it, so fusing changes no value.
 //
 // Groups are grown greedily in topological order: a fusible node joins the group of a fusible
@@ -20,6 +21,8 @@
 // backward's saved activations, for instance); values kept by name (PassContext::keep_values) keep
 // their producer. Groups of one node are left alone.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -44,9 +47,10 @@ bool HasStaticOrSymbolicShape(const Value* v) {
 // An elementwise node the kernel can compute: its output is then one register. Its operands have
 // its output's type (the ONNX ops' single T; Where's condition is bool), except a Cast's, which may
 // be any of float32, float16 and bfloat16.
-bool IsFusible(const Node& n, const KeptValues& kept) {
+bool IsFusible(const Node& n, const KeptValues& kept, bool tanh_grad) {
   const std::optional<FusedOpCode> code = FusedOpCodeOf(n);
   if (!code || n.outputs().size() != 1 || static_cast<int>(n.inputs().size()) != FusedOpArity(*code)) return false;
+  if (*code == FusedOpCode::kTanhGrad && !tanh_grad) return false;
   const Value* y = n.output(0);
   const DType t = y->type().dtype;
   if (!IsFusedFloatType(t) || !HasStaticOrSymbolicShape(y)) return false;
@@ -58,8 +62,19 @@ bool IsFusible(const Node& n, const KeptValues& kept) {
     if (*code == FusedOpCode::kCast ? !IsFusedFloatType(xt)
                                     : xt != (*code == FusedOpCode::kWhere && j == 0 ? DType::kBool : t))
       return false;
+    // TanhGrad's kernel takes dY and Y of one shape, no broadcasting (its shape function says so
+    // too); fused, it must not get any where the dims are not known to be equal.
+    if (*code == FusedOpCode::kTanhGrad && !(y->type().shape && SameDims(*x->type().shape, *y->type().shape)))
+      return false;
   }
   return true;
+}
+
+// TanhGrad as an instruction: on unless TOB_TANHGRAD_FUSION=0 (A/B runs,
+// benchmarks/bench_elementwise_fusion.py --switch; read each time the pass runs).
+bool TanhGradFusionOn() {
+  const char* env = std::getenv("TOB_TANHGRAD_FUSION");
+  return env == nullptr || std::strcmp(env, "0") != 0;
 }
 
 class ElementwiseFusion final : public GraphPass {
@@ -76,8 +91,9 @@ class ElementwiseFusion final : public GraphPass {
     groups_.clear();
     for (size_t i = 0; i < order.size(); ++i) pos_[order[i]] = static_cast<int64_t>(i);
 
+    const bool tanh_grad = TanhGradFusionOn();
     for (Node* n : order) {
-      if (!IsFusible(*n, kept)) continue;
+      if (!IsFusible(*n, kept, tanh_grad)) continue;
       int target = -1;
       for (const Value* x : n->inputs()) {
         const Node* p = x->producer();

@@ -7,7 +7,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
+#include "core/domain.h"
 #include "graph_pass_test_util.h"
 #include "op_tester.h"
 #include "ops/fused_elementwise_program.h"
@@ -116,6 +118,47 @@ TEST(OptimizerElementwiseFusionHalf, GoldenMustNotFire) {
   ASSERT_TRUE(CreateElementwiseFusionPass()->Run(before, ctx, &changed).ok());
   EXPECT_FALSE(changed);
   EXPECT_EQ(GraphToText(before), GraphToText(expected));
+}
+
+TEST(OptimizerElementwiseFusionHalf, GoldenTanhGradJoinsTheGeluBackward) {
+  // GPT-2's GELU backward under autocast: com.microsoft TanhGrad between bfloat16 Muls (the
+  // exporter's tanh_backward). It joins their group: one node instead of three.
+  Graph before;
+  GraphBuilder b(before);
+  before.SetOpset(kMicrosoftDomain, 1);
+  b.Input("dy", BF16({4, 8})).Input("xh", BF16({4, 8})).Input("th", BF16({4, 8})).Input("k", BF16({}));
+  b.Op("Mul", {"dy", "xh"}, {"a"}, {}, "", "outer");
+  b.Op("TanhGrad", {"a", "th"}, {"g"}, {}, kMicrosoftDomain, "tanh_backward");
+  b.Op("Mul", {"g", "k"}, {"y"}, {}, "", "inner");
+  b.Output("y");
+
+  Graph expected;
+  GraphBuilder e(expected);
+  expected.SetOpset(kTobDomain, 1);
+  expected.SetOpset(kMicrosoftDomain, 1);
+  e.Input("dy", BF16({4, 8})).Input("xh", BF16({4, 8})).Input("th", BF16({4, 8})).Input("k", BF16({}));
+  // Registers: 0 dy, 1 xh, 2 th, 3 k, 4 a, 5 g, 6 y.
+  e.Op(kFusedElementwiseOp, {"dy", "xh", "th", "k"}, {"y"},
+       Program({"Mul", "TanhGrad", "Mul"}, {0, 1, -1, 4, 2, -1, 5, 3, -1}, {6},
+               {kBF16, kBF16, kBF16, kBF16, kBF16, kBF16, kBF16}),
+       kTobDomain, "inner_fused__1");
+  e.Output("y");
+  EXPECT_EQ(AfterPass(before), GraphToText(expected));
+}
+
+TEST(OptimizerElementwiseFusionHalf, TanhGradIsAnInstructionOnlyInTheMicrosoftDomain) {
+  Graph g;
+  GraphBuilder b(g);
+  b.Input("a", BF16({4})).Input("t", BF16({4}));
+  b.Op("TanhGrad", {"a", "t"}, {"ms"}, {}, kMicrosoftDomain, "ms");
+  b.Op("TanhGrad", {"a", "t"}, {"plain"}, {}, "", "plain");
+  std::optional<FusedOpCode> ms, plain;
+  for (const Node* n : g.nodes()) (n->domain().empty() ? plain : ms) = FusedOpCodeOf(*n);
+  ASSERT_TRUE(ms.has_value());
+  EXPECT_EQ(*ms, FusedOpCode::kTanhGrad);
+  EXPECT_STREQ(FusedOpName(*ms), "TanhGrad");
+  EXPECT_EQ(FusedOpArity(*ms), 2);
+  EXPECT_FALSE(plain.has_value());
 }
 
 // ---- the kernel, through sessions ----
@@ -324,6 +367,122 @@ TEST(FusedElementwiseKernelHalf, EveryInstructionInBfloat16) {
 
 TEST(FusedElementwiseKernelHalf, EveryInstructionInFloat16) {
   CheckEveryOp<Float16>(DType::kFloat16, std::ldexp(1.0, -11));
+}
+
+// A GELU-backward-like chain with TanhGrad in it, fused and unfused, in float32, float16 and
+// bfloat16: th = tanh(x), a = dy x, g = TanhGrad(a, th) = a (1 - th^2), y = g + dy. Equal bits, and
+// within the graph's roundings of float64: th, a, g and y rounded once each (unit roundoff u); th's
+// error enters g through 1 - th^2 at most twice (|th| < 1), so |g - exact| <= u (4 |a| + |g|) and
+// y adds u |y|; 2^-18 |a| covers the float32 tanh approximation (a few float32 ulps).
+template <typename T>
+void CheckTanhGradChain(DType t, double unit) {
+  SCOPED_TRACE(DTypeName(t));
+  const Shape shape{3, 5, 263};
+  auto build = [&] {
+    auto g = std::make_unique<Graph>();
+    GraphBuilder b(*g, 20);
+    g->SetOpset(kMicrosoftDomain, 1);
+    b.Input("dy", ValueType(t, Dims{3, 5, 263})).Input("x", ValueType(t, Dims{3, 5, 263}));
+    b.Op("Tanh", {"x"}, {"th"});
+    b.Op("Mul", {"dy", "x"}, {"a"});
+    b.Op("TanhGrad", {"a", "th"}, {"g"}, {}, kMicrosoftDomain);
+    b.Op("Add", {"g", "dy"}, {"y"});
+    b.Output("y").Output("g");
+    return g;
+  };
+  auto narrow = [&](const Tensor& f) {
+    if constexpr (std::is_same_v<T, float>) return f;
+    else return Narrowed<T>(f);
+  };
+  const Tensor dy = narrow(RandomTensor<float>(shape, -2.5, 2.5, 11, 0.25));
+  const Tensor x = narrow(RandomTensor<float>(shape, -2.5, 2.5, 12, 0.25));
+  Run fused = RunGraph(build(), OptLevel::kAll, {"dy", "x"}, {dy, x}, 2);
+  Run plain = RunGraph(build(), OptLevel::kExtended, {"dy", "x"}, {dy, x}, 2);
+  ASSERT_EQ(fused.fused_nodes, 1);
+  ASSERT_EQ(plain.fused_nodes, 0);
+  ASSERT_EQ(fused.outputs.size(), 2u);
+  ASSERT_EQ(plain.outputs.size(), 2u);
+  for (size_t o = 0; o < 2; ++o) {
+    ASSERT_EQ(fused.outputs[o].dtype(), t);
+    EXPECT_EQ(
+        std::memcmp(fused.outputs[o].raw_data(), plain.outputs[o].raw_data(), fused.outputs[o].numel() * DTypeSize(t)),
+        0)
+        << "output " << o;
+  }
+  double worst_y = 0, worst_g = 0;  // error over its bound
+  for (int64_t i = 0; i < NumElements(shape); ++i) {
+    const double dv = At<T>(dy, i), xv = At<T>(x, i), th = std::tanh(xv), a = dv * xv;
+    const double g = a * (1 - th * th), y = g + dv;
+    const double bound_g = unit * (4 * std::abs(a) + std::abs(g)) + std::ldexp(std::abs(a), -18);
+    worst_g = std::max(worst_g, std::abs(At<T>(fused.outputs[1], i) - g) / bound_g);
+    worst_y = std::max(worst_y, std::abs(At<T>(fused.outputs[0], i) - y) / (bound_g + unit * std::abs(y) * (1 + unit)));
+  }
+  EXPECT_LE(worst_g, 1.0);
+  EXPECT_LE(worst_y, 1.0);
+}
+
+TEST(FusedElementwiseKernelHalf, TanhGradInstructionEqualsTheKernelBitForBit) {
+  CheckTanhGradChain<BFloat16>(DType::kBFloat16, std::ldexp(1.0, -8));
+  CheckTanhGradChain<Float16>(DType::kFloat16, std::ldexp(1.0, -11));
+  CheckTanhGradChain<float>(DType::kFloat32, std::ldexp(1.0, -24));
+}
+
+// kFusedMaxInputs inputs in one node, some broadcast along rows and columns (the broadcast walk
+// carries every input's offset): a bfloat16 chain y = ((x0 * x1 + x2) * x3 + ...) over 12 inputs,
+// fused into one node, equal bit for bit to the unfused kernels and within the chain's roundings
+// of float64 (11 ops, each rounded once: |y - exact| <= 11 u sum of the partial results' sizes).
+TEST(FusedElementwiseKernelHalf, TwelveInputsWithBroadcastingInOneNode) {
+  ASSERT_EQ(kFusedMaxInputs, 12);
+  const int64_t R = 7, C = 300;
+  std::vector<Shape> shapes;
+  for (int i = 0; i < 12; ++i) shapes.push_back(i % 4 == 1 ? Shape{C} : i % 4 == 3 ? Shape{R, 1} : Shape{R, C});
+  auto build = [&] {
+    auto g = std::make_unique<Graph>();
+    GraphBuilder b(*g, 20);
+    for (int i = 0; i < 12; ++i) {
+      Dims d;
+      for (int64_t v : shapes[i]) d.push_back(Dim(v));
+      b.Input("x" + std::to_string(i), BF16(d));
+    }
+    std::string acc = "x0";
+    for (int i = 1; i < 12; ++i) {
+      const std::string next = i == 11 ? "y" : "t" + std::to_string(i);
+      b.Op(i % 2 ? "Mul" : "Add", {acc, "x" + std::to_string(i)}, {next});
+      acc = next;
+    }
+    b.Output("y");
+    return g;
+  };
+  std::vector<std::string> names;
+  std::vector<Tensor> feeds;
+  for (int i = 0; i < 12; ++i) {
+    names.push_back("x" + std::to_string(i));
+    feeds.push_back(Narrowed<BFloat16>(RandomTensor<float>(shapes[i], 0.5, 1.5, 30 + i, 0.25)));
+  }
+  tob::Run fused = RunGraph(build(), OptLevel::kAll, names, feeds, 2);
+  tob::Run plain = RunGraph(build(), OptLevel::kExtended, names, feeds, 2);
+  ASSERT_EQ(fused.fused_nodes, 1);
+  ASSERT_EQ(plain.fused_nodes, 0);
+  ASSERT_EQ(fused.outputs.size(), 1u);
+  ASSERT_EQ(std::memcmp(fused.outputs[0].raw_data(), plain.outputs[0].raw_data(), R * C * 2), 0);
+  const double u = std::ldexp(1.0, -8);
+  double worst = 0;  // error over its bound
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) {
+      auto at = [&](int i) {
+        const int64_t k = shapes[i].size() == 1 ? c : shapes[i][1] == 1 ? r : r * C + c;
+        return At<BFloat16>(feeds[i], k);
+      };
+      double acc = at(0), sizes = 0;
+      for (int i = 1; i < 12; ++i) {
+        acc = i % 2 ? acc * at(i) : acc + at(i);
+        sizes += std::abs(acc);
+      }
+      // Each rounding's error is carried through at most five later factors below 1.5 (1.5^5 < 7.6).
+      const double bound = 11.4 * u * sizes * (1 + u);
+      worst = std::max(worst, std::abs(At<BFloat16>(fused.outputs[0], r * C + c) - acc) / bound);
+    }
+  EXPECT_LE(worst, 1.0);
 }
 
 // The bfloat16 rounding inside the instructions' loops (round_16bit.h) on the values where rounding

@@ -18,7 +18,7 @@
 
 namespace tob::ew {
 
-inline constexpr int kMaxBroadcastInputs = 8;  // FusedElementwise reads up to 8
+inline constexpr int kMaxBroadcastInputs = 12;  // FusedElementwise reads up to 12 (kFusedMaxInputs)
 
 struct BroadcastPlan {
   int num_inputs = 0;

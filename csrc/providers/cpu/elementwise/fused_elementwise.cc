@@ -4,7 +4,8 @@
 // once and each output written once, instead of a full tensor per node.
 //
 // Numerics: each instruction is the unfused kernel's per-element math on float32 (the same
-// functors of math/elementwise_math.h and the same vector_math arrays), one instruction at a time
+// functors of math/elementwise_math.h and math/activation_grad_math.h and the same vector_math
+// arrays), one instruction at a time
 // with its result stored as float32, so nothing is contracted across ops: the results equal the
 // unfused graph's bit for bit. 16-bit registers follow the unfused 16-bit kernels, which widen
 // their operands to float32, compute there and round the result once: a float16/bfloat16 input is
@@ -21,6 +22,7 @@
 #include <type_traits>
 
 #include "core/float_convert.h"
+#include "math/activation_grad_math.h"
 #include "ops/fused_elementwise_program.h"
 #include "providers/cpu/elementwise/elementwise_type_sets.h"
 #include "providers/cpu/elementwise/round_16bit.h"
@@ -31,6 +33,7 @@ namespace tob::ew {
 namespace {
 
 inline constexpr int64_t kBlock = 512;
+static_assert(kMaxBroadcastInputs >= kFusedMaxInputs, "the broadcast walk carries every input's offset");
 
 // One register's values over the current block: p[i * stride], stride 0 or 1.
 struct Operand {
@@ -300,6 +303,7 @@ class FusedElementwiseKernel final : public OpKernel {
         return Select(cond[c], stride[c], b, reg[ins.src[2]], dst, n, post);
       }
       case FusedOpCode::kCast: return CastTo(a, dst, n, post);
+      case FusedOpCode::kTanhGrad: return Binary<TanhGradOp>(a, b, dst, n, post);
     }
     return a;  // unreachable: ReadFusedProgram accepts only the codes above
   }

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "framework/kernel_registry.h"
+#include "math/activation_grad_math.h"
 #include "providers/cpu/elementwise/vector_math.h"
 #include "providers/cpu/float_compute.h"
 
@@ -41,11 +42,13 @@ struct SigmoidGradOp {
   }
 };
 
+// math/activation_grad_math.h's arithmetic, which FusedElementwise's TanhGrad instruction shares.
 struct TanhGradOp {
   static constexpr int64_t kGrain = kCheapGrain;
   template <typename C>
   static void Run(const C* dy, const C* y, C* dx, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * (C(1) - y[i] * y[i]);
+    const ew::TanhGradOp op{};
+    for (int64_t i = 0; i < n; ++i) dx[i] = op(dy[i], y[i]);
   }
 };
 
