@@ -30,6 +30,7 @@ const std::vector<SwitchSpec>& Specs() {
       {EnvSwitch::kRmsNormFusion, "TOB_RMS_NORM_FUSION", {kOff, kOn}},
       {EnvSwitch::kRotaryFusion, "TOB_ROTARY_FUSION", {kOff, kOn}},
       {EnvSwitch::kLossGradFusion, "TOB_LOSS_GRAD_FUSION", {kOff, kOn}},
+      {EnvSwitch::kTanhGradFusion, "TOB_TANHGRAD_FUSION", {kOff, kOn}},
   };
   return specs;
 }

@@ -23,6 +23,7 @@ enum class EnvSwitch {
   kRmsNormFusion,      // TOB_RMS_NORM_FUSION: 0 = pass off
   kRotaryFusion,       // TOB_ROTARY_FUSION: 0 = pass off
   kLossGradFusion,     // TOB_LOSS_GRAD_FUSION: 0 = pass off
+  kTanhGradFusion,     // TOB_TANHGRAD_FUSION: 0 = TanhGrad is no FusedElementwise instruction
 };
 
 // The switch's value: "" when it is unset or empty, else what it is set to if that is one of the

@@ -21,11 +21,10 @@
 // backward's saved activations, for instance); values kept by name (PassContext::keep_values) keep
 // their producer. Groups of one node are left alone.
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/env_switch.h"
 #include "ops/fused_elementwise_program.h"
 #include "optimizer/node_traits.h"
 #include "optimizer/passes.h"
@@ -70,13 +69,6 @@ bool IsFusible(const Node& n, const KeptValues& kept, bool tanh_grad) {
   return true;
 }
 
-// TanhGrad as an instruction: on unless TOB_TANHGRAD_FUSION=0 (A/B runs,
-// benchmarks/bench_elementwise_fusion.py --switch; read each time the pass runs).
-bool TanhGradFusionOn() {
-  const char* env = std::getenv("TOB_TANHGRAD_FUSION");
-  return env == nullptr || std::strcmp(env, "0") != 0;
-}
-
 class ElementwiseFusion final : public GraphPass {
  public:
   const char* name() const override { return "ElementwiseFusion"; }
@@ -91,7 +83,9 @@ class ElementwiseFusion final : public GraphPass {
     groups_.clear();
     for (size_t i = 0; i < order.size(); ++i) pos_[order[i]] = static_cast<int64_t>(i);
 
-    const bool tanh_grad = TanhGradFusionOn();
+    // TanhGrad as an instruction: on unless TOB_TANHGRAD_FUSION=0 (A/B runs,
+    // benchmarks/bench_elementwise_fusion.py --switch; read each time the pass runs).
+    const bool tanh_grad = EnvSwitchOn(EnvSwitch::kTanhGradFusion);
     for (Node* n : order) {
       if (!IsFusible(*n, kept, tanh_grad)) continue;
       int target = -1;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -144,6 +145,31 @@ TEST(OptimizerElementwiseFusionHalf, GoldenTanhGradJoinsTheGeluBackward) {
        kTobDomain, "inner_fused__1");
   e.Output("y");
   EXPECT_EQ(AfterPass(before), GraphToText(expected));
+}
+
+TEST(OptimizerElementwiseFusionHalf, TanhGradSwitchOffKeepsItOut) {
+  // TOB_TANHGRAD_FUSION=0 (core/env_switch.h): TanhGrad stays a node of its own, so neither Mul
+  // has a fusible neighbour and the graph is unchanged.
+  const char* old = std::getenv("TOB_TANHGRAD_FUSION");
+  const std::string saved = old != nullptr ? old : "";
+  setenv("TOB_TANHGRAD_FUSION", "0", 1);
+  auto build = [](Graph& g) {
+    GraphBuilder b(g);
+    g.SetOpset(kMicrosoftDomain, 1);
+    b.Input("dy", BF16({4, 8})).Input("xh", BF16({4, 8})).Input("th", BF16({4, 8})).Input("k", BF16({}));
+    b.Op("Mul", {"dy", "xh"}, {"a"}, {}, "", "outer");
+    b.Op("TanhGrad", {"a", "th"}, {"g"}, {}, kMicrosoftDomain, "tanh_backward");
+    b.Op("Mul", {"g", "k"}, {"y"}, {}, "", "inner");
+    b.Output("y");
+  };
+  Graph before, expected;
+  build(before);
+  build(expected);
+  const bool changed = testing::RunPassWithBuiltins(CreateElementwiseFusionPass(), before);
+  if (old != nullptr) setenv("TOB_TANHGRAD_FUSION", saved.c_str(), 1);
+  else unsetenv("TOB_TANHGRAD_FUSION");
+  EXPECT_FALSE(changed);
+  EXPECT_EQ(GraphToText(before), GraphToText(expected));
 }
 
 TEST(OptimizerElementwiseFusionHalf, TanhGradIsAnInstructionOnlyInTheMicrosoftDomain) {
