@@ -11,7 +11,8 @@ shared machine, wall time measures the other jobs.
     python benchmarks/bench_elementwise_fusion.py --models llama --rounds 15
 
 --switch names another fusion's variable to measure it the same way (the RMSNorm fusion
-TOB_RMS_NORM_FUSION, the rotary embedding fusion TOB_ROTARY_FUSION):
+TOB_RMS_NORM_FUSION, the rotary embedding fusion TOB_ROTARY_FUSION, MatMulTransposeFusion's batched
+products TOB_BATCHED_MATMUL_TRANSPOSE):
 
     python benchmarks/bench_elementwise_fusion.py --switch TOB_RMS_NORM_FUSION --models llama --rounds 15
 
@@ -72,7 +73,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--switch", default="TOB_ELEMENTWISE_FUSION",
                         choices=["TOB_ELEMENTWISE_FUSION", "TOB_RMS_NORM_FUSION", "TOB_ROTARY_FUSION",
-                                 "TOB_TANHGRAD_FUSION"])
+                                 "TOB_TANHGRAD_FUSION", "TOB_BATCHED_MATMUL_TRANSPOSE"])
     parser.add_argument("--autocast", choices=["none", "bf16"], default="none")
     parser.add_argument("--modes", default="train,infer")
     args = parser.parse_args()

@@ -1,4 +1,7 @@
-// MatMul, Gemm, MatMulInteger and QLinearMatMul.
+// MatMul, Gemm, MatMulInteger, QLinearMatMul and com.microsoft FusedMatMul.
+#include <utility>
+
+#include "core/domain.h"
 #include "ops/gemm_attributes.h"
 #include "ops/op_schema.h"
 
@@ -15,8 +18,10 @@ Status CheckSameDType(InferenceContext& ctx, int i, int j) {
   return Status::OK();
 }
 
-// numpy matmul of inputs a_i and b_i, the output typed `out_dtype`.
-Status InferMatMulShape(InferenceContext& ctx, int a_i, int b_i, DType out_dtype) {
+// numpy matmul of inputs a_i and b_i, the output typed `out_dtype`; trans_a / trans_b swap the
+// last two axes of an operand of rank >= 2 first (FusedMatMul; a vector has none to swap).
+Status InferMatMulShape(InferenceContext& ctx, int a_i, int b_i, DType out_dtype, bool trans_a = false,
+                        bool trans_b = false) {
   const ValueType& a = *ctx.input_type(a_i);
   const ValueType& b = *ctx.input_type(b_i);
   if (!a.has_rank() || !b.has_rank()) {
@@ -27,6 +32,8 @@ Status InferMatMulShape(InferenceContext& ctx, int a_i, int b_i, DType out_dtype
     return ctx.Fail("operands must have rank >= 1, got ", a.ToString(), " and ", b.ToString());
   Dims ad = *a.shape, bd = *b.shape;
   const bool a_vector = ad.size() == 1, b_vector = bd.size() == 1;
+  if (trans_a && !a_vector) std::swap(ad[ad.size() - 2], ad[ad.size() - 1]);
+  if (trans_b && !b_vector) std::swap(bd[bd.size() - 2], bd[bd.size() - 1]);
   if (a_vector) ad.insert(ad.begin(), Dim(1));
   if (b_vector) bd.push_back(Dim(1));
   const Dim& ka = ad.back();
@@ -45,6 +52,15 @@ Status InferMatMulShape(InferenceContext& ctx, int a_i, int b_i, DType out_dtype
 Status InferMatMul(InferenceContext& ctx) {
   TOB_RETURN_IF_ERROR(CheckSameDType(ctx, 0, 1));
   return InferMatMulShape(ctx, 0, 1, ctx.input_type(0)->dtype);
+}
+
+// com.microsoft FusedMatMul (onnxruntime's contrib op, which MatMulTransposeFusion emits for batched
+// products): Y = alpha * op(A) @ op(B), op swapping the last two axes when transA / transB is 1.
+// transBatchA / transBatchB (the first axis moved next to the last) are not implemented: refused.
+Status InferFusedMatMul(InferenceContext& ctx) {
+  TOB_RETURN_IF_ERROR(CheckSameDType(ctx, 0, 1));
+  TOB_ASSIGN_OR_RETURN(FusedMatMulAttributes attrs, ParseFusedMatMulAttributes(ctx.node()));
+  return InferMatMulShape(ctx, 0, 1, ctx.input_type(0)->dtype, attrs.trans_a, attrs.trans_b);
 }
 
 // MatMulInteger (A, B, a_zero_point?, b_zero_point?) -> int32; QLinearMatMul (a, a_scale,
@@ -103,6 +119,7 @@ void RegisterNnMatMulSchemas(OpSchemaRegistry& registry) {
   registry.Register(OpSchema{"", "Gemm", 2, 3, 1, 1, InferGemm});
   registry.Register(OpSchema{"", "MatMulInteger", 2, 4, 1, 1, InferMatMulInteger});
   registry.Register(OpSchema{"", "QLinearMatMul", 8, 8, 1, 1, InferQLinearMatMul});
+  registry.Register(OpSchema{kMicrosoftDomain, "FusedMatMul", 2, 2, 1, 1, InferFusedMatMul});
 }
 
 }  // namespace tob

@@ -1,9 +1,11 @@
-// MatMul (numpy semantics: 1-D operands, broadcast batch dims) and Gemm.
+// MatMul (numpy semantics: 1-D operands, broadcast batch dims), com.microsoft FusedMatMul (MatMul
+// reading transposed operands in place, scaled by alpha) and Gemm.
 #include <algorithm>
 #include <cstring>
 #include <optional>
 #include <vector>
 
+#include "core/domain.h"
 #include "framework/kernel_registry.h"
 #include "ops/gemm_attributes.h"
 #include "providers/cpu/float_compute.h"
@@ -15,15 +17,26 @@ namespace tob {
 
 namespace {
 
-// `batch` problems y[i] = a[i] x b[i], each operand contiguous: BLAS for float/double, the native
-// kernel for bfloat16 (MatMulKernel calls this with bfloat16 only where Bf16GemmAvailable()).
+// What a product reads: MatMul is Y = A @ B; com.microsoft FusedMatMul adds alpha and reads either
+// operand with its last two axes swapped, in place (the GEMMs take transposed operands as they are).
+struct ProductSpec {
+  bool trans_a = false, trans_b = false;
+  float alpha = 1.f;
+};
+
+// `batch` problems y[i] = alpha * op(a[i]) x op(b[i]), each operand a contiguous matrix (K x M
+// when transposed): BLAS or our float32 GEMMs for float/double, the native kernel for bfloat16
+// (MatMulKernel calls this with bfloat16 only where Bf16GemmAvailable()).
 template <typename T>
-Status RunGemms(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, const T* const* a, const T* const* b,
-                T* const* y, int64_t batch) {
-  const int64_t lda = std::max<int64_t>(1, K), ldb = std::max<int64_t>(1, N);
+Status RunGemms(const KernelContext& ctx, const ProductSpec& p, int64_t M, int64_t N, int64_t K, const T* const* a,
+                const T* const* b, T* const* y, int64_t batch) {
+  const int64_t lda = std::max<int64_t>(1, p.trans_a ? M : K), ldb = std::max<int64_t>(1, p.trans_b ? K : N);
+  const int64_t ldy = std::max<int64_t>(1, N);
   if constexpr (std::is_same_v<T, BFloat16>)
-    return BatchedGemmBf16(ctx, false, false, M, N, K, 1.f, a, lda, b, ldb, 0.f, y, ldb, batch);
-  else return BatchedGemm(false, false, M, N, K, T(1), a, lda, b, ldb, T(0), y, ldb, batch, ctx.thread_pool());
+    return BatchedGemmBf16(ctx, p.trans_a, p.trans_b, M, N, K, p.alpha, a, lda, b, ldb, 0.f, y, ldy, batch);
+  else
+    return BatchedGemm(p.trans_a, p.trans_b, M, N, K, T(p.alpha), a, lda, b, ldb, T(0), y, ldy, batch,
+                       ctx.thread_pool());
 }
 
 // op(B) of a float32 constant B (2-D), packed once per session for sgemm_packed.h: nullopt where
@@ -34,19 +47,24 @@ std::optional<PackedSgemmB> PackConstantB(const Tensor& b, bool trans_b) {
   return PackedSgemmB::Pack(trans_b, N, K, b.data<float>(), std::max<int64_t>(1, b.dim(1)), nullptr);
 }
 
-// Y = A x B for float/double (and bfloat16 on the native kernel). Shapes were checked by the
-// shape function; K is re-checked so that a kernel driven without it cannot read out of bounds.
+// Y = alpha * op(A) x op(B) for float/double (and bfloat16 on the native kernel), numpy batch
+// broadcasting; a 1-D operand is a vector (its trans flag ignored). Shapes were checked by the shape
+// function; K is re-checked so that a kernel driven without it cannot read out of bounds.
 template <typename T>
-Status MatMulTyped(const KernelContext& ctx, const Tensor& A, const Tensor& B, Tensor& Y) {
+Status MatMulTyped(const KernelContext& ctx, const Tensor& A, const Tensor& B, Tensor& Y, ProductSpec p) {
   const Shape& as = A.shape();
   const Shape& bs = B.shape();
   if (as.empty() || bs.empty()) return ctx.Fail("operands must have rank >= 1");
   const bool a_vector = as.size() == 1, b_vector = bs.size() == 1;
-  const int64_t M = a_vector ? 1 : as[as.size() - 2];
-  const int64_t K = as.back();
-  const int64_t Kb = b_vector ? bs[0] : bs[bs.size() - 2];
-  const int64_t N = b_vector ? 1 : bs.back();
-  if (K != Kb) return ctx.Fail("inner dimensions do not match: ", ShapeToString(as), " x ", ShapeToString(bs));
+  p.trans_a = p.trans_a && !a_vector;
+  p.trans_b = p.trans_b && !b_vector;
+  const int64_t a_rows = a_vector ? 1 : as[as.size() - 2], a_cols = as.back();
+  const int64_t b_rows = b_vector ? bs[0] : bs[bs.size() - 2], b_cols = b_vector ? 1 : bs.back();
+  const int64_t M = p.trans_a ? a_cols : a_rows, K = p.trans_a ? a_rows : a_cols;
+  const int64_t Kb = p.trans_b ? b_cols : b_rows, N = p.trans_b ? b_rows : b_cols;
+  if (K != Kb)
+    return ctx.Fail("inner dimensions do not match: ", ShapeToString(as), p.trans_a ? " (transposed)" : "", " x ",
+                    ShapeToString(bs), p.trans_b ? " (transposed)" : "");
   if (Y.numel() == 0) return Status::OK();
 
   Shape a_batch = a_vector ? Shape{} : Shape(as.begin(), as.end() - 2);
@@ -55,9 +73,10 @@ Status MatMulTyped(const KernelContext& ctx, const Tensor& A, const Tensor& B, T
   const T* b = B.data<T>();
   T* y = Y.data<T>();
 
-  // B shared by every batch: fold A's batch dims into M, one large GEMM.
-  if (NumElements(b_batch) == 1 && NumElements(a_batch) * M * N == Y.numel())
-    return RunGemms<T>(ctx, NumElements(a_batch) * M, N, K, &a, &b, &y, 1);
+  // B shared by every batch and A's rows contiguous across its batch: fold A's batch dims into M,
+  // one large GEMM.
+  if (!p.trans_a && NumElements(b_batch) == 1 && NumElements(a_batch) * M * N == Y.numel())
+    return RunGemms<T>(ctx, p, NumElements(a_batch) * M, N, K, &a, &b, &y, 1);
 
   // General case: one GEMM per broadcast batch index.
   const size_t rank = std::max(a_batch.size(), b_batch.size());
@@ -93,16 +112,24 @@ Status MatMulTyped(const KernelContext& ctx, const Tensor& A, const Tensor& B, T
     y_ptrs[i] = y + i * M * N;
     for (int64_t d = static_cast<int64_t>(rank) - 1; d >= 0 && ++index[d] == out_batch[d]; --d) index[d] = 0;
   }
-  return RunGemms<T>(ctx, M, N, K, a_ptrs.data(), b_ptrs.data(), y_ptrs.data(), batch);
+  return RunGemms<T>(ctx, p, M, N, K, a_ptrs.data(), b_ptrs.data(), y_ptrs.data(), batch);
 }
 
+// MatMul, and com.microsoft FusedMatMul (its transposed operands read in place).
 class MatMulKernel final : public OpKernel {
  public:
-  using OpKernel::OpKernel;
-  static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node) { return MakeKernel<MatMulKernel>(node); }
+  MatMulKernel(const Node& node, ProductSpec spec) : OpKernel(node), spec_(spec) {}
+
+  static StatusOr<std::unique_ptr<OpKernel>> Create(const Node& node) {
+    return MakeKernel<MatMulKernel>(node, ProductSpec{});
+  }
+  static StatusOr<std::unique_ptr<OpKernel>> CreateFused(const Node& node) {
+    TOB_ASSIGN_OR_RETURN(FusedMatMulAttributes a, ParseFusedMatMulAttributes(node));
+    return MakeKernel<MatMulKernel>(node, ProductSpec{a.trans_a, a.trans_b, a.alpha});
+  }
 
   Status PrePack(int input_index, const Tensor& constant, bool* packed) override {
-    if (input_index == 1) packed_b_ = PackConstantB(constant, false);
+    if (input_index == 1) packed_b_ = PackConstantB(constant, spec_.trans_b);
     *packed = input_index == 1 && packed_b_.has_value();
     return Status::OK();
   }
@@ -112,35 +139,40 @@ class MatMulKernel final : public OpKernel {
     const Tensor& a = *ctx.input(0);
     const Tensor& b = *ctx.input(1);
     Tensor& y = *ctx.output(0);
-    // B packed at session initialisation: A's batch dims fold into M, one GEMM on the panels.
-    if (packed_b_ && a.dtype() == DType::kFloat32 && b.shape() == Shape{packed_b_->K(), packed_b_->N()}) {
+    // B packed at session initialisation: A's batch dims fold into M (rows of a transposed A are
+    // not contiguous across its batch: a 2-D one only), one GEMM on the panels.
+    if (packed_b_ && a.dtype() == DType::kFloat32 && (!spec_.trans_a || a.rank() == 2)) {
       const int64_t K = packed_b_->K(), N = packed_b_->N();
-      if (a.rank() == 0 || a.shape().back() != K)
-        return ctx.Fail("inner dimensions do not match: ", ShapeToString(a.shape()), " x ", ShapeToString(b.shape()));
-      if (y.numel() == 0) return Status::OK();
-      const int64_t rows = y.numel() / N;
-      if (a.numel() != rows * K) return ctx.Fail("output has ", y.numel(), " elements, expected ", a.numel() / K * N);
-      SgemmPackedB(false, rows, 1.f, a.data<float>(), std::max<int64_t>(1, K), *packed_b_, 0.f, y.data<float>(), N,
-                   ctx.thread_pool());
-      return Status::OK();
+      if (b.shape() == (spec_.trans_b ? Shape{N, K} : Shape{K, N})) {
+        if (a.rank() == 0 || (spec_.trans_a ? a.dim(0) : a.shape().back()) != K)
+          return ctx.Fail("inner dimensions do not match: ", ShapeToString(a.shape()), " x ", ShapeToString(b.shape()));
+        if (y.numel() == 0) return Status::OK();
+        const int64_t rows = y.numel() / N;
+        if (a.numel() != rows * K) return ctx.Fail("output has ", y.numel(), " elements, expected ", a.numel() / K * N);
+        const int64_t lda = std::max<int64_t>(1, spec_.trans_a ? rows : K);
+        SgemmPackedB(spec_.trans_a, rows, spec_.alpha, a.data<float>(), lda, *packed_b_, 0.f, y.data<float>(), N,
+                     ctx.thread_pool());
+        return Status::OK();
+      }
     }
     return DispatchFloat(ctx, a.dtype(), [&]<typename T>() -> Status {
       if constexpr (std::is_same_v<T, BFloat16>) {
-        if (Bf16GemmAvailable()) return MatMulTyped<BFloat16>(ctx, a, b, y);
+        if (Bf16GemmAvailable()) return MatMulTyped<BFloat16>(ctx, a, b, y, spec_);
       }
       if constexpr (kIs16BitFloat<T>) {
         TOB_ASSIGN_OR_RETURN(Tensor af, ToFloatScratch(ctx, a));
         TOB_ASSIGN_OR_RETURN(Tensor bf, ToFloatScratch(ctx, b));
         TOB_ASSIGN_OR_RETURN(Tensor yf, ctx.AllocateScratch(DType::kFloat32, y.shape()));
-        TOB_RETURN_IF_ERROR(MatMulTyped<float>(ctx, af, bf, yf));
+        TOB_RETURN_IF_ERROR(MatMulTyped<float>(ctx, af, bf, yf, spec_));
         return FromFloatScratch(ctx, yf, &y);
       } else {
-        return MatMulTyped<T>(ctx, a, b, y);
+        return MatMulTyped<T>(ctx, a, b, y, spec_);
       }
     });
   }
 
  private:
+  ProductSpec spec_;
   std::optional<PackedSgemmB> packed_b_;  // set once by PrePack, read-only afterwards
 };
 
@@ -218,6 +250,12 @@ class GemmKernel final : public OpKernel {
 
 void RegisterCpuMatMulKernels(KernelRegistry& registry) {
   registry.Register(Def("MatMul").Versions(1).Constraint("T", {0, 1}, FloatTypes()).Kernel<MatMulKernel>());
+  // onnxruntime's contrib op; MatMulTransposeFusion folds batched Transposes into it.
+  registry.Register(Def("FusedMatMul")
+                        .Domain(kMicrosoftDomain)
+                        .Versions(1)
+                        .Constraint("T", {0, 1}, FloatTypes())
+                        .Factory(&MatMulKernel::CreateFused));
   // C always broadcasts one way to [M, N]: that covers opsets < 7 (whose 'broadcast' = 0 only
   // allowed an exact [M, N]) too. C is optional from opset 11 (checked by the shape function).
   registry.Register(Def("Gemm").Versions(1).Constraint("T", {0, 1, 2}, FloatTypes()).Kernel<GemmKernel>());
