@@ -16,11 +16,11 @@ products TOB_BATCHED_MATMUL_TRANSPOSE):
 
     python benchmarks/bench_elementwise_fusion.py --switch TOB_RMS_NORM_FUSION --models llama --rounds 15
 
-TOB_TANHGRAD_FUSION switches TanhGrad as a fused instruction alone (GPT-2's GELU backward).
---autocast bf16 runs each step's forward under torch.autocast("cpu", torch.bfloat16) with AdamW, as
-bench_autocast.py --cpu-time does; --modes train (or infer) measures one mode only:
+--level sets memory_opt_level, --memory-size builds GPT-2 / LLaMA at bench_memory.py's size instead
+(--modes train: the training step only):
 
-    python benchmarks/bench_elementwise_fusion.py --switch TOB_TANHGRAD_FUSION --models gpt2 --autocast bf16 --modes train
+    python benchmarks/bench_elementwise_fusion.py --switch TOB_BATCHED_MATMUL_TRANSPOSE --models gpt2 llama \
+        --memory-size --level 1 --modes train --rounds 3
 """
 
 from __future__ import annotations
@@ -36,21 +36,31 @@ from torch_ort_backend.compile_state import COMPILE_STATE
 from torch_ort_backend.testing import models as M
 
 
-def _step(name: str, fused: bool, train: bool, switch: str, autocast: bool = False):
+def _memory_size_model(name: str):
+    """bench_memory.py's model and batch at its default size (6 layers, batch 16 x 256, hidden 256)."""
+    sizes = {"vocab": 1024, "hidden": 256, "layers": 6, "heads": 4, "positions": 256, "dropout": 0.1}
+    model = M.make_gpt2(**sizes) if name == "gpt2" else M.make_llama(kv_heads=2, **sizes)
+    model.config.use_cache = False
+    return model, lambda _seed: M.causal_lm_batch(0, batch=16, seq=256, vocab=1024)
+
+
+def _step(name: str, fused: bool, train: bool, switch: str, level: int = 0, memory_size: bool = False):
     os.environ[switch] = "1" if fused else "0"
     COMPILE_STATE.clear_sessions()
-    spec = M.MODELS[name]
-    make, make_batch = spec.builders(spec.bench_sizes)
     torch.manual_seed(0)
-    model = make().train()
-    compiled = torch.compile(model, backend="ort")
-    params = model.parameters()
-    sgd = torch.optim.AdamW(params, lr=1e-4) if autocast else torch.optim.SGD(params, lr=0.01)
+    if memory_size:
+        model, make_batch = _memory_size_model(name)
+    else:
+        spec = M.MODELS[name]
+        make, make_batch = spec.builders(spec.bench_sizes)
+        model = make()
+    model = model.train()
+    compiled = torch.compile(model, backend="ort", options={"memory_opt_level": level})
+    sgd = torch.optim.SGD(model.parameters(), lr=0.01)
     data = make_batch(0)
 
     def call():
-        with torch.autocast("cpu", torch.bfloat16, enabled=autocast):
-            return compiled(**data) if isinstance(data, dict) else compiled(*data)
+        return compiled(**data) if isinstance(data, dict) else compiled(*data)
 
     def step() -> None:
         if not train:
@@ -73,20 +83,20 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--switch", default="TOB_ELEMENTWISE_FUSION",
                         choices=["TOB_ELEMENTWISE_FUSION", "TOB_RMS_NORM_FUSION", "TOB_ROTARY_FUSION",
-                                 "TOB_TANHGRAD_FUSION", "TOB_BATCHED_MATMUL_TRANSPOSE"])
-    parser.add_argument("--autocast", choices=["none", "bf16"], default="none")
-    parser.add_argument("--modes", default="train,infer")
+                                 "TOB_BATCHED_MATMUL_TRANSPOSE"])
+    parser.add_argument("--modes", nargs="+", default=["train", "infer"], choices=["train", "infer"])
+    parser.add_argument("--level", type=int, default=0, help="memory_opt_level of the compiled models")
+    parser.add_argument("--memory-size", action="store_true",
+                        help="GPT-2 / LLaMA at bench_memory.py's size (6 layers, batch 16 x 256, hidden 256)")
     args = parser.parse_args()
-    autocast = args.autocast == "bf16"
-    modes = [m == "train" for m in args.modes.split(",")]
     torch.set_num_threads(1)
     saved = os.environ.get(args.switch)
     print(f"{'model':15s} {'mode':6s} {'on ms':>8s} {'off ms':>8s} {'off/on':>7s}")
     try:
         for name in args.models:
-            for train in modes:
-                steps = {"on": _step(name, True, train, args.switch, autocast),
-                         "off": _step(name, False, train, args.switch, autocast)}
+            for train in [mode == "train" for mode in args.modes]:
+                steps = {key: _step(name, key == "on", train, args.switch, args.level, args.memory_size)
+                         for key in ("on", "off")}
                 times = {key: [] for key in steps}
                 for _ in range(args.rounds):
                     for key, step in steps.items():
