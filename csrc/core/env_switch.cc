@@ -31,6 +31,7 @@ const std::vector<SwitchSpec>& Specs() {
       {EnvSwitch::kRotaryFusion, "TOB_ROTARY_FUSION", {kOff, kOn}},
       {EnvSwitch::kLossGradFusion, "TOB_LOSS_GRAD_FUSION", {kOff, kOn}},
       {EnvSwitch::kTanhGradFusion, "TOB_TANHGRAD_FUSION", {kOff, kOn}},
+      {EnvSwitch::kBatchedMatMulTranspose, "TOB_BATCHED_MATMUL_TRANSPOSE", {kOff, kOn}},
   };
   return specs;
 }

@@ -12,18 +12,19 @@
 namespace tob {
 
 enum class EnvSwitch {
-  kSgemm,              // TOB_SGEMM: 0 = OpenBLAS for M > 128 and no pre-packing, 1 = ours at every M
-  kSmallGemm,          // TOB_SMALL_GEMM: 0 = OpenBLAS for M <= 128 too
-  kBf16Gemm,           // TOB_BF16_GEMM: 0 = bfloat16 products through float32
-  kConvTiled,          // TOB_CONV_TILED: 0 = whole-image column path for 2-D convs
-  kConvPacked,         // TOB_CONV_PACKED: 0 = pack no conv weight, 1 = pack every one
-  kConvBatchFold,      // TOB_CONV_BATCH_FOLD: 0 = one GEMM per image always, 1 = fold every batch
-  kQgemm,              // TOB_QGEMM: portable = the portable integer GEMM even with VNNI
-  kElementwiseFusion,  // TOB_ELEMENTWISE_FUSION: 0 = pass off
-  kRmsNormFusion,      // TOB_RMS_NORM_FUSION: 0 = pass off
-  kRotaryFusion,       // TOB_ROTARY_FUSION: 0 = pass off
-  kLossGradFusion,     // TOB_LOSS_GRAD_FUSION: 0 = pass off
-  kTanhGradFusion,     // TOB_TANHGRAD_FUSION: 0 = TanhGrad is no FusedElementwise instruction
+  kSgemm,                   // TOB_SGEMM: 0 = OpenBLAS for M > 128 and no pre-packing, 1 = ours at every M
+  kSmallGemm,               // TOB_SMALL_GEMM: 0 = OpenBLAS for M <= 128 too
+  kBf16Gemm,                // TOB_BF16_GEMM: 0 = bfloat16 products through float32
+  kConvTiled,               // TOB_CONV_TILED: 0 = whole-image column path for 2-D convs
+  kConvPacked,              // TOB_CONV_PACKED: 0 = pack no conv weight, 1 = pack every one
+  kConvBatchFold,           // TOB_CONV_BATCH_FOLD: 0 = one GEMM per image always, 1 = fold every batch
+  kQgemm,                   // TOB_QGEMM: portable = the portable integer GEMM even with VNNI
+  kElementwiseFusion,       // TOB_ELEMENTWISE_FUSION: 0 = pass off
+  kRmsNormFusion,           // TOB_RMS_NORM_FUSION: 0 = pass off
+  kRotaryFusion,            // TOB_ROTARY_FUSION: 0 = pass off
+  kLossGradFusion,          // TOB_LOSS_GRAD_FUSION: 0 = pass off
+  kTanhGradFusion,          // TOB_TANHGRAD_FUSION: 0 = TanhGrad is no FusedElementwise instruction
+  kBatchedMatMulTranspose,  // TOB_BATCHED_MATMUL_TRANSPOSE: 0 = MatMulTransposeFusion leaves batched products
 };
 
 // The switch's value: "" when it is unset or empty, else what it is set to if that is one of the

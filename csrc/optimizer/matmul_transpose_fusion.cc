@@ -14,10 +14,8 @@
 // training backward (16 + 3 x 4 MiB per GPT-2 layer at the memory benchmark's size). Only in
 // sessions whose nodes all run on the CPU (PassContext::elementwise_fusion: no other provider has a
 // FusedMatMul kernel); TOB_BATCHED_MATMUL_TRANSPOSE=0 keeps batched Transposes (A/B runs).
-#include <cstdlib>
-#include <cstring>
-
 #include "core/domain.h"
+#include "core/env_switch.h"
 #include "ops/gemm_attributes.h"
 #include "optimizer/node_traits.h"
 #include "optimizer/passes.h"
@@ -46,10 +44,7 @@ Value* TransposeSource(const Value* v) {
 }
 
 // Read at each run (each session's pipeline), so one process can compile both ways (A/B runs).
-bool BatchedFoldEnabled() {
-  const char* env = std::getenv("TOB_BATCHED_MATMUL_TRANSPOSE");
-  return env == nullptr || std::strcmp(env, "0") != 0;
-}
+bool BatchedFoldEnabled() { return EnvSwitchOn(EnvSwitch::kBatchedMatMulTranspose); }
 
 int64_t RankOf(const Value* v) {
   return v != nullptr && v->type().shape ? static_cast<int64_t>(v->type().shape->size()) : -1;

@@ -74,6 +74,20 @@ TEST(EnvSwitch, UnsetEmptyAndAcceptedValuesReadThrough) {
   }
 }
 
+TEST(EnvSwitch, BatchedMatMulTransposeSwitch) {
+  {
+    ScopedEnv env("TOB_BATCHED_MATMUL_TRANSPOSE", "0");
+    EXPECT_FALSE(EnvSwitchOn(EnvSwitch::kBatchedMatMulTranspose));
+    EXPECT_TRUE(CheckEnvSwitches().ok());
+  }
+  ScopedEnv env("TOB_BATCHED_MATMUL_TRANSPOSE", "no");
+  EXPECT_TRUE(EnvSwitchOn(EnvSwitch::kBatchedMatMulTranspose));  // read as unset; the check reports it
+  Status s = CheckEnvSwitches();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("TOB_BATCHED_MATMUL_TRANSPOSE='no' is not a value it accepts"), std::string::npos)
+      << s.message();
+}
+
 TEST(EnvSwitch, AValueItDoesNotAcceptIsRefusedByName) {
   ScopedEnv env("TOB_RMS_NORM_FUSION", "off");
   // The hot-path read treats it as unset; the check is what reports it.

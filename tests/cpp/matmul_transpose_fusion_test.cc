@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 
 #include "core/domain.h"
 #include "graph_pass_test_util.h"
@@ -280,6 +281,18 @@ TEST(OptimizerMatMulTransposeFusion, BatchedFoldWaitsForCpuOnlySessions) {
   ctx.elementwise_fusion = false;
   bool changed = true;
   ASSERT_TRUE(CreateMatMulTransposeFusionPass()->Run(before, ctx, &changed).ok());
+  EXPECT_FALSE(changed);
+  EXPECT_EQ(GraphToText(before), GraphToText(expected));
+}
+
+TEST(OptimizerMatMulTransposeFusion, BatchedFoldOffUnderItsSwitch) {
+  // TOB_BATCHED_MATMUL_TRANSPOSE=0 (A/B runs), read at each run of the pass: batched Transposes stay.
+  Graph before, expected;
+  BuildAttentionBackward(before, DType::kFloat32);
+  BuildAttentionBackward(expected, DType::kFloat32);
+  ASSERT_EQ(setenv("TOB_BATCHED_MATMUL_TRANSPOSE", "0", 1), 0);
+  const bool changed = testing::RunPassWithBuiltins(CreateMatMulTransposeFusionPass(), before);
+  unsetenv("TOB_BATCHED_MATMUL_TRANSPOSE");
   EXPECT_FALSE(changed);
   EXPECT_EQ(GraphToText(before), GraphToText(expected));
 }
