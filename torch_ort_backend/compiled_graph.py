@@ -118,7 +118,8 @@ class CompiledGraph:
     """The callable AOTAutograd runs (boxed calling convention: one list of arguments)."""
 
     def __init__(self, gm: torch.fx.GraphModule, stage: str, opts: BackendOptions,
-                 unaliased_outputs: frozenset = frozenset(), state: CompileState = COMPILE_STATE) -> None:
+                 unaliased_outputs: frozenset = frozenset(), state: CompileState = COMPILE_STATE,
+                 donated: tuple | None = None) -> None:
         # An instance attribute, so that the wrappers torch puts around the backward (functools.wraps
         # copies __dict__) keep the boxed calling convention.
         self._boxed_call = True
@@ -139,7 +140,9 @@ class CompiledGraph:
         self.trusted = True  # exported in this process (or checked against its graph): allow_unsafe_aten_ops
         self.session = None
         self.exported: ExportedGraph | None = None
-        self.memory = GraphMemory.for_graph(gm, stage)  # memory_stats() (memory_optimizer/step_memory.py)
+        # memory_stats() and donation (memory_optimizer/step_memory.py); ``donated``: the inputs it may
+        # free, where AOTAutograd is not compiling the graph (a variant, zero_tangents.py)
+        self.memory = GraphMemory.for_graph(gm, stage, donated)
         self.inspector = None
         try:
             # AOTAutograd may call compilers with its fake-tensor mode active; the export reads real

@@ -328,12 +328,20 @@ def _lean_training(fw: Any, bw: Any, params: list, disable_amp: bool, region: Le
     check_deterministic, donated, inputs_require_grad = plan.check_deterministic, plan.donated, plan.inputs_require_grad
     fw_run, bw_run = fw.run_list, bw.run_list
     _unsafe_view = torch.ops.aten._unsafe_view
+    n_tangents, n_inputs = len(surviving), fw.num_inputs
+    # Outputs that get no gradient come as None, not as zeros autograd allocates: a variant of the
+    # backward graph without them runs instead (zero_tangents.py). Only where the backward graph is
+    # an FX graph of this process (not a warm region's cached export) and its inputs are the saved
+    # tensors followed by one tangent per surviving output.
+    specialise = bw.gm is not None and bw.num_inputs == fw.num_outputs - n_fw + n_tangents
+    variants = _BackwardVariants(bw, fw.num_outputs - n_fw, region) if specialise else None
 
-    def run_backward(all_args: list) -> tuple:
+    def run_backward(all_args: list, missing: tuple = ()) -> tuple:
+        run = variants.run_for(missing) if missing else bw_run
         if disable_amp:
             with _DisableAutocast():
-                return tuple(bw_run(all_args))
-        return tuple(bw_run(all_args))
+                return tuple(run(all_args))
+        return tuple(run(all_args))
 
     class LeanFunction(torch.autograd.Function):
         @staticmethod
@@ -355,6 +363,8 @@ def _lean_training(fw: Any, bw: Any, params: list, disable_amp: bool, region: Le
             if non_diff:
                 ctx.mark_non_differentiable(*[returns[i] for i in non_diff if isinstance(returns[i], _Tensor)])
             ctx._materialize_non_diff_grads = False
+            if specialise:
+                ctx.set_materialize_grads(False)
             return tuple(returns)
 
         @staticmethod
@@ -369,7 +379,11 @@ def _lean_training(fw: Any, bw: Any, params: list, disable_amp: bool, region: Le
                                    "during the forward function while torch.use_deterministic_algorithms(False) "
                                    "was set.")
             tangents = [grads[i] for i in surviving]
+            missing = ()
             for j, t in enumerate(tangents):
+                if t is None:
+                    missing += (j,)
+                    continue
                 c = coercions[j]
                 if c is not None and type(t) is _Tensor:
                     if c[0] == "strides":
@@ -378,6 +392,10 @@ def _lean_training(fw: Any, bw: Any, params: list, disable_amp: bool, region: Le
                     elif t.is_contiguous(memory_format=c[1]):
                         continue
                 tangents[j] = process_tangent(t, tangent_metas[j], j)[0]
+            if missing:
+                if len(missing) == n_tangents:  # no output got a gradient: nor does any input, as in eager
+                    return (None,) * n_inputs
+                tangents = [t for t in tangents if t is not None]
             all_args = [*ctx.saved_tensors, *ctx._tensors_no_vc_check, *tangents]
             del tangents
 
@@ -394,7 +412,7 @@ def _lean_training(fw: Any, bw: Any, params: list, disable_amp: bool, region: Le
                             "torch._functorch.config.donated_buffer=False to disable donated buffer.")
                 args = all_args[:]
                 all_args.clear()
-                return run_backward(args)
+                return run_backward(args, missing)
 
             if _is_key_in_tls("context"):
                 cc = torch._C._get_obj_in_tls("context")
@@ -431,6 +449,50 @@ def _lean_training(fw: Any, bw: Any, params: list, disable_amp: bool, region: Le
 
     region.function = LeanFunction  # tests
     return lean
+
+
+class _BackwardVariants:
+    """A training region's backward graphs for tangents that came as None (zero_tangents.py): one
+    per distinct set of missing tangents, compiled on first use and kept for the region's life."""
+
+    def __init__(self, bw: Any, n_saved: int, region: LeanRegion) -> None:
+        self.bw, self.n_saved = bw, n_saved
+        self.graphs: dict = {}  # missing tangent positions -> CompiledGraph, or None: none could be built
+        region.backward_variants = self.graphs  # tests
+
+    def run_for(self, missing: tuple) -> Callable:
+        """The run (boxed arguments: the saved tensors, then the tangents that came) for ``missing``."""
+        graph = self.graphs.get(missing, False)
+        if graph is False:
+            graph = self.graphs[missing] = self._build(missing)
+        if graph is None:
+            return lambda args: self._with_zeros(missing, args)
+        return graph.run_list
+
+    def _build(self, missing: tuple) -> Any:
+        from .compiled_graph import CompiledGraph
+        from .zero_tangents import without_tangents
+
+        bw = self.bw
+        try:
+            gm = without_tangents(bw.gm, [self.n_saved + j for j in missing])
+            graph = CompiledGraph(gm, "backward", bw.opts, donated=bw.memory.donated_inputs)
+        except Exception as e:  # the full graph with zeros, as AOTAutograd runs it, is never wrong
+            logger.warning("%s: no variant for outputs without a gradient (tangents %s): %s: %s; their "
+                           "gradients are zeros", bw.name, list(missing), type(e).__name__, e)
+            return None
+        graph.memory.variant_of = bw.memory
+        logger.info("%s: tangents %s came as None (outputs without a gradient): %s runs without them",
+                    bw.name, list(missing), graph.name)
+        return graph
+
+    def _with_zeros(self, missing: tuple, args: list) -> list:
+        """The full backward graph, the missing tangents zeros (what autograd would have made)."""
+        placeholders = [n for n in self.bw.gm.graph.nodes if n.op == "placeholder"]
+        for j in missing:  # in increasing order: each insert lands where the graph expects it
+            val = placeholders[self.n_saved + j].meta["val"]
+            args.insert(self.n_saved + j, torch.zeros(val.shape, dtype=val.dtype, device=val.device))
+        return self.bw.run_list(args)
 
 
 def _no_double_backward(impl: Callable, all_args: list) -> Any:

@@ -21,16 +21,22 @@ stashed activation is freed inside the run, as eager frees a saved tensor after 
     step_held_bytes      the same with each run's planned arena counted whole (``peak_held_bytes``):
                          the memory the engine makes the process hold, as its resident set sees it
 
+A backward graph and its variants for outputs that got no gradient (zero_tangents.py) count as one
+graph: the figures are those of whichever ran last.
+
 Parameters, inputs, optimizer state and memory torch holds on its side are not counted: they do not
 change with the memory optimizer's plans. With graph breaks, each graph is counted on its own.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+_RUN_ORDER = itertools.count(1)  # GraphMemory.order: which of a graph's variants ran last
 
 
 def _saved_activation_inputs(gm: torch.fx.GraphModule) -> tuple:
@@ -75,6 +81,10 @@ class GraphMemory:
     # an identical export keeps its own figures: claim() copies them out before another graph runs it.
     _source: Any = None
     _frozen: tuple = (0, 0, 0)
+    # A variant of a backward graph (zero_tangents.py) and the graph it varies are one graph to
+    # memory_stats(): the one that ran last (``order``) counts, not both.
+    variant_of: Any = None
+    order: int = 0
 
     def _peaks(self) -> tuple[int, int, int]:
         """peak_bytes, peak_live_bytes, peak_held_bytes of this graph's last run."""
@@ -107,11 +117,13 @@ class GraphMemory:
         return self._peaks()[2]
 
     @classmethod
-    def for_graph(cls, gm: torch.fx.GraphModule, stage: str) -> "GraphMemory":
+    def for_graph(cls, gm: torch.fx.GraphModule, stage: str, donated: tuple | None = None) -> "GraphMemory":
+        """``donated``: the inputs AOTAutograd donates, when it is not compiling ``gm`` (a variant of
+        a backward graph, zero_tangents.py: the same saved inputs at the same positions)."""
         if stage != "backward":
             return cls(stage)
         saved = _saved_activation_inputs(gm)
-        return cls(stage, saved, _donated_inputs(saved))
+        return cls(stage, saved, _donated_inputs(saved) if donated is None else tuple(i for i in saved if i in donated))
 
     def keep_returned_inputs(self, output_kinds: list) -> None:
         """Never donate an input the graph hands back (an output that is an input or a view of one)."""
@@ -146,6 +158,7 @@ class GraphMemory:
             self.saved_bytes = _distinct_bytes(args[i] for i in self.saved_inputs if i < len(args))
             self.donated_bytes = 0
         self.runs += 1
+        self.order = next(_RUN_ORDER)
 
     @property
     def step_peak_bytes(self) -> int:
@@ -172,9 +185,15 @@ def memory_stats() -> dict:
     from ..compiled_graph import live_graphs
 
     graphs = {g.name: g.memory for g in live_graphs() if getattr(g, "memory", None) is not None and g.memory.runs}
-    forward = max((m.step_peak_bytes for m in graphs.values() if m.stage == "forward"), default=0)
-    backward = max((m.step_peak_bytes for m in graphs.values() if m.stage == "backward"), default=0)
-    held = max((m.step_held_bytes for m in graphs.values()), default=0)
+    latest: dict = {}  # per graph, of it and its variants the one that ran last
+    for m in graphs.values():
+        family = id(m.variant_of or m)
+        if family not in latest or m.order > latest[family].order:
+            latest[family] = m
+    current = list(latest.values())
+    forward = max((m.step_peak_bytes for m in current if m.stage == "forward"), default=0)
+    backward = max((m.step_peak_bytes for m in current if m.stage == "backward"), default=0)
+    held = max((m.step_held_bytes for m in current), default=0)
     return {"forward_peak_bytes": forward, "backward_peak_bytes": backward,
             "step_peak_bytes": max(forward, backward), "step_held_bytes": held,
             "graphs": {name: m.as_dict() for name, m in graphs.items()}}
