@@ -138,6 +138,7 @@ class CompiledGraph:
         self.aot_meta = None  # AOTAutograd's ViewAndMutationMeta of this region (lean_call.py), set by the backend
         self.cache_key: str | None = None  # the on-disk cache's key of this export, once it is there
         self.trusted = True  # exported in this process (or checked against its graph): allow_unsafe_aten_ops
+        self.exported_here = False  # exported by this process now, not read from the on-disk cache
         self.session = None
         self.exported: ExportedGraph | None = None
         # memory_stats() and donation (memory_optimizer/step_memory.py); ``donated``: the inputs it may
@@ -168,6 +169,7 @@ class CompiledGraph:
             self.cache_key = key
         else:
             exported = self._export()
+            self.exported_here = True
             if key and cache.store(key, exported):
                 self.cache_key = key
         self._finish(exported)
@@ -185,7 +187,7 @@ class CompiledGraph:
         self.fallback = FallbackManager(FallbackPolicy.FALLBACK_DISABLE, False, f"the {stage} graph {self.name}")
         self.eager, self._fast, self._donates = False, False, False
         self._contiguous_copies, self._declared_outputs = (), 0
-        self.aot_meta, self.cache_key, self.trusted = None, None, False
+        self.aot_meta, self.cache_key, self.trusted, self.exported_here = None, None, False, False
         self.session, self.exported, self.memory, self.inspector = None, None, memory, None
         self._finish(exported)
         return self
@@ -287,7 +289,8 @@ class CompiledGraph:
             so.optimized_model_filepath = os.path.join(
                 self.opts.save_path or os.getcwd(), f"{self.opts.onnx_prefix}_{self.name}_optimized.onnx")
         try:
-            return InferenceSession(model, so)
+            # an export of this process is not run through onnx's checker (onnx_loader.parse_model)
+            return InferenceSession(model, so, _exported_here=self.exported_here)
         except Exception as e:
             raise UnsupportedOnnxModelError(f"the engine rejected {self.name}: {e}") from e
 

@@ -21,8 +21,12 @@ from ._engine import RECOMPUTE_KEY, C, InvalidModelError, NotImplementedOpError
 ModelLike = Union[str, os.PathLike, bytes, onnx.ModelProto]
 
 
-def parse_model(model: ModelLike) -> onnx.ModelProto:
-    """Returns a checked ModelProto from a path, serialized bytes or a ModelProto."""
+def parse_model(model: ModelLike, check: bool = True) -> onnx.ModelProto:
+    """Returns a checked ModelProto from a path, serialized bytes or a ModelProto. ``check=False``
+    skips onnx's checker, for a ModelProto this process's exporter just made (compiled_graph.py):
+    the checker's first call builds onnx's registry of every operator schema, which the process
+    then holds to its end (GPT-2 at docs/memory_optimizer.md's size: 9 MiB of the memory compiling
+    keeps between steps), and the engine validates each node against its own schemas anyway."""
     if isinstance(model, onnx.ModelProto):
         proto = model
     elif isinstance(model, (bytes, bytearray, memoryview)):
@@ -48,7 +52,8 @@ def parse_model(model: ModelLike) -> onnx.ModelProto:
     if len(proto.graph.node) == 0 and len(proto.graph.output) == 0:
         raise InvalidModelError("the model has an empty graph (no nodes and no outputs)")
     try:
-        onnx.checker.check_model(proto)
+        if check or proto is not model:  # bytes and files are always checked
+            onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as e:
         raise InvalidModelError(f"the model is not valid ONNX: {e}") from e
     except UnicodeDecodeError as e:  # the checker's message quotes a name that is not UTF-8

@@ -201,11 +201,15 @@ class InferenceSession:
         model: ModelLike,
         sess_options: SessionOptions | None = None,
         providers: Sequence[str] | None = None,
+        *,
+        _exported_here: bool = False,
     ) -> None:
+        # _exported_here: a ModelProto the backend's exporter made in this process, not checked
+        # again by onnx's checker (onnx_loader.parse_model)
         if sess_options is not None and not isinstance(sess_options, SessionOptions):
             raise TypeError(f"sess_options must be a SessionOptions, got {type(sess_options).__name__}")
         self._options = sess_options or SessionOptions()
-        proto = parse_model(model)
+        proto = parse_model(model, check=not _exported_here)
         engine_options = self._options._to_engine()
         engine_options.providers = self._resolve_providers(providers)
         self._providers = list(engine_options.providers)
