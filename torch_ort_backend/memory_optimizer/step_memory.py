@@ -22,7 +22,7 @@ stashed activation is freed inside the run, as eager frees a saved tensor after 
                          the memory the engine makes the process hold, as its resident set sees it
 
 A backward graph and its variants for outputs that got no gradient (zero_tangents.py) count as one
-graph: the figures are those of whichever ran last.
+graph: the figures, and the entry under "graphs", are those of whichever ran last.
 
 Parameters, inputs, optimizer state and memory torch holds on its side are not counted: they do not
 change with the memory optimizer's plans. With graph breaks, each graph is counted on its own.
@@ -178,8 +178,8 @@ class GraphMemory:
 
 
 def memory_stats() -> dict:
-    """The engine's memory at the last run of each compiled graph still alive (see the module
-    docstring): {"forward_peak_bytes", "backward_peak_bytes", "step_peak_bytes", "step_held_bytes", "graphs":
+    """The engine's memory at the last run of each compiled graph still alive (of a backward graph
+    and its variants, the one that ran last; see the module docstring): {"forward_peak_bytes", "backward_peak_bytes", "step_peak_bytes", "step_held_bytes", "graphs":
     {name: {"stage", "runs", "peak_bytes", "peak_live_bytes", "peak_held_bytes", "saved_bytes", "donated_bytes",
     "step_peak_bytes", "step_held_bytes"}}}."""
     from ..compiled_graph import live_graphs
@@ -190,10 +190,10 @@ def memory_stats() -> dict:
         family = id(m.variant_of or m)
         if family not in latest or m.order > latest[family].order:
             latest[family] = m
-    current = list(latest.values())
-    forward = max((m.step_peak_bytes for m in current if m.stage == "forward"), default=0)
-    backward = max((m.step_peak_bytes for m in current if m.stage == "backward"), default=0)
-    held = max((m.step_held_bytes for m in current), default=0)
+    current = {name: m for name, m in graphs.items() if latest[id(m.variant_of or m)] is m}
+    forward = max((m.step_peak_bytes for m in current.values() if m.stage == "forward"), default=0)
+    backward = max((m.step_peak_bytes for m in current.values() if m.stage == "backward"), default=0)
+    held = max((m.step_held_bytes for m in current.values()), default=0)
     return {"forward_peak_bytes": forward, "backward_peak_bytes": backward,
             "step_peak_bytes": max(forward, backward), "step_held_bytes": held,
-            "graphs": {name: m.as_dict() for name, m in graphs.items()}}
+            "graphs": {name: m.as_dict() for name, m in current.items()}}
