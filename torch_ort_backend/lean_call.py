@@ -34,7 +34,10 @@ functorch's debug asserts are on.
 
 So when AOTAutograd's metadata of a region (``ViewAndMutationMeta``) shows none of those, the
 region's callable is ``LeanRegion``'s: the same steps for what remains, straight-line, with the
-engine graph's run inlined (``CompiledGraph.run_list``). Everything else, and the first call
+engine graph's run inlined (``CompiledGraph.run_list``). One step differs: autograd does not
+materialise zeros for the outputs that got no gradient (a language model's logits when the caller
+backpropagates the loss); the backward runs a variant of its graph without those tangents
+(zero_tangents.py), with the gradients eager computes. Everything else, and the first call
 (AOTAutograd's first-call checks; for training, until the backward graph has been compiled), goes
 through AOTAutograd's wrappers as before. A warm region (warm_region.py: built from the on-disk
 cache without AOTAutograd) takes the lean path from its first call, with ``TrainingPlan`` read from
