@@ -24,25 +24,10 @@ import time
 
 import torch
 
-from torch_ort_backend.compile_state import COMPILE_STATE, live_graphs
+from torch_ort_backend.compile_state import COMPILE_STATE
 from torch_ort_backend.testing import models as M
 from torch_ort_backend.testing.models import extract_loss
-
-
-class _Env:
-    def __init__(self, env: dict[str, str]) -> None:
-        self.env, self.old = env, {}
-
-    def __enter__(self) -> None:
-        self.old = {k: os.environ.get(k) for k in self.env}
-        os.environ.update(self.env)
-
-    def __exit__(self, *exc) -> None:
-        for k, v in self.old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+from variant_compile import EnvVars, engine_ops, fresh_forward, graph_serials
 
 
 def _variant(name: str, label: str, env: dict[str, str]):
@@ -51,14 +36,14 @@ def _variant(name: str, label: str, env: dict[str, str]):
     make, make_batch = spec.builders(spec.bench_sizes)
     model = make().train(True)
     batch = make_batch(0)
-    namespace: dict = {}
-    exec(compile("def forward(m, b):\n    return m(**b)\n", f"<{name} {label}>", "exec"), namespace)
     backend = label.split("_")[0]
-    forward = namespace["forward"] if backend == "eager" else torch.compile(namespace["forward"], backend=backend)
+    forward = fresh_forward(f"{name} {label}")
+    if backend != "eager":
+        forward = torch.compile(forward, backend=backend)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
     def step() -> None:
-        with _Env(env):
+        with EnvVars(env):
             with torch.autocast("cpu", torch.bfloat16):
                 out = forward(model, batch)
             extract_loss(out).backward()
@@ -66,14 +51,10 @@ def _variant(name: str, label: str, env: dict[str, str]):
             optimizer.zero_grad(set_to_none=True)
 
     COMPILE_STATE.clear_sessions()
-    before = {g.serial for g in live_graphs()}
+    before = graph_serials()
     for _ in range(3):
         step()
-    ops = set()
-    for g in live_graphs():
-        if g.serial not in before and g.session is not None:
-            ops |= {n["op_type"] for n in g.session._session.optimized_graph()["nodes"]}
-    return step, ops
+    return step, engine_ops(before)
 
 
 def main() -> None:

@@ -7,8 +7,8 @@ namespace tob {
 namespace {
 
 // On by default; TOB_ELEMENTWISE_FUSION=0 turns it off (A/B runs). One-thread CPU time of
-// bench_compile's models at their benchmark size, on / off interleaved in one process: MLP training
-// 1.18x faster, the transformer LM 1.03x, LLaMA, GPT-2 and BERT within 1% either way
+// bench_compile's models at their benchmark size, on / off interleaved in one process: within the
+// method's noise (3-8%) on every model; on for its smaller step peaks and because it changes no bit
 // (docs/performance.md, "Elementwise fusion").
 bool ElementwiseFusionEnabled() { return EnvSwitchOn(EnvSwitch::kElementwiseFusion); }
 
