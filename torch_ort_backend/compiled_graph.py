@@ -260,10 +260,13 @@ class CompiledGraph:
         return exported
 
     def _session_for(self, model):
-        """The engine session of this export: shared with earlier identical exports (same model and
-        session options) through the compile state, except when the optimized model is to be saved."""
+        """The engine session of this export: shared with earlier identical exports (same model, session
+        options and engine switches) through the compile state, except when the optimized model is to be
+        saved."""
+        # the TOB_* engine switches too: the pass pipeline reads them when a session is created
         key = (hashlib.sha1(model.SerializeToString(deterministic=True)).hexdigest(), self.opts.optimization_level,
-               self.opts.intra_op_threads, self.opts.enable_profiling, self._arena_policy(), self.trusted)
+               self.opts.intra_op_threads, self.opts.enable_profiling, self._arena_policy(), self.trusted,
+               _load_engine().env_switch_signature())
         return self.state.shared_session(key, lambda: self._create_session(model), reuse=not self.opts.save_onnx)
 
     def _arena_policy(self) -> tuple[bool, bool]:

@@ -60,6 +60,12 @@ std::string EnvSwitchValue(EnvSwitch which) {
 
 bool EnvSwitchOn(EnvSwitch which) { return EnvSwitchValue(which) != kOff; }
 
+std::string EnvSwitchSignature() {
+  std::string signature;
+  for (const SwitchSpec& spec : Specs()) signature += StrCat(spec.variable, "=", EnvSwitchValue(spec.which), ";");
+  return signature;
+}
+
 Status CheckEnvSwitches() {
   std::string problems;
   for (const SwitchSpec& spec : Specs()) {

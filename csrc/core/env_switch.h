@@ -35,6 +35,10 @@ std::string EnvSwitchValue(EnvSwitch which);
 // True unless the switch is set to "0".
 bool EnvSwitchOn(EnvSwitch which);
 
+// "TOB_X=value;..." of every switch as it reads now (EnvSwitchValue): what a cache of sessions keys
+// on, since several switches are read when a session is created (the pass pipeline's).
+std::string EnvSwitchSignature();
+
 // OK when every TOB_* switch is unset, empty or set to a value it accepts; else InvalidArgument
 // naming each offending variable, its value and the values it accepts.
 Status CheckEnvSwitches();

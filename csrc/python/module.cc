@@ -437,6 +437,9 @@ PYBIND11_MODULE(_C, m) {
     Check(Status(static_cast<StatusCode>(code), message));
   });
   m.def("registered_providers", [] { return ProviderRegistry::Global().Names(); });
+  m.def("env_switch_signature", &EnvSwitchSignature,
+        "Every TOB_* engine switch as it reads now ('TOB_X=value;...'): part of the compiled graphs' session-cache "
+        "key, since the pass pipeline reads its switches when a session is created.");
   m.def(
       "check_env_switches", [] { Check(CheckEnvSwitches()); },
       "Raises InvalidArgumentError naming each TOB_* engine switch set to a value it does not accept "

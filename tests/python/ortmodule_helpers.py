@@ -4,7 +4,9 @@ eager twin with every output, gradient and updated parameter compared."""
 from __future__ import annotations
 
 import copy
+import gc
 import logging
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -55,3 +57,22 @@ def train_beside_eager(make_model: Callable[[], nn.Module], make_batch: Callable
     train_side_by_side(eager, wrapped, wrapped, make_batch, steps,
                        lambda params: torch.optim.SGD(params, lr=lr, momentum=0.9), rtol, atol)
     return eager, wrapped
+
+
+class OwnRegions:
+    """The compiled regions (lean_call.live_regions()) a test makes after this is created.
+    live_regions() lists every region alive in the process, and in one pytest process an earlier
+    test's region may still be (TorchDynamo keeps the compiled function of a frame with a graph
+    break as a module global after reset(): docs/torch_compile.md), so a test counts only its own."""
+
+    def __init__(self) -> None:
+        from torch_ort_backend.lean_call import live_regions
+
+        gc.collect()
+        self._earlier = weakref.WeakSet(live_regions())
+
+    def __call__(self) -> list:
+        from torch_ort_backend.lean_call import live_regions
+
+        gc.collect()
+        return [r for r in live_regions() if r not in self._earlier]

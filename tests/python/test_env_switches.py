@@ -70,3 +70,30 @@ def _chain(e: BaseException):
         e = e.__cause__ or e.__context__
 
 
+
+
+def test_a_switch_read_at_session_creation_is_part_of_the_session_cache_key(monkeypatch):
+    """Identical exports share one engine session; a pass switch changed between two compiles of
+    the same graph must get a session built with it, not the cached one."""
+    from torch_ort_backend.compiled_graph import live_graphs
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.SiLU())
+    x = torch.randn(5, 4)
+
+    def fused_nodes(value: str) -> tuple[int, object]:
+        monkeypatch.setenv("TOB_ELEMENTWISE_FUSION", value)
+        torch._dynamo.reset()
+        before = set(live_graphs())
+        with torch.no_grad():
+            out = torch.compile(model, backend="ort")(x)
+            torch.testing.assert_close(out, model(x), rtol=1e-6, atol=1e-6)
+        (graph,) = [g for g in live_graphs() if g not in before and g.session is not None]
+        ops = [n["op_type"] for n in graph.session._session.optimized_graph()["nodes"]]
+        return ops.count("FusedElementwise"), graph.session
+
+    on, on_session = fused_nodes("1")
+    off, off_session = fused_nodes("0")
+    assert on >= 1 and off == 0, (on, off)
+    assert on_session is not off_session
+    assert_engine_ran()

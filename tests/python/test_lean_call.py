@@ -4,36 +4,29 @@ PyTorch (outputs and gradients) and against AOTAutograd's own path (option lean_
 same results, the same counters and memory_stats(), the same errors; and that the engine ran it.
 Regions the lean path must not take (input mutations, the profiler on) keep AOTAutograd's path."""
 
-import gc
 
 import pytest
 import torch
 import torch.nn as nn
 
-from ortmodule_helpers import assert_engine_ran, fresh_state
+from ortmodule_helpers import OwnRegions, assert_engine_ran, fresh_state
 from torch_ort_backend import memory_stats
 from torch_ort_backend.backend import compile_stats
-from torch_ort_backend.lean_call import live_regions
 
 
-_EARLIER: set = set()  # ids of the regions alive when the running test began
+_OWN: list = []  # the running test's OwnRegions
 
 
 @pytest.fixture(autouse=True)
 def strict(monkeypatch):
     for _ in fresh_state(monkeypatch):
-        gc.collect()  # graphs and regions of earlier tests (reference cycles) gone
-        _EARLIER.clear()
-        _EARLIER.update(id(r) for r in live_regions())
+        _OWN[:] = [OwnRegions()]  # graphs and regions of earlier tests (reference cycles) collected
         yield
 
 
 def _own_regions() -> list:
-    """The regions this test compiled: live_regions() lists every region alive in the process, and
-    in one pytest process an earlier test's may still be (its compiled module kept by a fixture or
-    a frame), so each test counts only its own."""
-    gc.collect()
-    return [r for r in live_regions() if id(r) not in _EARLIER]
+    """The regions this test compiled (ortmodule_helpers.OwnRegions)."""
+    return _OWN[0]()
 
 
 def _nonzero(*shape, seed=0):
