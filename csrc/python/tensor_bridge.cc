@@ -14,102 +14,49 @@ namespace tob::python {
 
 namespace {
 
+// DLPack's type codes, one row per engine dtype (both directions read this table).
+struct DLDTypeRow {
+  DType dtype;
+  uint8_t code;
+  uint8_t bits;
+};
+constexpr DLDTypeRow kDLDTypes[] = {
+    {DType::kFloat32, kDLFloat, 32},
+    {DType::kFloat64, kDLFloat, 64},
+    {DType::kFloat16, kDLFloat, 16},
+    {DType::kBFloat16, kDLBfloat, 16},
+    {DType::kInt8, kDLInt, 8},
+    {DType::kInt16, kDLInt, 16},
+    {DType::kInt32, kDLInt, 32},
+    {DType::kInt64, kDLInt, 64},
+    {DType::kUInt8, kDLUInt, 8},
+    {DType::kUInt16, kDLUInt, 16},
+    {DType::kUInt32, kDLUInt, 32},
+    {DType::kUInt64, kDLUInt, 64},
+    {DType::kBool, kDLBool, 8},
+    {DType::kFloat8E4M3FN, kDLFloat8_e4m3fn, 8},
+    {DType::kFloat8E4M3FNUZ, kDLFloat8_e4m3fnuz, 8},
+    {DType::kFloat8E5M2, kDLFloat8_e5m2, 8},
+    {DType::kFloat8E5M2FNUZ, kDLFloat8_e5m2fnuz, 8},
+    {DType::kFloat8E8M0, kDLFloat8_e8m0fnu, 8},
+};
+
 bool DTypeFromDL(const DLDataType& t, DType* out) {
   if (t.lanes != 1) return false;
-  switch (t.code) {
-    case kDLFloat:
-      if (t.bits == 32) {
-        *out = DType::kFloat32;
-        return true;
-      }
-      if (t.bits == 64) {
-        *out = DType::kFloat64;
-        return true;
-      }
-      if (t.bits == 16) {
-        *out = DType::kFloat16;
-        return true;
-      }
-      return false;
-    case kDLBfloat:
-      if (t.bits == 16) {
-        *out = DType::kBFloat16;
-        return true;
-      }
-      return false;
-    case kDLInt:
-      if (t.bits == 8) {
-        *out = DType::kInt8;
-        return true;
-      }
-      if (t.bits == 16) {
-        *out = DType::kInt16;
-        return true;
-      }
-      if (t.bits == 32) {
-        *out = DType::kInt32;
-        return true;
-      }
-      if (t.bits == 64) {
-        *out = DType::kInt64;
-        return true;
-      }
-      return false;
-    case kDLUInt:
-      if (t.bits == 8) {
-        *out = DType::kUInt8;
-        return true;
-      }
-      if (t.bits == 16) {
-        *out = DType::kUInt16;
-        return true;
-      }
-      if (t.bits == 32) {
-        *out = DType::kUInt32;
-        return true;
-      }
-      if (t.bits == 64) {
-        *out = DType::kUInt64;
-        return true;
-      }
-      return false;
-    case kDLBool:
-      if (t.bits == 8) {
-        *out = DType::kBool;
-        return true;
-      }
-      return false;
-    case kDLFloat8_e4m3fn: *out = DType::kFloat8E4M3FN; return t.bits == 8;
-    case kDLFloat8_e4m3fnuz: *out = DType::kFloat8E4M3FNUZ; return t.bits == 8;
-    case kDLFloat8_e5m2: *out = DType::kFloat8E5M2; return t.bits == 8;
-    case kDLFloat8_e5m2fnuz: *out = DType::kFloat8E5M2FNUZ; return t.bits == 8;
-    case kDLFloat8_e8m0fnu: *out = DType::kFloat8E8M0; return t.bits == 8;
-    default: return false;
+  for (const DLDTypeRow& row : kDLDTypes) {
+    if (row.code == t.code && row.bits == t.bits) {
+      *out = row.dtype;
+      return true;
+    }
   }
+  return false;
 }
 
 DLDataType DTypeToDL(DType t) {
-  switch (t) {
-    case DType::kFloat32: return {kDLFloat, 32, 1};
-    case DType::kFloat64: return {kDLFloat, 64, 1};
-    case DType::kFloat16: return {kDLFloat, 16, 1};
-    case DType::kBFloat16: return {kDLBfloat, 16, 1};
-    case DType::kInt8: return {kDLInt, 8, 1};
-    case DType::kInt16: return {kDLInt, 16, 1};
-    case DType::kInt32: return {kDLInt, 32, 1};
-    case DType::kInt64: return {kDLInt, 64, 1};
-    case DType::kUInt8: return {kDLUInt, 8, 1};
-    case DType::kUInt16: return {kDLUInt, 16, 1};
-    case DType::kUInt32: return {kDLUInt, 32, 1};
-    case DType::kUInt64: return {kDLUInt, 64, 1};
-    case DType::kBool: return {kDLBool, 8, 1};
-    case DType::kFloat8E4M3FN: return {kDLFloat8_e4m3fn, 8, 1};
-    case DType::kFloat8E4M3FNUZ: return {kDLFloat8_e4m3fnuz, 8, 1};
-    case DType::kFloat8E5M2: return {kDLFloat8_e5m2, 8, 1};
-    case DType::kFloat8E5M2FNUZ: return {kDLFloat8_e5m2fnuz, 8, 1};
-    case DType::kFloat8E8M0: return {kDLFloat8_e8m0fnu, 8, 1};
-    default: throw std::invalid_argument(StrCat("dtype ", DTypeName(t), " cannot be exported by DLPack"));
+  for (const DLDTypeRow& row : kDLDTypes) {
+    if (row.dtype == t) return {row.code, row.bits, 1};
   }
+  throw std::invalid_argument(StrCat("dtype ", DTypeName(t), " cannot be exported by DLPack"));
 }
 
 // What an exported capsule owns: the engine tensor (keeps its buffer) and the shape array.
