@@ -135,29 +135,29 @@ void RegisterCpuConcatSplitKernels(KernelRegistry& registry) {
   // Concat accepts negative axes from 11.
   registry.Register(Def("Concat")
                         .Versions(4, 10)
-                        .Constraint("T", {TypeConstraint::kAllInputs}, AllTypesAndString())
+                        .Constraint("T", {TypeConstraint::kAllInputs}, tensor_ops::DataMovementTypes())
                         .Factory(tensor_ops::MovesStrings(&ConcatKernel::Create, {tensor_ops::kEveryInput})));
   registry.Register(Def("Concat")
                         .Versions(11)
-                        .Constraint("T", {TypeConstraint::kAllInputs}, AllTypesAndString())
+                        .Constraint("T", {TypeConstraint::kAllInputs}, tensor_ops::DataMovementTypes())
                         .Factory(tensor_ops::MovesStrings(&ConcatKernel::Create, {tensor_ops::kEveryInput})));
   // Split: negative axes from 11, split as an input from 13, num_outputs from 18.
   registry.Register(Def("Split")
                         .Versions(2, 10)
-                        .Constraint("T", {0}, AllTypesAndString())
+                        .Constraint("T", {0}, tensor_ops::DataMovementTypes())
                         .Factory(tensor_ops::MovesStrings(&SplitKernel::Create, {0})));
   registry.Register(Def("Split")
                         .Versions(11, 12)
-                        .Constraint("T", {0}, AllTypesAndString())
+                        .Constraint("T", {0}, tensor_ops::DataMovementTypes())
                         .Factory(tensor_ops::MovesStrings(&SplitKernel::Create, {0})));
   registry.Register(Def("Split")
                         .Versions(13, 17)
-                        .Constraint("T", {0}, AllTypesAndString())
+                        .Constraint("T", {0}, tensor_ops::DataMovementTypes())
                         .Constraint("tensor(int64)", {1}, {DType::kInt64})
                         .Factory(tensor_ops::MovesStrings(&SplitKernel::Create, {0})));
   registry.Register(Def("Split")
                         .Versions(18)
-                        .Constraint("T", {0}, AllTypesAndString())
+                        .Constraint("T", {0}, tensor_ops::DataMovementTypes())
                         .Constraint("tensor(int64)", {1}, {DType::kInt64})
                         .Factory(tensor_ops::MovesStrings(&SplitKernel::Create, {0})));
 }

@@ -6,6 +6,16 @@
 
 namespace tob::tensor_ops {
 
+const std::vector<DType>& DataMovementTypes() {
+  static const std::vector<DType> v = [] {
+    std::vector<DType> r = AllTypesAndString();
+    r.insert(r.end(), {DType::kFloat8E4M3FN, DType::kFloat8E4M3FNUZ, DType::kFloat8E5M2, DType::kFloat8E5M2FNUZ,
+                       DType::kFloat8E8M0});
+    return r;
+  }();
+  return v;
+}
+
 void ParallelCopy(ThreadPool* pool, void* dst, const void* src, size_t bytes) {
   if (bytes == 0 || dst == src) return;
   if (pool == nullptr || bytes < 4 * kMinTaskBytes) {

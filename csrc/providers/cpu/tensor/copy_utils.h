@@ -23,6 +23,12 @@ inline int64_t CopyGrain(size_t bytes_per_item) {
   return static_cast<int64_t>((kMinTaskBytes + b - 1) / b);
 }
 
+// The types these kernels accept: every type of AllTypesAndString() plus the one-byte float8 kinds
+// (float8e4m3fn, float8e4m3fnuz, float8e5m2, float8e5m2fnuz from opset 19, float8e8m0 from 24),
+// which move like uint8. The packed 4- and 2-bit types are not here: two or four elements share a
+// byte, which a byte mover cannot split.
+const std::vector<DType>& DataMovementTypes();
+
 // An unsigned integer type of the element's size, or false for sizes that no dtype has.
 template <typename Fn>
 bool DispatchElementSize(size_t size, Fn&& fn) {

@@ -101,12 +101,12 @@ class TileKernel final : public OpKernel {
 void RegisterCpuExpandTileKernels(KernelRegistry& registry) {
   registry.Register(Def("Expand")
                         .Versions(8)
-                        .Constraint("T", {0}, AllTypesAndString())
+                        .Constraint("T", {0}, tensor_ops::DataMovementTypes())
                         .Constraint("tensor(int64)", {1}, {DType::kInt64})
                         .Factory(tensor_ops::MovesStrings(&ExpandKernel::Create, {0})));
   registry.Register(Def("Tile")
                         .Versions(6)
-                        .Constraint("T", {0}, AllTypesAndString())
+                        .Constraint("T", {0}, tensor_ops::DataMovementTypes())
                         .Constraint("T1", {1}, {DType::kInt64})
                         .Factory(tensor_ops::MovesStrings(&TileKernel::Create, {0})));
 }

@@ -223,28 +223,28 @@ void RegisterCpuGatherKernels(KernelRegistry& registry) {
   // Gather accepts negative indices from 11.
   registry.Register(Def("Gather")
                         .Versions(1, 10)
-                        .Constraint("T", {0}, AllTypesAndString())
+                        .Constraint("T", {0}, tensor_ops::DataMovementTypes())
                         .Constraint("Tind", {1}, index_types)
                         .Factory(tensor_ops::MovesStrings(&GatherKernel::Create, {0})));
   registry.Register(Def("Gather")
                         .Versions(11)
-                        .Constraint("T", {0}, AllTypesAndString())
+                        .Constraint("T", {0}, tensor_ops::DataMovementTypes())
                         .Constraint("Tind", {1}, index_types)
                         .Factory(tensor_ops::MovesStrings(&GatherKernel::Create, {0})));
   registry.Register(Def("GatherElements")
                         .Versions(11)
-                        .Constraint("T", {0}, AllTypesAndString())
+                        .Constraint("T", {0}, tensor_ops::DataMovementTypes())
                         .Constraint("Tind", {1}, index_types)
                         .Factory(tensor_ops::MovesStrings(&GatherElementsKernel::Create, {0})));
   // GatherND gains batch_dims at 12.
   registry.Register(Def("GatherND")
                         .Versions(11, 11)
-                        .Constraint("T", {0}, AllTypesAndString())
+                        .Constraint("T", {0}, tensor_ops::DataMovementTypes())
                         .Constraint("tensor(int64)", {1}, {DType::kInt64})
                         .Factory(tensor_ops::MovesStrings(&GatherNDKernel::Create, {0})));
   registry.Register(Def("GatherND")
                         .Versions(12)
-                        .Constraint("T", {0}, AllTypesAndString())
+                        .Constraint("T", {0}, tensor_ops::DataMovementTypes())
                         .Constraint("tensor(int64)", {1}, {DType::kInt64})
                         .Factory(tensor_ops::MovesStrings(&GatherNDKernel::Create, {0})));
 }

@@ -83,7 +83,7 @@ class SizeKernel final : public OpKernel {
 
 void RegisterCpuReshapeKernels(KernelRegistry& registry) {
   auto alias = [&](const char* op, int since, int end, bool second_input_is_axes) {
-    KernelDef def = Def(op).Versions(since, end).Constraint("T", {0}, AllTypesAndString()).Alias(0, 0);
+    KernelDef def = Def(op).Versions(since, end).Constraint("T", {0}, tensor_ops::DataMovementTypes()).Alias(0, 0);
     if (second_input_is_axes) def.Constraint("tensor(int64)", {1}, {DType::kInt64});
     registry.Register(def.Kernel<AliasOrCopyKernel>());
   };
@@ -102,13 +102,15 @@ void RegisterCpuReshapeKernels(KernelRegistry& registry) {
   alias("Identity", 1, kMaxOpset, false);
   registry.Register(Def("Identity")
                         .Versions(14)
-                        .Constraint("V", {0}, AllTypesAndString())
+                        .Constraint("V", {0}, tensor_ops::DataMovementTypes())
                         .ValueKernel()
                         .Kernel<IdentityValueKernel>());
   // Shape 15 adds start/end.
-  registry.Register(Def("Shape").Versions(1, 14).Constraint("T", {0}, AllTypesAndString()).Kernel<ShapeKernel>());
-  registry.Register(Def("Shape").Versions(15).Constraint("T", {0}, AllTypesAndString()).Kernel<ShapeKernel>());
-  registry.Register(Def("Size").Versions(1).Constraint("T", {0}, AllTypesAndString()).Kernel<SizeKernel>());
+  registry.Register(
+      Def("Shape").Versions(1, 14).Constraint("T", {0}, tensor_ops::DataMovementTypes()).Kernel<ShapeKernel>());
+  registry.Register(
+      Def("Shape").Versions(15).Constraint("T", {0}, tensor_ops::DataMovementTypes()).Kernel<ShapeKernel>());
+  registry.Register(Def("Size").Versions(1).Constraint("T", {0}, tensor_ops::DataMovementTypes()).Kernel<SizeKernel>());
 }
 
 }  // namespace tob

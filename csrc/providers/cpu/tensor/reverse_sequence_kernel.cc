@@ -66,7 +66,7 @@ class ReverseSequenceKernel final : public OpKernel {
 void RegisterCpuReverseSequenceKernels(KernelRegistry& registry) {
   registry.Register(Def("ReverseSequence")
                         .Versions(10)
-                        .Constraint("T", {0}, AllTypesAndString())
+                        .Constraint("T", {0}, tensor_ops::DataMovementTypes())
                         .Constraint("I", {1}, {DType::kInt64})
                         .Factory(tensor_ops::MovesStrings(&ReverseSequenceKernel::Create, {0})));
 }

@@ -8,6 +8,7 @@
 #include "core/allocator.h"
 #include "framework/kernel_registry.h"
 #include "providers/cpu/elementwise/elementwise_loops.h"
+#include "providers/cpu/tensor/copy_utils.h"
 #include "providers/cpu/tensor/string_moves.h"
 
 namespace tob {
@@ -117,7 +118,7 @@ void RegisterCpuSelectKernels(KernelRegistry& registry) {
       Def("NonZero").Versions(9).Constraint("T", {0}, AllTypes()).KernelAllocatesOutputs().Kernel<NonZeroKernel>());
   registry.Register(Def("Compress")
                         .Versions(9)
-                        .Constraint("T", {0}, AllTypesAndString())
+                        .Constraint("T", {0}, tensor_ops::DataMovementTypes())
                         .Constraint("T1", {1}, {DType::kBool})
                         .KernelAllocatesOutputs()
                         .Factory(tensor_ops::MovesStrings(&CompressKernel::Create, {0})));

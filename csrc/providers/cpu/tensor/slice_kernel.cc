@@ -70,12 +70,12 @@ void RegisterCpuSliceKernels(KernelRegistry& registry) {
   // Slice takes starts/ends/axes as inputs (and adds steps) from 10; negative axes from 11.
   registry.Register(Def("Slice")
                         .Versions(1, 9)
-                        .Constraint("T", {0}, AllTypesAndString())
+                        .Constraint("T", {0}, tensor_ops::DataMovementTypes())
                         .Factory(tensor_ops::MovesStrings(SliceFactory(false), {0})));
   for (auto [since, end] : {std::pair{10, 10}, std::pair{11, kMaxOpset}}) {
     registry.Register(Def("Slice")
                           .Versions(since, end)
-                          .Constraint("T", {0}, AllTypesAndString())
+                          .Constraint("T", {0}, tensor_ops::DataMovementTypes())
                           .Constraint("Tind", {1, 2, 3, 4}, {DType::kInt32, DType::kInt64})
                           .Factory(tensor_ops::MovesStrings(SliceFactory(true), {0})));
   }

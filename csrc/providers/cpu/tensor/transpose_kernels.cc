@@ -1,6 +1,7 @@
 // Transpose, and DepthToSpace / SpaceToDepth, which are transposes of a 6-D view of their input.
 #include "framework/kernel_registry.h"
 #include "ops/tensor_params.h"
+#include "providers/cpu/tensor/copy_utils.h"
 #include "providers/cpu/tensor/string_moves.h"
 #include "providers/cpu/tensor/transpose.h"
 
@@ -110,7 +111,7 @@ KernelFactory DepthSpaceFactory(bool to_space, bool has_mode) {
 void RegisterCpuTransposeKernels(KernelRegistry& registry) {
   registry.Register(Def("Transpose")
                         .Versions(1)
-                        .Constraint("T", {0}, AllTypesAndString())
+                        .Constraint("T", {0}, tensor_ops::DataMovementTypes())
                         .Factory(tensor_ops::MovesStrings(&TransposeKernel::Create, {0})));
   // DepthToSpace gains the mode attribute at 11, SpaceToDepth at 28.
   registry.Register(
