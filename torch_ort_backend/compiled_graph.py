@@ -250,7 +250,7 @@ class CompiledGraph:
 
     def _export(self) -> ExportedGraph:
         try:
-            exported = export_fx_graph(self.gm, self.opts.opset, set(self.opts.prefer_torch_kernels),
+            exported = export_fx_graph(self.gm, self.opts.opset, self.opts.prefer_torch_kernels,
                                        replay_views=True, unaliased_outputs=self.unaliased_outputs)
         except FallbackError:
             raise

@@ -30,10 +30,10 @@ class BackendOptions:
     intra_op_threads: int = 0  # 0: torch's intra-op pool at torch's current thread count
     optimization_level: int = 99  # GraphOptimizationLevel: 0 disable, 1 basic, 2 extended, 99 all
     enable_profiling: bool = False
-    # ATen ops run by torch's kernel (an ATen node) even though the engine has a native one, because
-    # torch's is measured faster on CPU (docs/performance.md): convolution_backward goes through
-    # oneDNN in torch and is ~4x the engine's im2col ConvGrad on the CNN benchmark's shapes.
-    prefer_torch_kernels: tuple = ("convolution_backward",)
+    # ATen ops run by torch's kernel (an ATen node) for every node, although the engine has a native
+    # one; () runs every converter's native form. None (default): the converters choose per shape
+    # where torch's CPU kernel is measured faster (convolution_backward: ops_training._torch_conv_grad_wins).
+    prefer_torch_kernels: tuple | None = None
     # torch.autograd.Function as PythonOp (docs/python_op.md)
     disable_custom_autograd_support: bool = False
     skipped_autograd_functions: frozenset = frozenset()  # qualified names traced through instead
@@ -140,8 +140,10 @@ def _policy(name: str, v: Any) -> FallbackPolicy:
     return parse_policy(v, name)
 
 
-def _op_names(name: str, v: Any) -> tuple:
-    """ATen op names (no overload): a list/tuple, or a comma-separated string."""
+def _op_names(name: str, v: Any) -> tuple | None:
+    """ATen op names (no overload): a list/tuple, or a comma-separated string; None for the default."""
+    if v is None:
+        return None
     items = v.split(",") if isinstance(v, str) else v
     if not isinstance(items, (list, tuple, set, frozenset)) or not all(isinstance(i, str) for i in items):
         raise ValueError(f"{name} must be a list of ATen op names such as ['convolution_backward'], got {v!r}")

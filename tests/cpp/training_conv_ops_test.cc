@@ -144,9 +144,20 @@ TEST(TrainingConvGrad, DoubleAndHalf) {
 }
 
 TEST(TrainingConvGrad, SeveralImageChunks) {
-  // 576 x 4096 float columns per image (9 MiB): three images per chunk, so dW accumulates over
-  // two chunks.
+  // 576 x 4096 float columns per image (9 MiB), above a chunk's 512 KiB: one image per chunk, so
+  // dW accumulates over four.
   RunConvGrad({4, 64, 64, 64}, {4, 64, 3, 3}, {{}, {}, {1, 1, 1, 1}}, 1, 2e-3, 4);
+  // 72 x 400 columns per image (112.5 KiB): four images per chunk for dW, three chunks; the
+  // flipped conv's 36 x 400 (56 KiB) nine images per chunk, two chunks, the last one short.
+  RunConvGrad({12, 8, 20, 20}, {4, 8, 3, 3}, {{}, {}, {1, 1, 1, 1}}, 1, 1e-4);
+}
+
+TEST(TrainingConvGrad, SmallImagesFoldTheBatch) {
+  // Stride 1 with at most 9 input positions per image: the flipped conv's images share one GEMM
+  // per group and are scattered back into dX (one position; 3x3 positions with groups).
+  RunConvGrad({3, 8, 1, 1}, {6, 8, 3, 3}, {{}, {}, {1, 1, 1, 1}}, 1, 1e-4);
+  RunConvGrad({5, 6, 3, 3}, {4, 3, 3, 3}, {{}, {}, {1, 1, 1, 1}}, 2, 1e-4);
+  RunConvGrad({4, 4, 2, 3}, {6, 4, 2, 2}, {{}, {}, {1, 0, 1, 1}}, 1, 1e-4);
 }
 
 TEST(TrainingConvGrad, SamePaddingMatchesExplicitPads) {

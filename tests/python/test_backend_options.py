@@ -69,5 +69,7 @@ def test_prefer_torch_kernels_takes_aten_op_names():
     assert resolve({"prefer_torch_kernels": "convolution_backward, aten.gelu_backward"}, environ={}).prefer_torch_kernels \
         == ("convolution_backward", "gelu_backward")
     assert resolve({"prefer_torch_kernels": []}, environ={}).prefer_torch_kernels == ()
+    assert resolve({}, environ={}).prefer_torch_kernels is None  # the converters choose per shape
+    assert resolve({"prefer_torch_kernels": None}, environ={}).prefer_torch_kernels is None
     with pytest.raises(ValueError, match="not_an_op is not an ATen op"):
         resolve({"prefer_torch_kernels": ["not_an_op"]}, environ={})

@@ -2,8 +2,8 @@
 ResNet basic block (conv-BN-ReLU, residual sum) and a ConvNeXt block (depthwise 7x7, LayerNorm over
 channels, pointwise MLP with GELU) through torch.compile(backend="ort"): outputs, every gradient and
 the updated parameters against eager over training steps, with the engine running the convolutions
-(Conv in the exported graph, no eager fallback; the backward's convolution_backward as torch's
-kernel by default and as the engine's ConvGrad with prefer_torch_kernels empty). And an ONNX ResNet-style graph through
+(Conv in the exported graph, no eager fallback; the backward's convolution_backward as chosen per
+shape by default and as the engine's ConvGrad everywhere with prefer_torch_kernels empty). And an ONNX ResNet-style graph through
 our InferenceSession, where the optimizer fuses Conv + (residual Sum) + Relu into FusedConv, against
 a float64 numpy evaluation of the same graph."""
 
@@ -37,8 +37,9 @@ def engine_op_types() -> set[str]:
     return {n.op_type for g in live_graphs() if g.exported is not None for n in g.exported.model.graph.node}
 
 
-# By default the backward's convolution_backward runs torch's (oneDNN) kernel as an ATen node
-# (CompileOptions.prefer_torch_kernels); with the list empty the engine's ConvGrad runs it.
+# By default the backward's convolution_backward runs torch's (oneDNN) kernel as an ATen node where
+# it is the faster one for the shape, else the engine's ConvGrad (ops_training._torch_conv_grad_wins);
+# with prefer_torch_kernels empty the engine's ConvGrad runs every one.
 NATIVE_GRAD = {"prefer_torch_kernels": []}
 
 

@@ -113,6 +113,9 @@ def check_case(name: str, options: dict, expected_fallbacks: set[str], why: str 
     import onnx
 
     fn, make, grads = CASES[name]
+    # Only this case's graphs: an earlier test's may still be alive in this process (docs/torch_compile.md,
+    # "What torch._dynamo.reset() leaves alive").
+    earlier = {g.serial for g in compiled_graph.live_graphs()}
     inputs = make()
     ours = [t.clone().requires_grad_(i in grads) for i, t in enumerate(inputs)]
     ref = [t.clone().requires_grad_(i in grads) for i, t in enumerate(inputs)]
@@ -125,7 +128,7 @@ def check_case(name: str, options: dict, expected_fallbacks: set[str], why: str 
         exp.backward(g)
         for i in grads:
             torch.testing.assert_close(ours[i].grad, ref[i].grad, rtol=1e-4, atol=1e-5, msg=f"grad of input {i}")
-    graphs = [g for g in compiled_graph.live_graphs() if g.exported is not None]
+    graphs = [g for g in compiled_graph.live_graphs() if g.exported is not None and g.serial not in earlier]
     stats = compile_stats()
     assert graphs and stats.fallbacks == 0
     assert stats.runs >= (2 if grads else 1), f"the engine ran {stats.runs} graphs: {stats}"
@@ -144,16 +147,51 @@ def test_op_matches_eager_forward_and_backward(name):
 
 
 def test_prefer_torch_kernels_sends_an_op_to_its_torch_kernel():
-    """By default convolution_backward runs as an ATen node (torch's kernel is the faster one here);
-    the gradients are eager's either way."""
+    """prefer_torch_kernels runs every node of the op by torch's kernel: a strided conv, whose
+    gradient the engine's ConvGrad computes by default, becomes an ATen node; the gradients are
+    eager's either way."""
     x, w = _r(2, 3, 8, 8), _r(4, 3, 3, 3)
     ours = [x.clone().requires_grad_(), w.clone().requires_grad_()]
     ref = [x.clone().requires_grad_(), w.clone().requires_grad_()]
-    torch.compile(F.conv2d, backend=ort_backend)(*ours).sum().backward()
-    F.conv2d(*ref).sum().backward()
+    conv = lambda a, b: F.conv2d(a, b, stride=2)  # noqa: E731
+    torch.compile(conv, backend=ort_backend, options={"prefer_torch_kernels": ["convolution_backward"]})(
+        *ours).sum().backward()
+    conv(*ref).sum().backward()
     for a, b in zip(ours, ref):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5)
     assert compile_stats().aten_fallback_ops == {"aten.convolution_backward.default": 1}
+    assert compile_stats().runs >= 2 and compile_stats().fallbacks == 0
+
+
+# (input shape, stride, padding, groups, torch's kernel expected): stride-1 convs with more than 16
+# output positions per image take torch's convolution_backward, the others the engine's ConvGrad
+# (ops_training._torch_conv_grad_wins; docs/performance.md "Convolution backward").
+CONV_GRAD_CHOICES = [
+    ((2, 4, 10, 10), 1, 0, 1, True),    # 8x8 output, stride 1
+    ((2, 4, 10, 10), 2, 1, 1, False),   # strided
+    ((2, 4, 4, 4), 1, 1, 1, False),     # 4x4 output: 16 positions
+    ((2, 4, 1, 1), 1, 1, 1, False),     # one position (a ResNet's last stage at small resolutions)
+    ((2, 4, 6, 6), 1, 3, 4, True),      # depthwise 7x7 over 6x6: 36 positions
+    ((2, 4, 2, 2), 1, 3, 4, False),     # depthwise 7x7 over 2x2
+]
+
+
+@pytest.mark.parametrize("shape,stride,padding,groups,torch_kernel", CONV_GRAD_CHOICES)
+def test_conv_backward_kernel_choice_by_shape(shape, stride, padding, groups, torch_kernel):
+    """By default the converter picks the faster kernel per shape; input, weight and bias gradients
+    are eager's whichever runs, and the engine ran the graphs."""
+    k = 3 if groups == 1 else 7
+    x, w, b = _r(*shape), _r(4, 4 // groups, k, k), _r(4)
+    ours = [t.clone().requires_grad_() for t in (x, w, b)]
+    ref = [t.clone().requires_grad_() for t in (x, w, b)]
+    conv = lambda a, c, d: F.conv2d(a, c, d, stride=stride, padding=padding, groups=groups)  # noqa: E731
+    dy = _r(*conv(x, w, b).shape)
+    (torch.compile(conv, backend=ort_backend)(*ours) * dy).sum().backward()
+    (conv(*ref) * dy).sum().backward()
+    for a, r in zip(ours, ref):
+        torch.testing.assert_close(a.grad, r.grad, rtol=1e-4, atol=1e-5)
+    expected = {"aten.convolution_backward.default": 1} if torch_kernel else {}
+    assert dict(compile_stats().aten_fallback_ops) == expected
     assert compile_stats().runs >= 2 and compile_stats().fallbacks == 0
 
 

@@ -128,6 +128,9 @@ class ExportContext:
         self._const_values: dict[str, np.ndarray] = {}  # initializer name -> value (non-bfloat16)
         self.current_node: str = ""  # the FX node being converted (for node names and errors)
         self.uses_ms_domain = False
+        # Converters may leave a node to torch's kernel where it is measured faster for its shape
+        # (export_fx_graph's prefer_torch_kernels=None, the backend's default).
+        self.kernels_by_shape = False
 
     # ---- names ----
     def fresh(self, hint: str) -> str:

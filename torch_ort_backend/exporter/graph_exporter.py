@@ -60,13 +60,14 @@ def _bind(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> SimpleNamespa
 
 
 class _Exporter:
-    def __init__(self, gm: torch.fx.GraphModule, opset: int, prefer_torch_kernels: frozenset = frozenset(),
+    def __init__(self, gm: torch.fx.GraphModule, opset: int, prefer_torch_kernels: frozenset | None = frozenset(),
                  replay_views: bool = False, unaliased_outputs: frozenset = frozenset()) -> None:
         self.gm = gm
-        self.prefer_torch_kernels = prefer_torch_kernels
+        self.prefer_torch_kernels = prefer_torch_kernels or frozenset()
         self.replay_views = replay_views
         self.unaliased_outputs = unaliased_outputs
         self.ctx = ExportContext(opset)
+        self.ctx.kernels_by_shape = prefer_torch_kernels is None
         self.env: dict[torch.fx.Node, Any] = {}
         self.ctx.env = self.env  # converters that fuse look at their producers' values
         self.aten_ops: Counter = Counter()
@@ -295,15 +296,17 @@ def _contains_node(value: Any) -> bool:
 
 
 def export_fx_graph(gm: torch.fx.GraphModule, opset: int = DEFAULT_OPSET,
-                    prefer_torch_kernels: frozenset | set = frozenset(), replay_views: bool = False,
+                    prefer_torch_kernels: frozenset | set | tuple | None = frozenset(), replay_views: bool = False,
                     unaliased_outputs: frozenset | set = frozenset()) -> ExportedGraph:
     """Converts an ATen-level FX graph (as AOTAutograd produces) to an ONNX model. Ops named in
     `prefer_torch_kernels` (ATen op names without overload, e.g. "convolution_backward") become ATen
-    nodes even where a converter exists. With `replay_views`, outputs that are views of an input or
+    nodes even where a converter exists; None lets converters choose torch's kernel per shape where it
+    is measured faster (BackendOptions.prefer_torch_kernels' default). With `replay_views`, outputs that are views of an input or
     of a value other outputs view too are ("view", ...) kinds the caller builds with torch (see
     _view_chain); without, every computed output is an engine output. `unaliased_outputs`: indices
     of outputs the caller makes non-views of (AOTAutograd's _unsafe_view outputs); they never share a
     buffer with another output."""
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise ValueError(f"opset must be in [{MIN_OPSET}, {MAX_OPSET}], got {opset}")
-    return _Exporter(gm, opset, frozenset(prefer_torch_kernels), replay_views, frozenset(unaliased_outputs)).run()
+    prefer = None if prefer_torch_kernels is None else frozenset(prefer_torch_kernels)
+    return _Exporter(gm, opset, prefer, replay_views, frozenset(unaliased_outputs)).run()

@@ -3,6 +3,8 @@ it has kernels for them; otherwise the converter declines and the op runs as an 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
@@ -124,6 +126,23 @@ def dropout_backward(ctx, node, a):
     return ctx.op("Mul", ctx.op("Mul", a.grad_output, ctx.cast(a.mask, dt)), ctx.scalar(a.scale, dt))
 
 
+# A stride-1 conv's output images above this many positions take torch's convolution_backward.
+_TORCH_CONV_GRAD_MIN_POSITIONS = 16
+
+
+def _torch_conv_grad_wins(grad_output, strides) -> bool:
+    """Whether torch's CPU convolution_backward (oneDNN's direct kernels) is the faster one: measured
+    per conv shape against our ConvGrad (one thread, docs/performance.md "Convolution backward"),
+    torch's wins on stride-1 convs with larger output images (1.1-3x ours on 8x8 to 26x26), ours on
+    strided convs and small images (up to 4x4), where torch's per-call cost dominates. An output whose
+    size is unknown at export keeps torch's kernel."""
+    shape = grad_output.static_shape()
+    if shape is None:
+        return True
+    positions = math.prod(shape[2:])
+    return all(s == 1 for s in strides) and positions > _TORCH_CONV_GRAD_MIN_POSITIONS
+
+
 @converter(aten.convolution_backward.default)
 def convolution_backward(ctx, node, a):
     x, w = a.input, a.weight
@@ -138,6 +157,8 @@ def convolution_backward(ctx, node, a):
         return v * nd if len(v) == 1 else v
 
     pads = pairs(a.padding)
+    if ctx.kernels_by_shape and _torch_conv_grad_wins(a.grad_output, pairs(a.stride)):
+        return None  # an ATen node: torch's kernel
     dx, dw, db = ctx.op("ConvGrad", a.grad_output, x, w, outputs=3, domain=MS_DOMAIN,
                         strides=pairs(a.stride), pads=pads + pads, dilations=pairs(a.dilation), group=a.groups,
                         kernel_shape=[int(s) for s in w.shape[2:]] if w.static_shape() else None)

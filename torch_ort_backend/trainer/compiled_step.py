@@ -29,8 +29,8 @@ from .trainer_state import TrainerState
 from .training_graph import ExportedModel, ModelWithLoss, export_model
 
 logger = logging.getLogger("torch_ort_backend")
-# The ops whose torch kernel beats the engine's, as the "ort" backend's default (options.py).
-_PREFER_TORCH_KERNELS = frozenset(BackendOptions().prefer_torch_kernels)
+# Which ops run torch's kernel, as the "ort" backend's default (options.py: chosen per shape).
+_PREFER_TORCH_KERNELS = BackendOptions().prefer_torch_kernels
 _LABEL_SWITCHES = ("enable_compute_optimizer", "enable_sparse_optimizer", "enable_label_sparse_optimizer")
 
 

@@ -100,7 +100,7 @@ class ExportedModel:
 
 
 def export_model(wrapper: ModelWithLoss, desc: ModelDesc, example: Sequence[torch.Tensor], *, joint: bool,
-                 opset: int, prefer_torch_kernels: frozenset = frozenset(),
+                 opset: int, prefer_torch_kernels: frozenset | None = frozenset(),
                  recompute: RecomputeFlags | None = None, select_valid_labels: bool = False,
                  fuse_attention: bool = False) -> ExportedModel:
     """Exports `wrapper` (in its current train/eval mode) at the example inputs' ranks and dtypes;
