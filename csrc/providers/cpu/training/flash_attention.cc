@@ -14,7 +14,8 @@
 // Work: the forward splits (batch, head, query block) items over the pool; the backward splits
 // (batch, head) items, each walking its key blocks (dK, dV accumulate in place) and the query
 // blocks that see them (dQ accumulates in the output). Every product is a single-threaded Gemm
-// on a block (the AVX-512 small-M kernel where the CPU has one); the row passes use the AVX2 exp.
+// on a block (the AVX-512 small-M kernel where the CPU has one); the row passes use the AVX2 exp
+// (the bfloat16 path's: AVX-512 where the CPU has it, the same exp on 16 lanes).
 // With grouped K/V heads, each query head's dK/dV go to scratch and are summed per group after,
 // so no two threads ever write one value and the result does not depend on the thread count.
 // float16 operands are widened to float32 once and the results rounded once (scores, softmax and
@@ -24,8 +25,8 @@
 // exact, float32 sums), the scores, the online softmax and its row sums in float32, and the two
 // float32 operands of the products, the probabilities P (forward: exp(score - running max),
 // before the normalisation; backward: exp(score - logsumexp)) and the score gradients dS, rounded
-// to bfloat16 once (flash_attention_rows.h); the outputs and the dQ / dK / dV accumulators stay
-// float32 until the one final rounding. Odd head sizes and CPUs without the native GEMM take the
+// to bfloat16 once (flash_attention_rows.h: AVX-512 row passes where the CPU has them); the outputs and the dQ / dK /
+// dV accumulators stay float32 until the one final rounding. Odd head sizes and CPUs without the native GEMM take the
 // float32 path (widened operands, P and dS unrounded).
 #include <algorithm>
 #include <cmath>
@@ -310,6 +311,7 @@ Status ForwardBf16(const KernelContext& ctx, const FlashAttributes& a, const Fla
   const int64_t per_slice16 = block_rows * RoundUpEven(block_cols);
   TOB_ASSIGN_OR_RETURN(Tensor scratch, ctx.AllocateScratch(DType::kFloat32, {slices, per_slice}));
   TOB_ASSIGN_OR_RETURN(Tensor scratch16, ctx.AllocateScratch(DType::kBFloat16, {slices, per_slice16}));
+  const flash_rows::RowOps& ops = flash_rows::Ops();
 
   ParallelFor(ctx.thread_pool(), slices, 1, [&](int64_t sb, int64_t se) {
     for (int64_t slice = sb; slice < se; ++slice) {
@@ -337,13 +339,13 @@ Status ForwardBf16(const KernelContext& ctx, const FlashAttributes& a, const Fla
             float* row = scores + r * block_cols;
             uint16_t* p = Bits16(p16 + r * cols_even);
             MaskRow(row, cols, i0 + r, j0, a.is_causal, mask ? &*mask : nullptr, b, h);
-            const float new_max = std::max(row_max[r], vec::Max(row, cols));
+            const float new_max = std::max(row_max[r], ops.max(row, cols));
             if (new_max == neg_inf) {  // nothing visible yet: this block adds nothing
               std::fill_n(p, cols_even, uint16_t{0});
               continue;
             }
             const float rescale = std::exp(row_max[r] - new_max);  // 0 on the first visible block
-            row_sum[r] = row_sum[r] * rescale + flash_rows::ExpShiftedSumToBf16(row, cols, new_max, p, cols_even);
+            row_sum[r] = row_sum[r] * rescale + ops.exp_shifted_sum_to_bf16(row, cols, new_max, p, cols_even);
             if (rescale != 1.f) {
               float* o = out + r * s.v_head;
               for (int64_t x = 0; x < s.v_head; ++x) o[x] *= rescale;
@@ -444,8 +446,8 @@ Status BackwardHeadBf16(const FlashAttributes& a, const FlashShape& s, const std
   const float* lse_h = lse + (b * s.heads + h) * s.q_seq;
   const BFloat16* k_g = k + s.KvOffset(b, g, 0, s.head);
   const BFloat16* v_g = v + s.KvOffset(b, g, 0, s.v_head);
-  for (int64_t i = 0; i < s.q_seq; ++i)
-    delta[i] = flash_rows::DotBf16(dy_h + i * s.v_head, y_h + i * s.v_head, s.v_head);
+  const flash_rows::RowOps& ops = flash_rows::Ops();
+  for (int64_t i = 0; i < s.q_seq; ++i) delta[i] = ops.dot_bf16(dy_h + i * s.v_head, y_h + i * s.v_head, s.v_head);
   const BFloat16 *p_t = pt16, *ds = ds16, *ds_t = dst16;
   for (int64_t j0 = 0; j0 < s.kv_seq; j0 += kKeyBlock) {
     const int64_t cols = std::min(kKeyBlock, s.kv_seq - j0), cols_even = RoundUpEven(cols);
@@ -463,8 +465,8 @@ Status BackwardHeadBf16(const FlashAttributes& a, const FlashShape& s, const std
       for (int64_t r = 0; r < rows; ++r) {
         float* row = scores + r * block_cols;
         MaskRow(row, cols, i0 + r, j0, a.is_causal, mask ? &*mask : nullptr, b, h);
-        vec::ExpShiftedSum(row, cols, lse_h[i0 + r], row);  // P: 0 for hidden keys
-        flash_rows::RoundRow(row, cols, Bits16(p16 + r * cols_even), cols_even);
+        // P (float32, in place, for dS) and its bfloat16 rounding: 0 for hidden keys.
+        ops.exp_shifted_to_bf16(row, cols, lse_h[i0 + r], Bits16(p16 + r * cols_even), cols_even);
       }
       PackBf16Rows(true, cols, rows, p16, cols_even, rows_even, pt16, nullptr);
       Bf16Gemm(false, cols, s.v_head, rows, 1.f, &p_t, rows_even, &dy_block, s.v_head, 1.f, &dv_block, s.v_head, 1,
@@ -472,8 +474,8 @@ Status BackwardHeadBf16(const FlashAttributes& a, const FlashShape& s, const std
       Bf16Gemm(true, rows, cols, s.v_head, 1.f, &dy_block, s.v_head, &v_block, s.v_head, 0.f, &dscores, block_cols, 1,
                nullptr);
       for (int64_t r = 0; r < rows; ++r)
-        flash_rows::SoftmaxGradRowToBf16(scores + r * block_cols, dscores + r * block_cols, delta[i0 + r], cols,
-                                         Bits16(ds16 + r * cols_even), cols_even);
+        ops.softmax_grad_row_to_bf16(scores + r * block_cols, dscores + r * block_cols, delta[i0 + r], cols,
+                                     Bits16(ds16 + r * cols_even), cols_even);
       Bf16Gemm(false, rows, s.head, cols, scale, &ds, cols_even, &k_block, s.head, 1.f, &dq_block, s.head, 1, nullptr);
       PackBf16Rows(true, cols, rows, ds16, cols_even, rows_even, dst16, nullptr);
       Bf16Gemm(false, cols, s.head, rows, scale, &ds_t, rows_even, &q_block, s.head, 1.f, &dk_block, s.head, 1,
