@@ -1,7 +1,8 @@
 """Environment switches A/B under bfloat16 autocast training, in one process: bench_compile's models
 at their benchmark size, each variant a backend plus environment variables, interleaved round by
-round, one thread, the process's CPU time (for a shared, loaded machine), median of --rounds rounds
-of at least --round-ms each.
+round, one thread (--threads), the process's CPU time (for a shared, loaded machine; with more
+threads it is the sum of theirs, spinning included), median of --rounds rounds of at least
+--round-ms each.
 
     python benchmarks/bench_autocast_switches.py --models gpt2,llama \
         --variants "eager,inductor,ort_off=TOB_LOSS_GRAD_FUSION:0,ort" --rounds 21
@@ -63,8 +64,10 @@ def main() -> None:
     parser.add_argument("--variants", default="eager,inductor,ort_off=TOB_LOSS_GRAD_FUSION:0,ort")
     parser.add_argument("--rounds", type=int, default=21)
     parser.add_argument("--round-ms", type=float, default=60.0)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch's and the engine's threads; above 1 the CPU time sums every thread's")
     args = parser.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
     os.environ.setdefault("ORTMODULE_FALLBACK_POLICY", "FALLBACK_DISABLE")
     variants = []
