@@ -4,11 +4,13 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "framework/kernel_registry.h"
 #include "providers/cpu/float_compute.h"
 #include "providers/cpu/nn/vec_math.h"
+#include "providers/cpu/nn/vec_math_avx512.h"
 
 namespace tob {
 
@@ -16,6 +18,14 @@ namespace {
 
 template <typename T, bool kLog>
 void SoftmaxRow(const T* x, int64_t D, T* y) {
+  if constexpr (kLog && std::is_same_v<T, float>) {
+    if (D >= 64 && vec::avx512::Available()) {  // a vocabulary's row: the AVX-512 exp and sums
+      const float max = vec::avx512::Max(x, D);
+      const float lse = max + std::log(vec::avx512::ExpShiftedSumOnly(x, D, max));
+      for (int64_t i = 0; i < D; ++i) y[i] = x[i] - lse;
+      return;
+    }
+  }
   const T max = vec::Max(x, D);
   if constexpr (kLog) {
     const T lse = max + std::log(vec::ExpShiftedSumOnly(x, D, max));

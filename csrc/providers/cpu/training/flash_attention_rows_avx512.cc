@@ -3,11 +3,7 @@
 // their own target attribute). 16 lanes, and masked loads and stores for the tail instead of a
 // scalar loop; 32 vector registers, where the AVX2 version of the exp-and-round pass spilled.
 //
-// The exp is simd/avx2_exp.h's Cephes algorithm with its clamps, range reduction and polynomial,
-// instruction for instruction; only the final scaling by 2^k is one scalef instead of two
-// multiplications by 2^(k/2): y 2^k1 is exact (y is in [0.7, 1.5) and 2^k1 normal), so both round
-// the exact y 2^k once, and the results are the same bits (tests/cpp/flash_attention_rows_test.cc
-// checks them against simd::Exp and against float64 exp over the whole float range). The bfloat16
+// The exp is simd::Exp512 (simd/avx512_exp.h): simd::Exp's bits on 16 lanes. The bfloat16
 // rounding is FloatToBFloat16Bits's bit operation on 16 lanes (not VCVTNEPS2BF16, which flushes
 // subnormal inputs and outputs to zero).
 #include "providers/cpu/training/flash_attention_rows.h"
@@ -16,6 +12,8 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
+
+#include "providers/cpu/simd/avx512_exp.h"
 #define TOB_ROWS_AVX512 1
 #define TOB_ROWS_FN __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
 #define TOB_ROWS_INLINE __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"), always_inline)) inline
@@ -41,23 +39,7 @@ namespace {
 
 TOB_ROWS_INLINE __m512 Set(float v) { return _mm512_set1_ps(v); }
 
-// simd::Exp on 16 lanes (see the file comment): NaN passes the clamps (max and min return their
-// second operand for NaN), -inf clamps to -104 and gives 0, large inputs give inf.
-TOB_ROWS_INLINE __m512 Exp(__m512 x) {
-  const __m512 xc = _mm512_min_ps(Set(88.8f), _mm512_max_ps(Set(-104.0f), x));
-  const __m512 magic = Set(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
-  const __m512 k = _mm512_sub_ps(_mm512_fmadd_ps(xc, Set(1.44269504088896341f), magic), magic);
-  __m512 r = _mm512_fnmadd_ps(k, Set(0.693359375f), xc);
-  r = _mm512_fnmadd_ps(k, Set(-2.12194440e-4f), r);
-  __m512 p = Set(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, Set(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, Set(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, Set(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, Set(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, Set(5.0000001201e-1f));
-  const __m512 y = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, Set(1.0f)));
-  return _mm512_scalef_ps(y, k);
-}
+TOB_ROWS_INLINE __m512 Exp(__m512 x) { return simd::Exp512(x); }
 
 // FloatToBFloat16Bits of 16 floats, each in the low half of a 32-bit lane.
 TOB_ROWS_INLINE __m512i RoundBits(__m512 v) {

@@ -20,6 +20,7 @@
 #include "framework/kernel_registry.h"
 #include "providers/cpu/float_compute.h"
 #include "providers/cpu/nn/vec_math.h"
+#include "providers/cpu/nn/vec_math_avx512.h"
 #include "providers/cpu/training/loss_targets.h"
 
 namespace tob {
@@ -105,9 +106,11 @@ class SoftmaxCrossEntropyKernel final : public OpKernel {
 
 // float32 [N, C] (a language model's head: tokens x vocabulary): one row per n, the row's factor
 // w[t] g once, exp(log_prob) * factor with the provider's vectorised exp (the float32 exp the
-// unfused LogSoftmaxGrad uses), the target class (p - 1) * factor in float64 (p near 1 there).
+// unfused LogSoftmaxGrad uses; its AVX-512 lanes where the CPU has them, the same bits), the target class (p - 1) *
+// factor in float64 (p near 1 there).
 void SoftmaxCrossEntropyGradRows(ThreadPool* pool, const float* dy, const float* lp, const TargetScan& scan,
                                  const LossLayout& l, Reduction reduction, double scale, float* dx) {
+  const bool wide = l.C >= 64 && vec::avx512::Available();  // a vocabulary's rows: the AVX-512 exp
   ParallelFor(pool, l.N, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, l.C)), [&](int64_t b, int64_t e) {
     for (int64_t n = b; n < e; ++n) {
       const int64_t t = scan.TargetAt(n);
@@ -119,8 +122,12 @@ void SoftmaxCrossEntropyGradRows(ThreadPool* pool, const float* dy, const float*
       }
       const double factor = scan.weight(t) * (reduction == Reduction::kNone ? static_cast<double>(dy[n]) : scale);
       const float f = static_cast<float>(factor);
-      vec::ExpShiftedSum(lrow, l.C, 0.f, row);
-      for (int64_t c = 0; c < l.C; ++c) row[c] *= f;
+      if (wide) {
+        vec::avx512::ExpScaled(lrow, l.C, f, row);
+      } else {
+        vec::ExpShiftedSum(lrow, l.C, 0.f, row);
+        for (int64_t c = 0; c < l.C; ++c) row[c] *= f;
+      }
       row[t] = static_cast<float>((std::exp(static_cast<double>(lrow[t])) - 1.0) * factor);
     }
   });
