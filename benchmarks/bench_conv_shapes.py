@@ -12,6 +12,11 @@ Per shape (C x H -> M, kernel, stride; GEMM M x K x N with K = C*kh*kw, N = outp
            col packed per call
   colT.WT  MatMul(colT [N, K] fed, W^T [K, M] constant): the transposed orientation, W^T
            pre-packed once per session (sgemm_packed's PackedSgemmB)
+  tiles    `conv` with TOB_CONV_IMPLICIT=0: the transposed tiles of im2col columns
+  implicit `conv` with TOB_CONV_IMPLICIT=1: the implicit GEMM on phase planes (conv_implicit.h)
+           wherever the weights are packed (the switch is read on every call, so these two and
+           `conv` alternate in one process)
+--cells picks columns (comma-separated; default all).
 Each cell is GFLOP/s (2*M*K*N / time) of the best of --rounds interleaved rounds, each round the
 median of enough runs to fill --seconds. --cpu-time times with time.process_time (one thread
 only: a loaded machine then hurts less). "x count" weighs each shape by how often ResNet-50 has it.
@@ -21,6 +26,13 @@ only: a loaded machine then hurts less). "x count" weighs each shape by how ofte
 runs the whole ResNet-50 of bench_onnx_models with the engine's profiling (enable_profiling) and
 reports each conv shape's time inside the model (per node, the best of the runs, summed over
 the nodes of that shape) and GFLOP/s, and the time of the other op types.
+
+    PYTHONPATH=. python benchmarks/bench_conv_shapes.py --compare-ort [--threads 1] [--runs 30]
+
+profiles the same model in our engine and in onnxruntime (SessionOptions.enable_profiling, its
+default graph optimizations, so its NCHWc convs), the runs of the two alternating in one process,
+and puts the node times side by side, matched by conv shape (per node the best of the runs,
+summed per shape); onnxruntime's layout reorders and the other ops by op type.
 """
 
 from __future__ import annotations
@@ -61,6 +73,19 @@ SHAPES = [
     (2, 2048, 7, 512, 1, 1, 0),
     (2, 512, 7, 512, 3, 1, 1),
 ]
+
+
+CELLS = ("conv", "fed", "W.col", "colT.WT", "tiles", "implicit")
+
+
+def _implicit_switch(cell: str) -> None:
+    # TOB_CONV_IMPLICIT is read on every conv call: "tiles" and "implicit" force either path.
+    if cell == "tiles":
+        os.environ["TOB_CONV_IMPLICIT"] = "0"
+    elif cell == "implicit":
+        os.environ["TOB_CONV_IMPLICIT"] = "1"
+    else:
+        os.environ.pop("TOB_CONV_IMPLICIT", None)
 
 
 def _model(nodes, inputs, outputs, inits):
@@ -179,6 +204,115 @@ def profile_resnet(args) -> None:
     print(f"conv total {conv_total / 1e3:.2f} ms; " + ", ".join(f"{k} {v / 1e3:.2f}" for k, v in other.items()))
 
 
+def _conv_key(c, h, m, k, oh):
+    st = max(1, round(h / oh))
+    return f"{c}x{h} -> {m}, {k}x{k}, s{st}", 2.0 * m * c * k * k * oh * oh
+
+
+def compare_ort(args) -> None:
+    import json
+    import tempfile
+    from collections import defaultdict
+
+    import onnxruntime as ort
+
+    import torch_ort_backend as tob
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import onnx_models
+
+    bm = onnx_models.light_resnet50(random_weights=True)
+    feeds = dict(bm.feeds)
+    np_feeds = {k: (v.numpy() if hasattr(v, "numpy") else v) for k, v in feeds.items()}
+    opts = tob.SessionOptions()
+    opts.intra_op_num_threads = args.threads
+    opts.enable_profiling = True
+    optimized_path = os.path.join(tempfile.mkdtemp(), "optimized.onnx")
+    opts.optimized_model_filepath = optimized_path
+    ours = tob.InferenceSession(bm.model, opts)
+    optimized = onnx.load(optimized_path)
+    inits = {i.name: list(i.dims) for i in optimized.graph.initializer}
+    conv_w = {}
+    for node in optimized.graph.node:
+        if node.op_type in ("Conv", "FusedConv"):
+            conv_w[node.name] = inits[node.input[1]]
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = args.threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.enable_profiling = True
+    so.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ort")
+    theirs = ort.InferenceSession(bm.model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    warm = 3
+    for _ in range(warm):
+        ours.run(None, feeds)
+        theirs.run(None, np_feeds)
+    for _ in range(args.runs):
+        ours.run(None, feeds)
+        theirs.run(None, np_feeds)
+
+    def split_runs(events):
+        per_run = len(events) // (args.runs + warm)
+        return [events[i * per_run : (i + 1) * per_run] for i in range(warm, args.runs + warm)]
+
+    with open(ours.end_profiling()) as f:
+        our_runs = split_runs([e for e in json.load(f) if e.get("cat") == "Node"])
+    with open(theirs.end_profiling()) as f:
+        their_runs = split_runs([e for e in json.load(f) if e.get("cat") == "Node"])
+    # (C, M, k, OH) -> our nodes, their nodes, our us, their us, their flops, input H
+    table = defaultdict(lambda: [0, 0, 0.0, 0.0, 0.0, 0])
+    other = defaultdict(lambda: [0.0, 0.0])
+    totals = [0.0, 0.0]
+    for j, e in enumerate(our_runs[0]):
+        best = min(r[j]["dur"] for r in our_runs)
+        totals[0] += best
+        op = e["args"]["op_type"]
+        if op in ("Conv", "FusedConv"):
+            m, c, k, _ = conv_w[e["name"]]
+            oh = json.loads(e["args"]["output_shapes"])[2]
+            # Our profile gives output shapes only: the input size (so the stride) comes from the
+            # onnxruntime node of the same (C, M, k, OH).
+            table_key = (c, m, k, oh)
+            table[table_key][0] += 1
+            table[table_key][2] += best
+        else:
+            other[op][0] += best
+    for j, e in enumerate(their_runs[0]):
+        best = min(r[j]["dur"] for r in their_runs)
+        totals[1] += best
+        a = e["args"]
+        op = a.get("op_name", "?")
+        if op == "Conv":
+            x, w = a["input_type_shape"][0]["float"], a["input_type_shape"][1]["float"]
+            y = a["output_type_shape"][0]["float"]
+            table_key = (w[1], w[0], w[2], y[2])
+            table[table_key][1] += 1
+            table[table_key][3] += best
+            table[table_key][4] += 2.0 * w[0] * w[1] * w[2] * w[3] * y[2] * y[3]
+            table[table_key][5] = x[2]
+        else:
+            other[op][1] += best
+    print(
+        f"threads={args.threads} runs={args.runs} (alternating) load={os.getloadavg()}; per node the best of the runs"
+    )
+    print(f"nodes sum: ours {totals[0] / 1e3:.2f} ms, onnxruntime {totals[1] / 1e3:.2f} ms")
+    print("| conv (C x H -> M, k, s) | nodes | ours ms | ort ms | ours/ort | ours GFLOP/s | ort GFLOP/s |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    conv = [0.0, 0.0]
+    for (c, m, k, oh), row in table.items():
+        key, _ = _conv_key(c, row[5] or oh, m, k, oh)
+        flops = row[4] / max(1, row[1]) * row[0]
+        conv[0] += row[2]
+        conv[1] += row[3]
+        print(
+            f"| {key} | {row[0]}/{row[1]} | {row[2] / 1e3:.3f} | {row[3] / 1e3:.3f} | {row[2] / max(row[3], 1):.2f} | "
+            f"{flops / max(row[2], 1) / 1e3:.0f} | {row[4] / max(row[3], 1) / 1e3:.0f} |"
+        )
+    print(f"| **all convs** | | **{conv[0] / 1e3:.2f}** | **{conv[1] / 1e3:.2f}** | {conv[0] / conv[1]:.2f} | | |")
+    for op, (a, b) in sorted(other.items(), key=lambda kv: -max(kv[1])):
+        print(f"| {op} | | {a / 1e3:.3f} | {b / 1e3:.3f} | | | |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=1)
@@ -186,9 +320,13 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=0.2, help="per cell per round")
     ap.add_argument("--cpu-time", action="store_true", help="time.process_time instead of wall time")
     ap.add_argument("--only", default="", help="comma-separated shape indices")
+    ap.add_argument("--cells", default="", help="comma-separated columns of " + ",".join(CELLS))
     ap.add_argument("--profile-resnet", action="store_true", help="profile the whole ResNet-50 instead")
     ap.add_argument("--runs", type=int, default=20, help="--profile-resnet: profiled runs")
+    ap.add_argument("--compare-ort", action="store_true", help="per-node profile beside onnxruntime's")
     args = ap.parse_args()
+    if args.compare_ort:
+        return compare_ort(args)
     if args.profile_resnet:
         return profile_resnet(args)
 
@@ -200,23 +338,25 @@ def main() -> None:
     rng = np.random.default_rng(0)
     picks = [int(i) for i in args.only.split(",")] if args.only else range(len(SHAPES))
     print(f"threads={args.threads} clock={'process_time' if args.cpu_time else 'perf_counter'} load={os.getloadavg()}")
-    print(
-        "| # | conv (C x H -> M, k, s) | GEMM MxKxN | conv GFLOP/s | fed GFLOP/s | W.col GFLOP/s | colT.WT GFLOP/s "
-        "| x count |"
-    )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    total = {"conv": 0.0, "fed": 0.0, "W.col": 0.0, "colT.WT": 0.0}
+    names = args.cells.split(",") if args.cells else list(CELLS)
+    print("| # | conv (C x H -> M, k, s) | GEMM MxKxN | " + " | ".join(f"{n} GFLOP/s" for n in names) + " | x count |")
+    print("| --- " * (len(names) + 4) + "|")
+    total = {name: 0.0 for name in names}
     for i in picks:
         count, C, H, M, k, s, p = SHAPES[i]
         oh = (H + 2 * p - k) // s + 1
         K, N = C * k * k, oh * oh
         flops = 2.0 * M * K * N
+        conv = conv_model(C, H, M, k, s, p, rng)
         cells = {
-            "conv": conv_model(C, H, M, k, s, p, rng),
+            "conv": conv,
             "fed": conv_model(C, H, M, k, s, p, rng, fed=True),
             "W.col": matmul_model((M, K), (K, N), True, rng),
             "colT.WT": matmul_model((N, K), (K, M), False, rng),
+            "tiles": conv,
+            "implicit": conv,
         }
+        cells = {name: cell for name, cell in cells.items() if name in names}
         runs = {}
         for name, (model, feeds) in cells.items():
             sess = tob.InferenceSession(model, opts)
@@ -226,6 +366,7 @@ def main() -> None:
         best = {name: float("inf") for name in cells}
         for _ in range(args.rounds):
             for name, (sess, feeds) in runs.items():
+                _implicit_switch(name)
                 times = []
                 t_end = time.perf_counter() + args.seconds
                 while time.perf_counter() < t_end or len(times) < 3:
@@ -233,12 +374,14 @@ def main() -> None:
                     sess.run(None, feeds)
                     times.append(clock() - t0)
                 best[name] = min(best[name], statistics.median(times))
+        _implicit_switch("")
         for name in best:
             total[name] += best[name] * count
         g = {name: flops / best[name] / 1e9 for name in best}
         print(
-            f"| {i} | {C}x{H} -> {M}, {k}x{k}, s{s} | {M}x{K}x{N} | {g['conv']:.0f} | {g['fed']:.0f} | {g['W.col']:.0f} | "
-            f"{g['colT.WT']:.0f} | {count} |",
+            f"| {i} | {C}x{H} -> {M}, {k}x{k}, s{s} | {M}x{K}x{N} | "
+            + " | ".join(f"{g[n]:.0f}" for n in names)
+            + f" | {count} |",
             flush=True,
         )
     print("sum over ResNet-50's convs (ms): " + ", ".join(f"{n} {t * 1e3:.2f}" for n, t in total.items()))

@@ -32,6 +32,7 @@ const std::vector<SwitchSpec>& Specs() {
       {EnvSwitch::kLossGradFusion, "TOB_LOSS_GRAD_FUSION", {kOff, kOn}},
       {EnvSwitch::kTanhGradFusion, "TOB_TANHGRAD_FUSION", {kOff, kOn}},
       {EnvSwitch::kBatchedMatMulTranspose, "TOB_BATCHED_MATMUL_TRANSPOSE", {kOff, kOn}},
+      {EnvSwitch::kConvImplicit, "TOB_CONV_IMPLICIT", {kOff, kOn}},
   };
   return specs;
 }

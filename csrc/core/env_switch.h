@@ -25,6 +25,7 @@ enum class EnvSwitch {
   kLossGradFusion,          // TOB_LOSS_GRAD_FUSION: 0 = pass off
   kTanhGradFusion,          // TOB_TANHGRAD_FUSION: 0 = TanhGrad is no FusedElementwise instruction
   kBatchedMatMulTranspose,  // TOB_BATCHED_MATMUL_TRANSPOSE: 0 = MatMulTransposeFusion leaves batched products
+  kConvImplicit,            // TOB_CONV_IMPLICIT: 0 = no implicit-GEMM conv, 1 = every packed conv implicit
 };
 
 // The switch's value: "" when it is unset or empty, else what it is set to if that is one of the

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,6 +28,27 @@ using conv_testing::Conv2DCase;
 using conv_testing::RefConv2D;
 using testing::RandomTensor;
 using testing::ToDoubles;
+
+// TOB_CONV_IMPLICIT for one scope ("" leaves it unset), restored afterwards.
+class ScopedImplicit {
+ public:
+  explicit ScopedImplicit(const char* value) {
+    const char* old = std::getenv(kName);
+    had_ = old != nullptr;
+    if (had_) saved_ = old;
+    if (value[0] != '\0') setenv(kName, value, 1);
+    else unsetenv(kName);
+  }
+  ~ScopedImplicit() {
+    if (had_) setenv(kName, saved_.c_str(), 1);
+    else unsetenv(kName);
+  }
+
+ private:
+  static constexpr const char* kName = "TOB_CONV_IMPLICIT";
+  bool had_ = false;
+  std::string saved_;
+};
 
 struct Fusion {
   bool bias = true, z = false, relu = false;
@@ -105,17 +127,31 @@ void RunPacked(const Conv2DCase& c, const Fusion& f, int threads = 2, uint32_t s
     names.push_back("z");
     feeds.push_back(z);
   }
+  // The packed session under each choice of the implicit-GEMM switch (read on every call): the
+  // default rule, the transposed tiles of im2col columns (=0) and the implicit GEMM (=1).
   std::vector<Tensor> got, want;
-  RunStats stats;
-  const int64_t tiles_before = conv_packed::PackedTilesRun();
-  ASSERT_TRUE(packed->Run(names, feeds, {}, &got, &stats).ok());
-  if (transposed) {
-    EXPECT_GT(conv_packed::PackedTilesRun(), tiles_before);  // the transposed tiles ran
-    EXPECT_EQ(stats.prepacked_constants, 1);
-    EXPECT_GE(stats.prepacked_bytes, static_cast<size_t>(w.numel()) * sizeof(float));
-  } else {
-    EXPECT_EQ(conv_packed::PackedTilesRun(), tiles_before);
-    EXPECT_EQ(stats.prepacked_constants, 0);
+  for (const char* mode : {"", "0", "1"}) {
+    SCOPED_TRACE(::testing::Message() << "TOB_CONV_IMPLICIT=" << mode);
+    ScopedImplicit scoped(mode);
+    RunStats stats;
+    const int64_t tiles_before = conv_packed::PackedTilesRun(), implicit_before = conv_packed::ImplicitConvsRun();
+    ASSERT_TRUE(packed->Run(names, feeds, {}, &got, &stats).ok());
+    const int64_t tiles = conv_packed::PackedTilesRun() - tiles_before;
+    const int64_t implicit = conv_packed::ImplicitConvsRun() - implicit_before;
+    if (transposed) {
+      // Exactly one of the two packed paths ran; =0 / =1 pick which.
+      EXPECT_EQ(tiles > 0, implicit == 0);
+      if (mode[0] == '0') EXPECT_EQ(implicit, 0);
+      if (mode[0] == '1') EXPECT_EQ(implicit, 1);
+      EXPECT_EQ(stats.prepacked_constants, 1);
+      EXPECT_GE(stats.prepacked_bytes, static_cast<size_t>(w.numel()) * sizeof(float));
+    } else {
+      EXPECT_EQ(tiles, 0);
+      EXPECT_EQ(implicit, 0);
+      EXPECT_EQ(stats.prepacked_constants, 0);
+    }
+    // Sums of up to ~1200 float32 products of values in [-1, 1].
+    testing::ExpectClose(got[0], out_shape, expected, 2e-4, 2e-4, "packed");
   }
   names.push_back("w");
   feeds.push_back(w);
@@ -125,9 +161,6 @@ void RunPacked(const Conv2DCase& c, const Fusion& f, int threads = 2, uint32_t s
   }
   ASSERT_TRUE(fed->Run(names, feeds, {}, &want).ok());
   EXPECT_EQ(PackedSgemmB::packs_made() - packs_before, packs);  // runs never re-pack
-
-  // Sums of up to ~1200 float32 products of values in [-1, 1].
-  testing::ExpectClose(got[0], out_shape, expected, 2e-4, 2e-4, "packed");
   testing::ExpectClose(want[0], out_shape, expected, 2e-4, 2e-4, "fed weights");
 }
 
@@ -174,6 +207,21 @@ TEST(ConvPacked, GroupsBatchesAndManyColumnBlocks) {
   // 256 channels over 30 x 30 = 900 positions: the positions x channels block is capped, so the
   // image runs in several column blocks whose edges fall inside output rows.
   RunPacked(Conv2DCase{{1, 16, 30, 30}, {256, 16, 1, 1}}, {true, true, true}, 2, 131);
+}
+
+// The implicit-GEMM path (conv_implicit.h) on geometries beyond ResNet's: strides 2 and 3 with
+// dilations, asymmetric pads, 5x5 and 1x3 kernels, odd channel counts that fill no
+// panel (17: a 32-wide panel; 8: a 16-wide one), 3 input channels, groups and batches. RunPacked
+// runs each under the default rule and both forced paths.
+TEST(ConvPacked, ImplicitGemmGeometries) {
+  SKIP_WITHOUT_SGEMM();
+  RunPacked(Conv2DCase{{2, 7, 17, 21}, {17, 7, 3, 3}, {2, 2}, {2, 1}, {1, 0, 2, 1}}, {true, true, true}, 2, 201);
+  RunPacked(Conv2DCase{{1, 3, 26, 23}, {8, 3, 5, 5}, {3, 2}, {1, 1}, {2, 2, 1, 0}}, {false, false, true}, 1, 211);
+  RunPacked(Conv2DCase{{1, 9, 13, 16}, {33, 9, 1, 3}, {1, 1}, {1, 3}, {0, 3, 0, 3}}, {true, true, false}, 2, 221);
+  RunPacked(Conv2DCase{{3, 6, 11, 12}, {51, 2, 3, 3}, {1, 2}, {2, 2}, {2, 2, 2, 2}, 3}, {true, false, true}, 2, 231);
+  // Dilation 3 at stride 1, and a 7x7 grid of positions with 300 channels (10 panels, parts).
+  RunPacked(Conv2DCase{{1, 20, 12, 14}, {24, 20, 3, 3}, {1, 1}, {3, 3}, {3, 2, 3, 2}}, {true, true, true}, 2, 241);
+  RunPacked(Conv2DCase{{1, 40, 7, 7}, {300, 40, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}}, {true, true, true}, 2, 251);
 }
 
 // Batches of images with a few output positions each fold into one GEMM (conv_packed::BatchFoldWins,

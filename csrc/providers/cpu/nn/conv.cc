@@ -20,6 +20,7 @@
 #include "providers/cpu/nn/conv_columns.h"
 #include "providers/cpu/nn/conv_depthwise_isa.h"
 #include "providers/cpu/nn/conv_epilogue.h"
+#include "providers/cpu/nn/conv_implicit.h"
 #include "providers/cpu/nn/conv_packed.h"
 #include "providers/cpu/nn/gemm.h"
 #include "providers/cpu/nn/sgemm_packed.h"
@@ -44,6 +45,12 @@ constexpr int64_t kMinTransposedRows = 96;
 
 std::atomic<int64_t> g_packed_tiles{0};
 std::atomic<int64_t> g_batch_folds{0};
+std::atomic<int64_t> g_implicit_convs{0};
+// The implicit-GEMM conv's tasks: blocks of at most this many grid positions (16 register tiles)
+// by parts of at most kImplicitPartPanels packed panels (256 channels), so that a task's block of
+// the output (positions x channels, at most 192 KiB) and one panel of the weights stay in L2.
+constexpr int64_t kImplicitBlockRows = 16 * conv_implicit::kTileRows;
+constexpr int64_t kImplicitPartPanels = 8;
 
 // Kernel heights the AVX-512 depthwise rows take (their tap rows are gathered on the stack).
 constexpr int64_t kMaxVectorKernelRows = 32;
@@ -253,6 +260,112 @@ Status TiledConv2D(const KernelContext& ctx, const T* x, const T* w, const Packe
   return failed ? first_error : Status::OK();
 }
 
+// Implicit-GEMM convs on pre-packed weights (conv_implicit.h): the input of each (image, group)
+// is copied once into zero-padded phase planes, on which every tap of the kernel is one offset, and
+// register tiles of consecutive grid positions read their col^T rows straight from there: the
+// same product as the transposed tiles (Y^T = col^T W^T over the packed W^T panels, each output a
+// dot product over kernel_dim in K order), without im2col. A task is one block of grid positions
+// of one (image, group) by one part of the channels; its block (positions x channels) goes into
+// Y's rows through conv_packed::StoreTransposed with the bias, Z and Relu, one output row at a
+// time (the grid's Wq - OW extra columns per row are dropped there).
+Status ImplicitConv2D(const KernelContext& ctx, const float* x, const PackedSgemmB* packed, const float* bias,
+                      const float* z, float* y, const ConvShape& s, const WindowGeometry& g,
+                      const conv_epilogue::ActivationSpec& act) {
+  ThreadPool* pool = ctx.thread_pool();
+  g_implicit_convs.fetch_add(1, std::memory_order_relaxed);
+  const int64_t threads = pool != nullptr ? std::max(1, pool->num_threads()) : 1;
+  const conv_implicit::Layout l = conv_implicit::MakeLayout(g, s.Cg);
+  const std::vector<int32_t> koff = conv_implicit::KernelOffsets(g, l, s.Cg);
+  const int64_t K = s.kernel_dim, OW = g.out[1];
+  const int64_t panels = (s.Mg + kSgemmPanelCols - 1) / kSgemmPanelCols;
+  // Blocks of whole register tiles over the grid's positions (the last tile may be partial).
+  const int64_t blocks = (l.positions + kImplicitBlockRows - 1) / kImplicitBlockRows;
+  const int64_t block = ((l.positions + blocks - 1) / blocks + conv_implicit::kTileRows - 1) /
+                        conv_implicit::kTileRows * conv_implicit::kTileRows;
+  // Images per chunk: their phase planes stay below kMaxColumnBytes.
+  const int64_t per_image = s.group * l.floats;
+  const int64_t images = std::clamp<int64_t>(kMaxColumnBytes / std::max<int64_t>(1, per_image * 4), 1, s.N);
+  int64_t part_panels = std::min(panels, kImplicitPartPanels);
+  // Enough tasks for every thread to take a few (a preempted worker then holds back little).
+  while (part_panels > 1 && images * s.group * blocks * ((panels + part_panels - 1) / part_panels) < 2 * threads)
+    part_panels = (part_panels + 1) / 2;
+  const int64_t parts = (panels + part_panels - 1) / part_panels;
+  const int64_t part_width = std::min(s.Mg, part_panels * kSgemmPanelCols);
+  TOB_ASSIGN_OR_RETURN(Tensor planes, ctx.AllocateScratch(DType::kFloat32, {images * per_image}));
+  const bool relu = act.kind == conv_epilogue::Activation::kRelu;
+  for (int64_t n0 = 0; n0 < s.N; n0 += images) {
+    const int64_t nn = std::min(images, s.N - n0);
+    const int64_t tasks = nn * s.group * parts * blocks;
+    const int64_t slots = std::min(threads, tasks);
+    TOB_ASSIGN_OR_RETURN(Tensor out_blocks, ctx.AllocateScratch(DType::kFloat32, {slots * block * part_width}));
+    // The phase planes of every (image, group) in the chunk, by input channels.
+    const int64_t channel_grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, l.plane * l.sh * l.sw));
+    ParallelFor(pool, nn * s.group * s.Cg, channel_grain, [&](int64_t begin, int64_t end) {
+      for (int64_t u = begin; u < end;) {
+        const int64_t ig = u / s.Cg, c0 = u % s.Cg, c1 = std::min(s.Cg, c0 + (end - u));
+        const int64_t n = n0 + ig / s.group, gi = ig % s.group;
+        float* dst = planes.data<float>() + ig * l.floats;
+        conv_implicit::FillPhasePlanes(x + (n * s.C + gi * s.Cg) * s.in_size, g, l, c0, c1, dst);
+        if (c1 == s.Cg) {
+          const int64_t filled = s.Cg * l.sh * l.sw * l.plane;
+          std::fill(dst + filled, dst + l.floats, 0.f);
+        }
+        u += c1 - c0;
+      }
+    });
+    std::atomic<int64_t> next{0};
+    ParallelFor(pool, slots, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t slot = begin; slot < end; ++slot) {
+        float* out = out_blocks.data<float>() + slot * block * part_width;
+        for (int64_t t = next++; t < tasks; t = next++) {
+          const int64_t rb = t % blocks, part = (t / blocks) % parts, ig = t / (blocks * parts);
+          const int64_t n = n0 + ig / s.group, gi = ig % s.group;
+          const int64_t q0 = rb * block, q1 = std::min(l.positions, q0 + block);
+          if (q0 >= q1) continue;
+          const int64_t m_lo = part * part_panels * kSgemmPanelCols, m_hi = std::min(s.Mg, m_lo + part_width);
+          const int64_t mw = m_hi - m_lo;
+          const float* p = planes.data<float>() + ig * l.floats;
+          // Register tiles of even sizes (a last tile of 1 row would be a latency-bound chain).
+          const int64_t tiles = (q1 - q0 + conv_implicit::kTileRows - 1) / conv_implicit::kTileRows;
+          for (int64_t pi = m_lo / kSgemmPanelCols; pi * kSgemmPanelCols < m_hi; ++pi) {
+            const int64_t c0 = pi * kSgemmPanelCols, nw = std::min(kSgemmPanelCols, s.Mg - c0);
+            const int width =
+                nw > kSgemmPanelCols / 2 ? static_cast<int>(kSgemmPanelCols) : static_cast<int>(kSgemmPanelCols / 2);
+            const float* panel = packed[gi].data() + pi * K * kSgemmPanelCols;
+            // K blocks of the panel stay in L1 across the block's register tiles.
+            for (int64_t k0 = 0; k0 < K; k0 += conv_implicit::kKc) {
+              const int64_t kc = std::min(conv_implicit::kKc, K - k0);
+              for (int64_t i = 0; i < tiles; ++i) {
+                const int64_t a = q0 + (q1 - q0) * i / tiles, e = q0 + (q1 - q0) * (i + 1) / tiles;
+                conv_implicit::Tile(static_cast<int>(e - a), width, p + a, koff.data() + k0, kc, panel + k0 * width,
+                                    static_cast<int>(nw), out + (a - q0) * mw + (c0 - m_lo), mw, k0 > 0);
+              }
+            }
+          }
+          // Output row oh is grid positions [oh * Wq, oh * Wq + OW).
+          float* yg = y + (n * s.M + gi * s.Mg + m_lo) * s.out_size;
+          const float* zg = z != nullptr ? z + (n * s.M + gi * s.Mg + m_lo) * s.out_size : nullptr;
+          const float* bg = bias != nullptr ? bias + gi * s.Mg + m_lo : nullptr;
+          int64_t p_lo = -1, p_hi = -1;
+          for (int64_t oh = q0 / l.Wq; oh < g.out[0] && oh * l.Wq < q1; ++oh) {
+            const int64_t a = std::max(q0, oh * l.Wq), e = std::min(q1, oh * l.Wq + OW);
+            if (a >= e) continue;
+            const int64_t pos = oh * OW + (a - oh * l.Wq);
+            conv_packed::StoreTransposed(out + (a - q0) * mw, e - a, mw, bg, zg != nullptr ? zg + pos : nullptr,
+                                         s.out_size, relu, yg + pos, s.out_size);
+            if (p_lo < 0) p_lo = pos;
+            p_hi = pos + (e - a);
+          }
+          if (!relu && act.kind != conv_epilogue::Activation::kNone && p_lo >= 0)
+            conv_epilogue::Apply<float>(act, nullptr, nullptr, y + (n * s.M + gi * s.Mg) * s.out_size, s.out_size, m_lo,
+                                        m_hi, p_lo, p_hi);
+        }
+      }
+    });
+  }
+  return Status::OK();
+}
+
 // Convs whose output images hold only a few positions (the last stages of an image classifier at
 // small resolutions: 1x1, 2x2, 4x4 outputs). There each image's product is a matrix-vector-like
 // GEMM (N = out_size) that streams the whole weight once per image; here the columns of every image
@@ -375,6 +488,12 @@ Status ConvTyped(const KernelContext& ctx, const Tensor& X, const Tensor& Wt, co
   if (geometry.rank() <= 2 && conv_packed::TiledEnabled()) {
     const bool transposed = packed != nullptr && conv_packed::TransposedWins(s.Mg, s.kernel_dim, geometry.kernel_size(),
                                                                              geometry.IsPointwise());
+    if constexpr (std::is_same_v<T, float>) {
+      if (transposed) {
+        const WindowGeometry g2 = geometry.As2D();
+        if (conv_packed::ImplicitWins(g2, s.Cg)) return ImplicitConv2D(ctx, x, packed, bias, z, y, s, g2, act);
+      }
+    }
     return TiledConv2D(ctx, x, w, transposed ? packed : nullptr, bias, z, y, s, geometry.As2D(), act);
   }
   TOB_RETURN_IF_ERROR(ColumnConvND(ctx, x, w, bias, y, s, geometry.rank() <= 2 ? geometry.As2D() : geometry));
@@ -524,6 +643,26 @@ bool BatchFoldWins(int64_t images, int64_t out_size, bool packed_weights) {
 }
 
 int64_t BatchFoldsRun() { return g_batch_folds.load(std::memory_order_relaxed); }
+
+bool ImplicitWins(const WindowGeometry& g, int64_t channels) {
+  // TOB_CONV_IMPLICIT=0 keeps every conv on the tiles of im2col columns, =1 sends every conv with
+  // packed weights here: the A/B switch of docs/performance.md. Read on every call (a getenv per
+  // conv node), so that a benchmark can alternate the two paths on one session in one process.
+  const std::string mode = EnvSwitchValue(EnvSwitch::kConvImplicit);
+  if (mode == "0" || g.rank() != 2) return false;
+  const conv_implicit::Layout l = conv_implicit::MakeLayout(g, channels);
+  // Tap offsets are int32.
+  if (l.floats > int64_t{1} << 30) return false;
+  if (mode == "1") return true;
+  // Measured per ResNet-50 shape (docs/performance.md, "Convolution"): every conv with a kernel
+  // larger than 1x1 (pointwise ones measured 5-25% slower than the tiles, which then read X in
+  // place of a copy), unless the grid's extra columns add more than half of the output positions
+  // (ResNet's worst, 3x3 pad 1 on 7x7, adds 24% and still gains).
+  if (g.kernel_size() == 1) return false;
+  return l.positions * 2 <= g.out_size() * 3;
+}
+
+int64_t ImplicitConvsRun() { return g_implicit_convs.load(std::memory_order_relaxed); }
 
 int64_t PackedTilesRun() { return g_packed_tiles.load(std::memory_order_relaxed); }
 

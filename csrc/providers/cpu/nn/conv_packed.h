@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "providers/cpu/nn/window_geometry.h"
+
 namespace tob::conv_packed {
 
 // Whether 2-D (and 1-D) convs run tiled (TOB_CONV_TILED=0: the whole-image column path, which
@@ -40,6 +42,15 @@ bool BatchFoldWins(int64_t images, int64_t out_size, bool packed_weights);
 
 // Tiles computed on pre-packed weights in this process (tests assert the packed path ran).
 int64_t PackedTilesRun();
+
+// Whether a conv with packed float32 weights (one that TransposedWins sends to the transposed
+// tiles) runs as an implicit GEMM on phase planes instead (conv_implicit.h; conv.cc's
+// ImplicitConv2D), for the 2-D geometry g over `channels` input channels per group.
+// TOB_CONV_IMPLICIT=0 / =1 forces either; read on every call (A/B on one session).
+bool ImplicitWins(const WindowGeometry& g, int64_t channels);
+
+// Convs run as implicit GEMMs in this process (tests assert the path ran).
+int64_t ImplicitConvsRun();
 
 // Convs run batch-folded in this process (tests assert the folded path ran).
 int64_t BatchFoldsRun();
