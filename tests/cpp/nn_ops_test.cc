@@ -405,6 +405,23 @@ TEST(NnAveragePool, CountIncludePadAndCeilMode) {
   RunPool<double>(Pool::kAvg, {1, 2, 6, 6}, {{2, 2}, {2, 2}, {}, {}}, false, false, false, 0, 1e-12);
 }
 
+// A window that is the whole unpadded input (ResNet's final 7x7 AveragePool): one reduction per
+// plane (pool.cc's global-window path), against the float64 reference; strides and ceil_mode do
+// not change its single output; Max with Indices keeps the tap loop; 16-bit and 1-D/3-D inputs.
+TEST(NnPool, WholePlaneWindow) {
+  RunPool(Pool::kAvg, {1, 2048, 7, 7}, {{7, 7}, {1, 1}, {}, {}}, false, false, false, 0, 1e-5);
+  RunPool(Pool::kAvg, {3, 5, 9, 11}, {{9, 11}, {2, 3}, {}, {}}, true, true);
+  RunPool(Pool::kMax, {2, 6, 13, 10}, {{13, 10}, {1, 1}, {}, {}}, false);
+  RunPool(Pool::kMax, {2, 3, 6, 5}, {{6, 5}, {1, 1}, {}, {}}, false, false, true);  // with Indices
+  RunPool(Pool::kAvg, {2, 4, 37}, {{37}, {1}, {}, {}}, false);
+  RunPool(Pool::kMax, {1, 3, 4, 5, 6}, {{4, 5, 6}, {1, 1, 1}, {}, {}}, false);
+  RunPool<double>(Pool::kAvg, {1, 3, 5, 5}, {{5, 5}, {1, 1}, {}, {}}, false, false, false, 0, 1e-12);
+  RunPool<Float16>(Pool::kAvg, {1, 3, 4, 4}, {{4, 4}, {1, 1}, {}, {}}, false, false, false, 0, 2e-3);
+  RunPool<int8_t>(Pool::kMax, {1, 2, 5, 5}, {{5, 5}, {1, 1}, {}, {}}, false);
+  // Pads or a dilation make it an ordinary window (the tap loop).
+  RunPool(Pool::kAvg, {1, 2, 7, 7}, {{7, 7}, {1, 1}, {}, {1, 1, 1, 1}}, false, true);
+}
+
 TEST(NnPool, MissingKernelShapeIsAnError) {
   auto r =
       OpTester("MaxPool", 12).Input("X", RandomTensor<float>({1, 1, 4, 4})).Output("Y", {1, 1, 4, 4}, {}).Compute();

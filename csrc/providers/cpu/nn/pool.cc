@@ -286,6 +286,33 @@ void PoolPlanes2D(const T* x, T* y, const WindowGeometry& g, const std::vector<s
   }
 }
 
+template <typename T>
+Acc<T> PlaneReduce(const T* x, int64_t n, PoolKind kind, int64_t lp_order) {
+  if (kind == PoolKind::kLp) {
+    Acc<T> sum = Acc<T>(0);
+    for (int64_t i = 0; i < n; ++i) sum += PowerOfAbs(static_cast<Acc<T>>(x[i]), lp_order);
+    return RootOf(sum, lp_order);
+  }
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    return kind == PoolKind::kMax ? vec::Max(x, n) : vec::Sum(x, n) / static_cast<T>(n);
+  } else {
+    float acc = kind == PoolKind::kMax ? -std::numeric_limits<float>::infinity() : 0.f;
+    for (int64_t i = 0; i < n; ++i) {
+      float v = static_cast<float>(x[i]);
+      acc = kind == PoolKind::kMax ? std::max(acc, v) : acc + v;
+    }
+    return kind == PoolKind::kMax ? acc : acc / static_cast<float>(n);
+  }
+}
+
+// One output per plane whose window is exactly the input: no pads, no dilation, kernel = input.
+bool IsWholePlaneWindow(const WindowGeometry& g) {
+  for (size_t d = 0; d < g.rank(); ++d)
+    if (g.out[d] != 1 || g.kernel[d] != g.in[d] || g.pad_begin[d] != 0 || g.pad_end[d] != 0 || g.dilations[d] != 1)
+      return false;
+  return true;
+}
+
 class PoolKernel final : public OpKernel {
  public:
   PoolKernel(const Node& node, PoolKind kind, WindowAttributes attrs, bool count_include_pad, bool column_major,
@@ -328,6 +355,20 @@ class PoolKernel final : public OpKernel {
     std::vector<std::vector<TapRange>> taps;
     for (size_t d = 0; d < g2.rank(); ++d) taps.push_back(TapRanges(g2, d));
     const int64_t planes = x.dim(0) * x.dim(1);
+    // A window that is the whole unpadded input (a classifier's final AveragePool written with
+    // kernel_shape = the image, one output per plane) is the global pool: one vectorised
+    // reduction per plane instead of a tap loop over a 1-element output row.
+    if (indices == nullptr && IsWholePlaneWindow(g) && x.dtype() != DType::kInt8 && x.dtype() != DType::kUInt8) {
+      const int64_t size = g.in_size();
+      return DispatchFloat(ctx, x.dtype(), [&]<typename T>() -> Status {
+        const T* xp = x.data<T>();
+        T* yp = y.data<T>();
+        ParallelFor(ctx.thread_pool(), planes, std::max<int64_t>(1, 65536 / size), [&](int64_t b, int64_t e) {
+          for (int64_t p = b; p < e; ++p) yp[p] = static_cast<T>(PlaneReduce(xp + p * size, size, kind_, lp_order_));
+        });
+        return Status::OK();
+      });
+    }
     const int64_t work = std::max<int64_t>(1, g.out_size() * g.kernel_size());
     const int64_t grain = std::max<int64_t>(1, 32768 / work);
     int64_t* idx = indices != nullptr ? indices->data<int64_t>() : nullptr;
@@ -359,25 +400,6 @@ class PoolKernel final : public OpKernel {
   bool column_major_;
   int64_t lp_order_;
 };
-
-template <typename T>
-Acc<T> PlaneReduce(const T* x, int64_t n, PoolKind kind, int64_t lp_order) {
-  if (kind == PoolKind::kLp) {
-    Acc<T> sum = Acc<T>(0);
-    for (int64_t i = 0; i < n; ++i) sum += PowerOfAbs(static_cast<Acc<T>>(x[i]), lp_order);
-    return RootOf(sum, lp_order);
-  }
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-    return kind == PoolKind::kMax ? vec::Max(x, n) : vec::Sum(x, n) / static_cast<T>(n);
-  } else {
-    float acc = kind == PoolKind::kMax ? -std::numeric_limits<float>::infinity() : 0.f;
-    for (int64_t i = 0; i < n; ++i) {
-      float v = static_cast<float>(x[i]);
-      acc = kind == PoolKind::kMax ? std::max(acc, v) : acc + v;
-    }
-    return kind == PoolKind::kMax ? acc : acc / static_cast<float>(n);
-  }
-}
 
 class GlobalPoolKernel final : public OpKernel {
  public:
