@@ -33,6 +33,12 @@ profiles the same model in our engine and in onnxruntime (SessionOptions.enable_
 default graph optimizations, so its NCHWc convs), the runs of the two alternating in one process,
 and puts the node times side by side, matched by conv shape (per node the best of the runs,
 summed per shape); onnxruntime's layout reorders and the other ops by op type.
+
+    PYTHONPATH=. python benchmarks/bench_conv_shapes.py --ab-implicit [--threads 1] [--runs 20]
+
+runs one ResNet-50 session with TOB_CONV_IMPLICIT=0 and =1 alternating run by run (the switch is
+read on every conv call) and sums each side's per-node best times by kind (kxk convs, 1x1 convs,
+other ops), plus each run's process CPU time at one thread.
 """
 
 from __future__ import annotations
@@ -235,7 +241,8 @@ def compare_ort(args) -> None:
     conv_w = {}
     for node in optimized.graph.node:
         if node.op_type in ("Conv", "FusedConv"):
-            conv_w[node.name] = inits[node.input[1]]
+            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+            conv_w[node.name] = (inits[node.input[1]], attrs.get("strides", [1, 1])[0])
     so = ort.SessionOptions()
     so.intra_op_num_threads = args.threads
     so.inter_op_num_threads = 1
@@ -255,11 +262,14 @@ def compare_ort(args) -> None:
         per_run = len(events) // (args.runs + warm)
         return [events[i * per_run : (i + 1) * per_run] for i in range(warm, args.runs + warm)]
 
-    with open(ours.end_profiling()) as f:
+    traces = [ours.end_profiling(), theirs.end_profiling()]
+    with open(traces[0]) as f:
         our_runs = split_runs([e for e in json.load(f) if e.get("cat") == "Node"])
-    with open(theirs.end_profiling()) as f:
+    with open(traces[1]) as f:
         their_runs = split_runs([e for e in json.load(f) if e.get("cat") == "Node"])
-    # (C, M, k, OH) -> our nodes, their nodes, our us, their us, their flops, input H
+    for trace in traces:
+        os.remove(trace)
+    # (C, M, k, OH, stride) -> our nodes, their nodes, our us, their us, their flops, input H
     table = defaultdict(lambda: [0, 0, 0.0, 0.0, 0.0, 0])
     other = defaultdict(lambda: [0.0, 0.0])
     totals = [0.0, 0.0]
@@ -268,11 +278,9 @@ def compare_ort(args) -> None:
         totals[0] += best
         op = e["args"]["op_type"]
         if op in ("Conv", "FusedConv"):
-            m, c, k, _ = conv_w[e["name"]]
+            (m, c, k, _), st = conv_w[e["name"]]
             oh = json.loads(e["args"]["output_shapes"])[2]
-            # Our profile gives output shapes only: the input size (so the stride) comes from the
-            # onnxruntime node of the same (C, M, k, OH).
-            table_key = (c, m, k, oh)
+            table_key = (c, m, k, oh, st)
             table[table_key][0] += 1
             table[table_key][2] += best
         else:
@@ -285,7 +293,7 @@ def compare_ort(args) -> None:
         if op == "Conv":
             x, w = a["input_type_shape"][0]["float"], a["input_type_shape"][1]["float"]
             y = a["output_type_shape"][0]["float"]
-            table_key = (w[1], w[0], w[2], y[2])
+            table_key = (w[1], w[0], w[2], y[2], max(1, round(x[2] / y[2])))
             table[table_key][1] += 1
             table[table_key][3] += best
             table[table_key][4] += 2.0 * w[0] * w[1] * w[2] * w[3] * y[2] * y[3]
@@ -299,8 +307,8 @@ def compare_ort(args) -> None:
     print("| conv (C x H -> M, k, s) | nodes | ours ms | ort ms | ours/ort | ours GFLOP/s | ort GFLOP/s |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     conv = [0.0, 0.0]
-    for (c, m, k, oh), row in table.items():
-        key, _ = _conv_key(c, row[5] or oh, m, k, oh)
+    for (c, m, k, oh, st), row in table.items():
+        key, _ = _conv_key(c, row[5] or oh * st, m, k, oh)
         flops = row[4] / max(1, row[1]) * row[0]
         conv[0] += row[2]
         conv[1] += row[3]
@@ -311,6 +319,77 @@ def compare_ort(args) -> None:
     print(f"| **all convs** | | **{conv[0] / 1e3:.2f}** | **{conv[1] / 1e3:.2f}** | {conv[0] / conv[1]:.2f} | | |")
     for op, (a, b) in sorted(other.items(), key=lambda kv: -max(kv[1])):
         print(f"| {op} | | {a / 1e3:.3f} | {b / 1e3:.3f} | | | |")
+
+
+def ab_implicit(args) -> None:
+    """One session of the ResNet-50; runs alternate TOB_CONV_IMPLICIT=0 / =1 (read on every conv
+    call), profiled; per node the best of each side's runs, and each run's process CPU time."""
+    import json
+
+    import torch_ort_backend as tob
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import onnx_models
+
+    bm = onnx_models.light_resnet50(random_weights=True)
+    feeds = dict(bm.feeds)
+    opts = tob.SessionOptions()
+    opts.intra_op_num_threads = args.threads
+    opts.enable_profiling = True
+    sess = tob.InferenceSession(bm.model, opts)
+    modes = ["0", "1"] * (args.runs + 2)
+    cpu = {"0": [], "1": []}
+    for m in modes:
+        os.environ["TOB_CONV_IMPLICIT"] = m
+        t0 = time.process_time()
+        sess.run(None, feeds)
+        cpu[m].append(time.process_time() - t0)
+    os.environ.pop("TOB_CONV_IMPLICIT", None)
+    trace = sess.end_profiling()
+    with open(trace) as f:
+        events = [e for e in json.load(f) if e.get("cat") == "Node"]
+    os.remove(trace)
+    per_run = len(events) // len(modes)
+    runs = {"0": [], "1": []}
+    for i, m in enumerate(modes[4:], start=4):  # two warm-up runs of each
+        runs[m].append(events[i * per_run : (i + 1) * per_run])
+    sums = {"0": {}, "1": {}}
+    for m in runs:
+        for j, e in enumerate(runs[m][0]):
+            best = min(r[j]["dur"] for r in runs[m])
+            kind = e["args"]["op_type"]
+            if kind in ("Conv", "FusedConv"):
+                kind = "conv " + ("1x1" if e["name"] in args._pointwise else "kxk")
+            sums[m][kind] = sums[m].get(kind, 0.0) + best
+    print(f"threads={args.threads} runs={args.runs} per side (alternating) load={os.getloadavg()}")
+    print("| | TOB_CONV_IMPLICIT=0 (tiles) ms | =1 (implicit) ms |")
+    print("| --- | --- | --- |")
+    for kind in sorted(sums["0"], key=lambda k: -sums["0"][k]):
+        print(f"| {kind} | {sums['0'][kind] / 1e3:.2f} | {sums['1'][kind] / 1e3:.2f} |")
+    print(f"| nodes sum | {sum(sums['0'].values()) / 1e3:.2f} | {sum(sums['1'].values()) / 1e3:.2f} |")
+    if args.threads == 1:
+        med = {m: statistics.median(cpu[m][2:]) * 1e3 for m in cpu}
+        print(f"| run, process CPU time (median) | {med['0']:.2f} | {med['1']:.2f} |")
+
+
+def _pointwise_nodes() -> set:
+    import tempfile
+
+    import torch_ort_backend as tob
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import onnx_models
+
+    bm = onnx_models.light_resnet50(random_weights=True)
+    opts = tob.SessionOptions()
+    path = os.path.join(tempfile.mkdtemp(), "optimized.onnx")
+    opts.optimized_model_filepath = path
+    tob.InferenceSession(bm.model, opts)
+    optimized = onnx.load(path)
+    inits = {i.name: list(i.dims) for i in optimized.graph.initializer}
+    return {
+        n.name for n in optimized.graph.node if n.op_type in ("Conv", "FusedConv") and inits[n.input[1]][2:] == [1, 1]
+    }
 
 
 def main() -> None:
@@ -324,7 +403,11 @@ def main() -> None:
     ap.add_argument("--profile-resnet", action="store_true", help="profile the whole ResNet-50 instead")
     ap.add_argument("--runs", type=int, default=20, help="--profile-resnet: profiled runs")
     ap.add_argument("--compare-ort", action="store_true", help="per-node profile beside onnxruntime's")
+    ap.add_argument("--ab-implicit", action="store_true", help="ResNet-50 with TOB_CONV_IMPLICIT=0/1 alternating")
     args = ap.parse_args()
+    if args.ab_implicit:
+        args._pointwise = _pointwise_nodes()
+        return ab_implicit(args)
     if args.compare_ort:
         return compare_ort(args)
     if args.profile_resnet:
