@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "conv_reference.h"
@@ -52,6 +53,8 @@ class ScopedImplicit {
 
 struct Fusion {
   bool bias = true, z = false, relu = false;
+  std::string act = "";  // another activation (FusedConv's attribute), with its params
+  std::vector<float> params = {};
 };
 
 // One Conv (or FusedConv when Z or Relu) node; W and B initializers when weights_constant, else
@@ -76,8 +79,10 @@ std::unique_ptr<Session> ConvSession(const Conv2DCase& c, const Fusion& f, const
   attrs["dilations"] = Attribute::Ints(c.dilations);
   attrs["pads"] = Attribute::Ints(c.pads);
   attrs["group"] = Attribute::Int(c.group);
-  const bool fused = f.z || f.relu;
+  const bool fused = f.z || f.relu || !f.act.empty();
   if (f.relu) attrs["activation"] = Attribute::String("Relu");
+  if (!f.act.empty()) attrs["activation"] = Attribute::String(f.act);
+  if (!f.params.empty()) attrs["activation_params"] = Attribute::Floats(f.params);
   std::vector<std::string> inputs{"x", "w", f.bias ? "b" : ""};
   if (f.z) inputs.push_back("z");
   EXPECT_TRUE(
@@ -94,8 +99,8 @@ std::unique_ptr<Session> ConvSession(const Conv2DCase& c, const Fusion& f, const
 
 void RunPacked(const Conv2DCase& c, const Fusion& f, int threads = 2, uint32_t seed = 1) {
   SCOPED_TRACE(::testing::Message() << "X " << ShapeToString(c.x) << " W " << ShapeToString(c.w) << " group " << c.group
-                                    << " bias " << f.bias << " Z " << f.z << " Relu " << f.relu << " threads "
-                                    << threads);
+                                    << " bias " << f.bias << " Z " << f.z << " Relu " << f.relu << " act '" << f.act
+                                    << "' threads " << threads);
   const Tensor x = RandomTensor<float>(c.x, -1, 1, seed), w = RandomTensor<float>(c.w, -1, 1, seed + 1);
   const Tensor b = RandomTensor<float>({c.w[0]}, -1, 1, seed + 2);
   Shape out_shape;
@@ -107,6 +112,8 @@ void RunPacked(const Conv2DCase& c, const Fusion& f, int threads = 2, uint32_t s
   }
   if (f.relu)
     for (double& v : expected) v = std::max(v, 0.0);
+  if (!f.act.empty())
+    for (double& v : expected) v = conv_testing::RefActivation(f.act, f.params, v);
 
   // The transposed tiles take every shape but those where the per-call GEMM measured faster (1x1
   // with a stride, pointwise with K <= 128 into >= 256 channels); those pack nothing.
@@ -222,6 +229,17 @@ TEST(ConvPacked, ImplicitGemmGeometries) {
   // Dilation 3 at stride 1, and a 7x7 grid of positions with 300 channels (10 panels, parts).
   RunPacked(Conv2DCase{{1, 20, 12, 14}, {24, 20, 3, 3}, {1, 1}, {3, 3}, {3, 2, 3, 2}}, {true, true, true}, 2, 241);
   RunPacked(Conv2DCase{{1, 40, 7, 7}, {300, 40, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}}, {true, true, true}, 2, 251);
+}
+
+// Activations other than Relu on the packed paths (they run over Y's rows after the store), with Z
+// and bias, under the default rule and both forced paths (RunPacked).
+TEST(ConvPacked, OtherActivations) {
+  SKIP_WITHOUT_SGEMM();
+  const Conv2DCase c{{1, 12, 9, 10}, {40, 12, 3, 3}, {2, 1}, {1, 1}, {1, 1, 0, 2}};
+  RunPacked(c, {true, true, false, "Sigmoid", {}}, 2, 261);
+  RunPacked(c, {true, true, false, "LeakyRelu", {0.2f}}, 1, 271);
+  RunPacked(c, {false, true, false, "Clip", {-0.25f, 0.5f}}, 2, 281);
+  RunPacked(Conv2DCase{{1, 24, 7, 7}, {70, 24, 1, 1}}, {true, false, false, "Tanh", {}}, 2, 291);  // 1x1: the tiles
 }
 
 // Batches of images with a few output positions each fold into one GEMM (conv_packed::BatchFoldWins,
