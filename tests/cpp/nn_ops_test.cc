@@ -422,6 +422,28 @@ TEST(NnPool, WholePlaneWindow) {
   RunPool(Pool::kAvg, {1, 2, 7, 7}, {{7, 7}, {1, 1}, {}, {1, 1, 1, 1}}, false, true);
 }
 
+TEST(NnPool, WholePlaneMaxTreatsNaNAsTheWindowedLoopsDo) {
+  // The windowed loops keep the running maximum when an input is NaN (std::max(acc, v)); the
+  // whole-plane reduction must give the same answer wherever the NaN sits (its vector max kept a NaN
+  // only in its last block), for MaxPool with a whole-plane window and for GlobalMaxPool.
+  for (int nan_at : {0, 40, 63}) {
+    std::vector<float> xv(64);
+    double expected = -1e300;
+    for (int i = 0; i < 64; ++i) {
+      xv[i] = static_cast<float>(i) / 10.f;
+      if (i != nan_at) expected = std::max(expected, static_cast<double>(xv[i]));
+    }
+    xv[nan_at] = std::numeric_limits<float>::quiet_NaN();
+    Tensor x = Tensor::FromVector<float>(xv, {1, 1, 8, 8});
+    OpTester("MaxPool", 12)
+        .Attr("kernel_shape", Ints({8, 8}))
+        .Input("X", x)
+        .Output("Y", {1, 1, 1, 1}, {expected})
+        .Run();
+    OpTester("GlobalMaxPool", 1).Input("X", x).Output("Y", {1, 1, 1, 1}, {expected}).Run();
+  }
+}
+
 TEST(NnPool, MissingKernelShapeIsAnError) {
   auto r =
       OpTester("MaxPool", 12).Input("X", RandomTensor<float>({1, 1, 4, 4})).Output("Y", {1, 1, 4, 4}, {}).Compute();

@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
+#include "providers/cpu/training/conv_grad.h"
 #include "tensor_test_util.h"
 #include "training_test_util.h"
 
@@ -155,9 +158,12 @@ TEST(TrainingConvGrad, SeveralImageChunks) {
 TEST(TrainingConvGrad, SmallImagesFoldTheBatch) {
   // Stride 1 with at most 9 input positions per image: the flipped conv's images share one GEMM
   // per group and are scattered back into dX (one position; 3x3 positions with groups).
+  const int64_t before = conv_grad::BatchFoldsRun();
   RunConvGrad({3, 8, 1, 1}, {6, 8, 3, 3}, {{}, {}, {1, 1, 1, 1}}, 1, 1e-4);
   RunConvGrad({5, 6, 3, 3}, {4, 3, 3, 3}, {{}, {}, {1, 1, 1, 1}}, 2, 1e-4);
   RunConvGrad({4, 4, 2, 3}, {6, 4, 2, 2}, {{}, {}, {1, 0, 1, 1}}, 1, 1e-4);
+  if (std::getenv("TOB_CONV_BATCH_FOLD") == nullptr || std::string(std::getenv("TOB_CONV_BATCH_FOLD")).empty())
+    EXPECT_GE(conv_grad::BatchFoldsRun() - before, 3);  // the folded path ran (not the per-image one)
 }
 
 TEST(TrainingConvGrad, SamePaddingMatchesExplicitPads) {

@@ -61,6 +61,9 @@ def _case(op):
     if op == "Compress":
         return [helper.make_node("Compress", [x, "c"], ["y"], axis=2)], [
             numpy_helper.from_array(np.array([1, 0, 1, 1, 0, 0, 1], dtype=bool), "c")]
+    if op == "ReverseSequence":
+        return [helper.make_node("ReverseSequence", [x, "l"], ["y"], batch_axis=1, time_axis=0)], [
+            _i64("l", [2, 1, 2])]
     if op == "Shape":
         return [helper.make_node("Shape", [x], ["y"])], []
     if op == "Size":
@@ -69,7 +72,7 @@ def _case(op):
 
 
 OPS = ["Identity", "Reshape", "Flatten", "Unsqueeze", "Squeeze", "Transpose", "Concat", "Split", "Slice",
-       "Gather", "GatherElements", "GatherND", "Expand", "Tile", "Compress", "Shape", "Size"]
+       "Gather", "GatherElements", "GatherND", "Expand", "Tile", "Compress", "ReverseSequence", "Shape", "Size"]
 
 
 def _model(op, onnx_type, opset):

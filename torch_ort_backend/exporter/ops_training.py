@@ -133,9 +133,10 @@ _TORCH_CONV_GRAD_MIN_POSITIONS = 16
 def _torch_conv_grad_wins(grad_output, strides) -> bool:
     """Whether torch's CPU convolution_backward (oneDNN's direct kernels) is the faster one: measured
     per conv shape against our ConvGrad (one thread, docs/performance.md "Convolution backward"),
-    torch's wins on stride-1 convs with larger output images (1.1-3x ours on 8x8 to 26x26), ours on
-    strided convs and small images (up to 4x4), where torch's per-call cost dominates. An output whose
-    size is unknown at export keeps torch's kernel."""
+    torch's wins on stride-1 convs with larger output images (1.1-2x ours on 8x8 to 26x26 with an
+    input gradient), ours on strided convs and small images (up to 4x4), where torch's per-call cost
+    dominates. First-layer convs (no input gradient) go either way by shape, and the rule does not
+    single them out. An output whose size is unknown at export keeps torch's kernel."""
     shape = grad_output.static_shape()
     if shape is None:
         return True

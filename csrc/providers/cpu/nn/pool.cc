@@ -293,15 +293,20 @@ Acc<T> PlaneReduce(const T* x, int64_t n, PoolKind kind, int64_t lp_order) {
     for (int64_t i = 0; i < n; ++i) sum += PowerOfAbs(static_cast<Acc<T>>(x[i]), lp_order);
     return RootOf(sum, lp_order);
   }
+  if (kind == PoolKind::kMax) {
+    // std::max(acc, v) keeps acc when v is NaN, as the windowed loops do, so a NaN is treated alike
+    // wherever it sits and whatever the window's shape (vec::Max keeps one only in its last block).
+    using M = std::conditional_t<std::is_same_v<T, double>, double, float>;  // int8/uint8 exact in float
+    M acc = -std::numeric_limits<M>::infinity();
+    for (int64_t i = 0; i < n; ++i) acc = std::max(acc, static_cast<M>(x[i]));
+    return static_cast<Acc<T>>(acc);
+  }
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-    return kind == PoolKind::kMax ? vec::Max(x, n) : vec::Sum(x, n) / static_cast<T>(n);
+    return vec::Sum(x, n) / static_cast<T>(n);
   } else {
-    float acc = kind == PoolKind::kMax ? -std::numeric_limits<float>::infinity() : 0.f;
-    for (int64_t i = 0; i < n; ++i) {
-      float v = static_cast<float>(x[i]);
-      acc = kind == PoolKind::kMax ? std::max(acc, v) : acc + v;
-    }
-    return kind == PoolKind::kMax ? acc : acc / static_cast<float>(n);
+    float acc = 0.f;
+    for (int64_t i = 0; i < n; ++i) acc += static_cast<float>(x[i]);
+    return acc / static_cast<float>(n);
   }
 }
 

@@ -9,7 +9,10 @@
 // other stride-1 convs as a forward conv of dY with the flipped weight (one GEMM with a long K, no
 // scatter); strided ones through col2im. Depthwise 1-D/2-D convs use direct loops
 // (depthwise_conv_grad.h).
+#include "providers/cpu/training/conv_grad.h"
+
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <optional>
 #include <vector>
@@ -26,6 +29,8 @@
 namespace tob {
 
 namespace {
+
+std::atomic<int64_t> g_batch_folds{0};
 
 // The column buffer of one chunk of images stays below this.
 // A chunk's columns stay below this: im2col writes them and the GEMM reads them straight after,
@@ -268,6 +273,7 @@ Status InputGradByFlippedConv(const KernelContext& ctx, const C* dy, const C* w,
       }
       TOB_RETURN_IF_ERROR(BatchedGemm(false, false, s.Cg, ld, rows, C(1), a.data(), rows, b.data(), ld, C(0), c.data(),
                                       ld, s.group, pool));
+      g_batch_folds.fetch_add(1, std::memory_order_relaxed);
       // folded[g][c][nl * in_size + i] -> dX[n0 + nl][g * Cg + c][i]
       for (int64_t nl = 0; nl < nb; ++nl)
         for (int64_t gc = 0; gc < s.group * s.Cg; ++gc)
@@ -379,6 +385,8 @@ class ConvGradKernel final : public OpKernel {
 };
 
 }  // namespace
+
+int64_t conv_grad::BatchFoldsRun() { return g_batch_folds.load(std::memory_order_relaxed); }
 
 void RegisterCpuConvGradKernels(KernelRegistry& registry) {
   registry.Register(Def("ConvGrad")
