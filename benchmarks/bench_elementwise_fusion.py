@@ -17,8 +17,9 @@ other jobs.
 --switch names another pass's variable to measure it the same way (the RMSNorm fusion
 TOB_RMS_NORM_FUSION, the rotary embedding fusion TOB_ROTARY_FUSION, MatMulTransposeFusion's batched
 products TOB_BATCHED_MATMUL_TRANSPOSE, TanhGrad as a fused instruction TOB_TANHGRAD_FUSION, the
-cross-entropy backward fusion TOB_LOSS_GRAD_FUSION); --autocast bf16 runs each forward under
-torch.autocast("cpu", torch.bfloat16) with AdamW:
+cross-entropy backward fusion TOB_LOSS_GRAD_FUSION, elementwise rematerialisation
+TOB_ELEMENTWISE_REMAT); --autocast bf16 runs each forward under torch.autocast("cpu", torch.bfloat16)
+with AdamW:
 
     python benchmarks/bench_elementwise_fusion.py --switch TOB_RMS_NORM_FUSION --models llama --rounds 15
     python benchmarks/bench_elementwise_fusion.py --switch TOB_TANHGRAD_FUSION --models gpt2 --autocast bf16 --modes train
@@ -45,7 +46,7 @@ from torch_ort_backend.testing.models import extract_loss
 from variant_compile import EnvVars, engine_ops, fresh_forward, graph_serials
 
 SWITCHES = ("TOB_ELEMENTWISE_FUSION", "TOB_RMS_NORM_FUSION", "TOB_ROTARY_FUSION", "TOB_BATCHED_MATMUL_TRANSPOSE",
-            "TOB_TANHGRAD_FUSION", "TOB_LOSS_GRAD_FUSION")
+            "TOB_TANHGRAD_FUSION", "TOB_LOSS_GRAD_FUSION", "TOB_ELEMENTWISE_REMAT")
 
 
 def _memory_size_model(name: str):

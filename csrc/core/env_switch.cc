@@ -33,6 +33,7 @@ const std::vector<SwitchSpec>& Specs() {
       {EnvSwitch::kTanhGradFusion, "TOB_TANHGRAD_FUSION", {kOff, kOn}},
       {EnvSwitch::kBatchedMatMulTranspose, "TOB_BATCHED_MATMUL_TRANSPOSE", {kOff, kOn}},
       {EnvSwitch::kConvImplicit, "TOB_CONV_IMPLICIT", {kOff, kOn}},
+      {EnvSwitch::kElementwiseRemat, "TOB_ELEMENTWISE_REMAT", {kOff, kOn}},
   };
   return specs;
 }

@@ -26,6 +26,7 @@ enum class EnvSwitch {
   kTanhGradFusion,          // TOB_TANHGRAD_FUSION: 0 = TanhGrad is no FusedElementwise instruction
   kBatchedMatMulTranspose,  // TOB_BATCHED_MATMUL_TRANSPOSE: 0 = MatMulTransposeFusion leaves batched products
   kConvImplicit,            // TOB_CONV_IMPLICIT: 0 = no implicit-GEMM conv, 1 = every packed conv implicit
+  kElementwiseRemat,        // TOB_ELEMENTWISE_REMAT: 0 = ElementwiseRematerialization off
 };
 
 // The switch's value: "" when it is unset or empty, else what it is set to if that is one of the

@@ -16,7 +16,7 @@
 //    fused node can run where the group's last node ran;
 //  - every member has the same recompute mark (a recompute copy stays a copy, apart from the
 //    forward nodes it repeats: CSE and the memory optimizer rely on that);
-//  - it stays within kFusedMaxInputs inputs and kFusedMaxInstructions instructions.
+//  - it stays within kFusedMaxInputs inputs and kFusedGroupMaxInstructions instructions.
 // A value read outside its group, or a graph output, becomes an output of the fused node (the
 // backward's saved activations, for instance); values kept by name (PassContext::keep_values) keep
 // their producer. Groups of one node are left alone.
@@ -158,7 +158,7 @@ class ElementwiseFusion final : public GraphPass {
   // Within the size bounds, and convex: nothing reachable from the members (through unfused
   // nodes, which all run before the last member) feeds a member.
   bool CanFuse(const std::vector<Node*>& members) const {
-    if (static_cast<int>(members.size()) > kFusedMaxInstructions) return false;
+    if (static_cast<int>(members.size()) > kFusedGroupMaxInstructions) return false;
     std::unordered_set<const Node*> in(members.begin(), members.end());
     std::unordered_set<const Value*> inputs;
     int64_t last = 0;

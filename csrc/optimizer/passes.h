@@ -48,6 +48,11 @@ std::unique_ptr<GraphPass> CreateRotaryEmbeddingFusionPass();
 // FusedElementwise node (level kAll unless TOB_ELEMENTWISE_FUSION=0; PassContext::elementwise_fusion
 // turns it off for a session with a device provider).
 std::unique_ptr<GraphPass> CreateElementwiseFusionPass();
+// A FusedElementwise node recomputes, from its producers' inputs, values another FusedElementwise
+// node writes only for it, where that holds fewer bytes at every point of the run (a recomputed
+// layer's GELU / SiLU intermediates in the training backward); after ElementwiseFusion, unless
+// TOB_ELEMENTWISE_REMAT=0.
+std::unique_ptr<GraphPass> CreateElementwiseRematerializationPass();
 // Removes nodes none of whose outputs is used, kept or a graph output.
 std::unique_ptr<GraphPass> CreateDeadCodeEliminationPass();
 

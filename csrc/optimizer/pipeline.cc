@@ -24,6 +24,10 @@ bool RmsNormFusionEnabled() { return EnvSwitchOn(EnvSwitch::kRmsNormFusion); }
 // embedding fusion").
 bool RotaryFusionEnabled() { return EnvSwitchOn(EnvSwitch::kRotaryFusion); }
 
+// On by default; TOB_ELEMENTWISE_REMAT=0 turns it off (A/B runs; docs/memory_optimizer.md,
+// "A recomputed layer's GELU gradient from x alone").
+bool ElementwiseRematEnabled() { return EnvSwitchOn(EnvSwitch::kElementwiseRemat); }
+
 }  // namespace
 
 Status PassManager::RunPass(GraphPass& pass, Graph& graph, PassContext& ctx, bool* changed) {
@@ -102,6 +106,7 @@ PassManager BuildPipeline(OptLevel level, const CastPropagationOptions& casts) {
   if (RmsNormFusionEnabled()) pm.Add(CreateRmsNormFusionPass());
   if (RotaryFusionEnabled()) pm.Add(CreateRotaryEmbeddingFusionPass());
   if (ElementwiseFusionEnabled()) pm.Add(CreateElementwiseFusionPass());
+  if (ElementwiseFusionEnabled() && ElementwiseRematEnabled()) pm.Add(CreateElementwiseRematerializationPass());
   return pm;
 }
 
