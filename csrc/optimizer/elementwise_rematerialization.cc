@@ -236,7 +236,13 @@ class ElementwiseRematerialization final : public GraphPass {
     for (const Value* l : leaves) {
       if (l->initializer() != nullptr || l->is_graph_output()) continue;
       int64_t last = -1;
-      for (const auto& use : l->uses()) last = std::max(last, pos_.at(use.node));
+      for (const auto& use : l->uses()) {
+        // A reader the order does not place (none is expected: implicit uses are their owner's)
+        // makes the leaf's lifetime unknown: no rewrite.
+        auto it = pos_.find(use.node);
+        if (it == pos_.end()) return std::optional<int64_t>();
+        last = std::max(last, it->second);
+      }
       if (last > at) continue;
       const int64_t b = Bytes(l);
       events.push_back({last + 1, b});
