@@ -9,6 +9,7 @@ import gc
 
 from torch_ort_backend.compiled_graph import live_graphs
 import functools
+import operator
 import re
 
 import pytest
@@ -153,3 +154,55 @@ def test_level_1_runs_without_an_arena_and_holds_less_than_with_one():
         assert arena[stage]["peak_held_bytes"] > arena[stage]["peak_live_bytes"], arena[stage]
         assert stats[stage]["step_held_bytes"] < arena[stage]["step_held_bytes"], (stage, stats, arena)
     assert without.memory["step_held_bytes"] < with_arena.memory["step_held_bytes"]
+
+
+def _newest_serial() -> int:
+    return max((g.serial for g in live_graphs()), default=-1)
+
+
+def _saved_dropout_outputs_of_softmax(after: int) -> int:
+    """Forward outputs (the stash) of the graphs compiled after serial `after` that are a dropout's
+    output over a softmax: attention's dropped-out probabilities."""
+    from torch_ort_backend.memory_optimizer.analysis import alias_root
+
+    found = 0
+    for g in live_graphs():
+        if g.serial <= after or g.stage != "forward" or g.gm is None:
+            continue
+        output = next(iter(g.gm.graph.find_nodes(op="output")))
+        for value in output.args[0]:
+            root = alias_root(value) if isinstance(value, torch.fx.Node) else None
+            if (root is not None and root.target is operator.getitem and root.args[1] == 0
+                    and root.args[0].target is torch.ops.aten.native_dropout.default
+                    and root.args[0].args[0].target is torch.ops.aten._softmax.default):
+                found += 1
+    return found
+
+
+@pytest.mark.parametrize("name,heads", [("gpt2", 2), ("llama", 4)])
+def test_level_1_rebuilds_what_the_backward_makes_from_its_stash(name, heads, monkeypatch):
+    """Level 1 does not stash the last layer's dropped-out attention probabilities (rebuilt from
+    the softmax and the mask, which the backward reads anyway: free_rebuild.py), and trains bit for
+    bit as level 0 and as level 1 without the rebuild, whose backward reads at least the
+    probabilities' [batch, heads, seq, seq] floats more."""
+    from torch_ort_backend.memory_optimizer import partition
+
+    make_model, make_batch, _ = MODELS[name]
+    model = make_model()
+    level0 = train(model, make_batch, {"memory_opt_level": 0})
+    serial = _newest_serial()
+    run = train(model, make_batch, {"memory_opt_level": 1})
+    assert _saved_dropout_outputs_of_softmax(serial) == 0
+    assert_identical(level0, run, f"{name} at memory_opt_level 1")
+    with monkeypatch.context() as m:
+        m.setattr(partition, "rebuild_dropout_outputs", lambda joint, readers: 0)
+        gc.collect()
+        for g in live_graphs():
+            g.memory.runs = 0
+        serial = _newest_serial()
+        plain = train(model, make_batch, {"memory_opt_level": 1})
+        assert _saved_dropout_outputs_of_softmax(serial) == 1  # the last layer's
+    assert_identical(plain, run, f"{name} at memory_opt_level 1 without the rebuilds")
+    batch, seq = 2, 16  # causal_lm_batch's
+    saved, saved_plain = (graph_memory(r, "backward")["saved_bytes"] for r in (run, plain))
+    assert saved_plain - saved >= batch * heads * seq * seq * 4, (saved_plain, saved)
