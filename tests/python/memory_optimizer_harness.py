@@ -15,6 +15,7 @@ from torch import nn
 
 import torch_ort_backend
 from torch_ort_backend import compile_stats
+from torch_ort_backend.compiled_graph import live_graphs
 from torch_ort_backend.memory_optimizer import report as report_module
 
 REPLAY_OP = "tob_memopt.native_dropout_replaying_rng_state.default"
@@ -28,6 +29,7 @@ class Run:
     reports: list = field(default_factory=list)  # Memory Optimizer reports logged (text)
     warnings: list = field(default_factory=list)  # the reports logged at WARNING
     replayed_dropouts: int = 0  # backward ATen nodes replaying a dropout's random numbers
+    pass_lines: list = field(default_factory=list)  # backward sessions' applied_passes() lines of `pass_prefix`
 
 
 class _Collect(logging.Handler):
@@ -40,9 +42,11 @@ class _Collect(logging.Handler):
 
 
 def train(model: nn.Module, make_batch: Callable[[int], dict], options: dict | None, steps: int = 2,
-          seed: int = 1234) -> Run:
+          seed: int = 1234, pass_prefix: str | None = None) -> Run:
     """Trains a deepcopy of `model` (train mode) `steps` steps with SGD under torch.compile("ort",
-    options); the random stream is seeded with `seed` first, so dropout masks depend on it alone."""
+    options); the random stream is seeded with `seed` first, so dropout masks depend on it alone.
+    With `pass_prefix`, run.pass_lines are the backward sessions' lines of that engine pass (read
+    while the compiled model is alive)."""
     torch._dynamo.reset()
     gc.collect()  # the graphs of an earlier run leave memory_stats()
     compile_stats().reset()
@@ -74,6 +78,9 @@ def train(model: nn.Module, make_batch: Callable[[int], dict], options: dict | N
     run.warnings = [r.getMessage() for r in handler.records
                     if r.levelno >= logging.WARNING and r.getMessage().startswith("Memory Optimizer")]
     run.replayed_dropouts = stats.aten_fallback_ops.get(REPLAY_OP, 0)
+    if pass_prefix is not None:
+        run.pass_lines = [line for g in live_graphs() if getattr(g, "stage", None) == "backward"
+                          for line in g.session.applied_passes() if line.startswith(pass_prefix)]
     return run
 
 
@@ -95,6 +102,14 @@ def graph_memory(run: Run, stage: str) -> dict:
     graphs = [g for g in run.memory["graphs"].values() if g["stage"] == stage]
     assert len(graphs) == 1, run.memory
     return graphs[0]
+
+
+def set_switch(monkeypatch: Any, name: str, value: str | None) -> None:
+    """An engine switch (read when sessions are created) set to `value`, or unset for None."""
+    if value is None:
+        monkeypatch.delenv(name, raising=False)
+    else:
+        monkeypatch.setenv(name, value)
 
 
 def reset_warning(monkeypatch: Any) -> None:

@@ -5,6 +5,9 @@ InferenceSession as a ValueError; an accepted value compiles and runs on the eng
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 import torch
 from onnx import TensorProto, helper
@@ -48,6 +51,25 @@ def test_inference_session_refuses_a_bad_switch(monkeypatch):
     monkeypatch.setenv("TOB_ELEMENTWISE_FUSION", "no")
     with pytest.raises(ValueError, match=r"TOB_ELEMENTWISE_FUSION='no' is not a value it accepts \('0' or '1'"):
         tob.InferenceSession(_neg_model())
+
+
+_ROOT = Path(__file__).resolve().parents[2]
+# Every switch the engine's table knows (csrc/core/env_switch.cc is the one place that lists them).
+_SWITCHES = sorted(set(re.findall(r'"(TOB_[A-Z0-9_]+)"', (_ROOT / "csrc/core/env_switch.cc").read_text())))
+
+
+def test_the_switch_table_is_read():
+    assert len(_SWITCHES) >= 15 and "TOB_ELEMENTWISE_FUSION" in _SWITCHES, _SWITCHES
+
+
+@pytest.mark.parametrize("variable", _SWITCHES)
+def test_every_switch_refuses_a_bad_value_and_is_documented(monkeypatch, variable):
+    monkeypatch.setenv(variable, "maybe")
+    with pytest.raises(ValueError, match=rf"{variable}='maybe' is not a value it accepts"):
+        tob.InferenceSession(_neg_model())
+    rows = [line for line in (_ROOT / "docs/architecture.md").read_text().splitlines() if line.lstrip().startswith("|")]
+    assert any(f"`{variable}`" in row.split("|")[1] for row in rows), (
+        f"{variable} is missing from docs/architecture.md's switch table")
 
 
 @pytest.mark.parametrize("value", ["0", "1", ""])
