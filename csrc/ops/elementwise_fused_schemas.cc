@@ -2,6 +2,7 @@
 // The node's outputs all have the broadcast shape of its inputs: every node of the fused group had
 // that one shape (optimizer/elementwise_fusion.cc only fuses nodes of one output shape, and each
 // input of the group broadcasts onto it); each output has its register's type.
+#include <algorithm>
 #include <iterator>
 
 #include "core/domain.h"
@@ -129,6 +130,19 @@ Status ReadRegisterTypes(const Node& node, bool typed, const std::vector<int64_t
 }
 
 }  // namespace
+
+AttributeMap FusedProgramAttributes(std::vector<std::string> ops, std::vector<int64_t> operands,
+                                    std::vector<int64_t> outputs, std::vector<int64_t> types) {
+  AttributeMap attrs;
+  attrs["ops"] = Attribute::Strings(std::move(ops));
+  attrs["operands"] = Attribute::Ints(std::move(operands));
+  attrs["outputs"] = Attribute::Ints(std::move(outputs));
+  const bool all_float32 = std::all_of(types.begin(), types.end(), [](int64_t t) {
+    return t == static_cast<int64_t>(DType::kFloat32) || t == static_cast<int64_t>(DType::kBool);
+  });
+  if (!all_float32) attrs["types"] = Attribute::Ints(std::move(types));
+  return attrs;
+}
 
 StatusOr<FusedProgram> ReadFusedProgram(const Node& node) {
   std::vector<std::string> ops;

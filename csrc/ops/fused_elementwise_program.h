@@ -98,4 +98,11 @@ bool FusedOpIsExpensive(FusedOpCode code);
 // its result's type); InvalidModel naming the node and the instruction otherwise.
 StatusOr<FusedProgram> ReadFusedProgram(const Node& node);
 
+// A FusedElementwise node's program attributes: its instructions `ops`, their `operands` (three per
+// instruction, -1 past its arity) and the registers it `outputs`; `types` (one per input, then one per
+// instruction, DType values) is written only where some register is not float32 or a bool condition
+// (the attribute's default).
+AttributeMap FusedProgramAttributes(std::vector<std::string> ops, std::vector<int64_t> operands,
+                                    std::vector<int64_t> outputs, std::vector<int64_t> types = {});
+
 }  // namespace tob

@@ -225,15 +225,8 @@ class ElementwiseFusion final : public GraphPass {
     if (replaced.empty()) return false;
     std::vector<std::string> output_names;
     for (const Value* y : replaced) output_names.push_back(graph.UniqueName(y->name() + "_fused"));
-    AttributeMap attrs;
-    attrs["ops"] = Attribute::Strings(ops);
-    attrs["operands"] = Attribute::Ints(operands);
-    attrs["outputs"] = Attribute::Ints(outputs);
-    // Programs of float32 (and bool conditions) only need no types: the default.
-    const bool all_float32 = std::all_of(types.begin(), types.end(), [](int64_t t) {
-      return t == static_cast<int64_t>(DType::kFloat32) || t == static_cast<int64_t>(DType::kBool);
-    });
-    if (!all_float32) attrs["types"] = Attribute::Ints(types);
+    AttributeMap attrs =
+        FusedProgramAttributes(std::move(ops), std::move(operands), std::move(outputs), std::move(types));
     const Node* last = group.back();
     TOB_ASSIGN_OR_RETURN(Node * fused, graph.AddNode(kFusedElementwiseOp, kTobDomain, input_names, output_names,
                                                      std::move(attrs), graph.UniqueName(last->name() + "_fused")));

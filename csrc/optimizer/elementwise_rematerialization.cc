@@ -384,14 +384,8 @@ class ElementwiseRematerialization final : public GraphPass {
     }
     for (const Reg& r : outs) outputs.push_back(r.input ? r.index : n + r.index);
     for (const Value* y : replaced) output_names.push_back(graph.UniqueName(y->name() + "_remat"));
-    AttributeMap attrs;
-    attrs["ops"] = Attribute::Strings(ops);
-    attrs["operands"] = Attribute::Ints(operands);
-    attrs["outputs"] = Attribute::Ints(outputs);
-    const bool all_float32 = std::all_of(types.begin(), types.end(), [](int64_t t) {
-      return t == static_cast<int64_t>(DType::kFloat32) || t == static_cast<int64_t>(DType::kBool);
-    });
-    if (!all_float32) attrs["types"] = Attribute::Ints(types);
+    AttributeMap attrs =
+        FusedProgramAttributes(std::move(ops), std::move(operands), std::move(outputs), std::move(types));
     TOB_ASSIGN_OR_RETURN(Node * fresh, graph.AddNode(kFusedElementwiseOp, kTobDomain, input_names, output_names,
                                                      std::move(attrs), graph.UniqueName(old->name() + "_remat")));
     graph.PlaceLike(fresh, old);

@@ -21,9 +21,7 @@ using testing::GraphBuilder;
 using testing::RandomTensor;
 
 AttributeMap Program(std::vector<std::string> ops, std::vector<int64_t> operands, std::vector<int64_t> outputs) {
-  return {{"ops", Attribute::Strings(std::move(ops))},
-          {"operands", Attribute::Ints(std::move(operands))},
-          {"outputs", Attribute::Ints(std::move(outputs))}};
+  return FusedProgramAttributes(std::move(ops), std::move(operands), std::move(outputs));
 }
 
 std::string AfterPass(Graph& g) {
