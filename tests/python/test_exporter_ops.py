@@ -65,6 +65,10 @@ CASES = {
                                  lambda: (_r(1, 5),), (0,)),
     "slice_select": (lambda x: x[:, 1:4] .sum(1) + x[:, -1] + x[1] .sum() + x[:, -2:].sum(1), lambda: (_r(3, 6),), (0,)),
     "strided_slice": (lambda x: x[:, ::2] * 3, lambda: (_r(3, 7),), (0,)),
+    # Bounds past the ends clamp, as torch's slicing does (Gemma2's sliding-window mask slices
+    # [-window:] of a shorter sequence); a backwards range is empty.
+    "slice_out_of_range": (lambda x: x[:, -100:] * 2 + x[:, :100] + x[:, -9:-1].sum(1, keepdim=True)
+                           + x[:, 5:2].sum(), lambda: (_r(3, 7),), (0,)),
     "cat_split_unbind": (lambda x, y: torch.cat([x, y], 1).split([2, 5], 1)[1] * torch.stack(x.unbind(1), 1).sum(),
                          lambda: (_r(3, 2), _r(3, 5)), (0, 1)),
     "index_gather": (lambda x, i: x[i] .sum() + x.index_select(1, i).sum() + x.gather(1, i.view(1, -1).expand(4, -1)).sum(),

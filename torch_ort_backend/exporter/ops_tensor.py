@@ -289,9 +289,12 @@ def slice_backward(ctx, node, a):
     if isinstance(start, int) and start < 0:
         if not isinstance(size, int):
             return None
-        start += size
+        start = max(start + size, 0)  # torch clamps a start before the first element to it
+    if isinstance(start, int) and isinstance(size, int):
+        start = min(start, size)
     if isinstance(end, int) and isinstance(size, int):
-        end = size + end if end < 0 else min(end, size)
+        end = max(size + end, 0) if end < 0 else min(end, size)
+        end = max(end, start) if isinstance(start, int) else end
         after = size - end
     elif isinstance(end, int) and end >= INT64_MAX // 2:
         after = 0
