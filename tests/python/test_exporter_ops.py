@@ -65,6 +65,10 @@ CASES = {
                                  lambda: (_r(1, 5),), (0,)),
     "slice_select": (lambda x: x[:, 1:4] .sum(1) + x[:, -1] + x[1] .sum() + x[:, -2:].sum(1), lambda: (_r(3, 6),), (0,)),
     "strided_slice": (lambda x: x[:, ::2] * 3, lambda: (_r(3, 7),), (0,)),
+    # Padding and cropping on two axes, each side its own amount; the gradient of a padding is a
+    # crop (constant_pad_nd with negative pads), MobileNetV2's TF-style "same" padding.
+    "pad_crop_2d": (lambda x, w: F.pad(x, (1, 2, 2, 1), value=0.5) * w + F.pad(x, (-1, 2, 1, -2)).sum(),
+                    lambda: (_r(2, 3, 5, 6), _r(2, 3, 8, 9)), (0, 1)),
     # Bounds past the ends clamp, as torch's slicing does (Gemma2's sliding-window mask slices
     # [-window:] of a shorter sequence); a backwards range is empty.
     "slice_out_of_range": (lambda x: x[:, -100:] * 2 + x[:, :100] + x[:, -9:-1].sum(1, keepdim=True)

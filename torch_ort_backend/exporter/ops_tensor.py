@@ -231,7 +231,7 @@ def constant_pad(ctx, node, a):
     if any(p < 0 for p in begins + ends):  # negative padding crops (the gradient of a padding)
         axes = [d for d in range(r) if begins[d] < 0 or ends[d] < 0]
         starts = [max(-begins[d], 0) for d in axes]
-        stops = [(-ends[d] if ends[d] < 0 else INT64_MAX) for d in axes]
+        stops = [(ends[d] if ends[d] < 0 else INT64_MAX) for d in axes]  # a negative stop counts from the end
         x = ctx.op("Slice", x, ctx.ints(starts), ctx.ints(stops), _axes(ctx, axes))
         begins, ends = [max(b, 0) for b in begins], [max(e, 0) for e in ends]
         if not any(begins + ends):
