@@ -83,7 +83,7 @@ MODELS = {
 
 # --- optimizer on vs off -------------------------------------------------------------------------------
 
-def _train_on_and_off(make_model, make_batch, steps: int = 2, wrap=None, compile_fn=None):
+def _train_on_and_off(make_model, make_batch, steps: int = 2, wrap=None, compile_fn=None, untraceable: int = 0):
     """Trains two copies of one model under "ort", the compute optimizer on (the default) and off, with
     SGD; asserts at every step that every output, every gradient and the updated parameters match."""
     wrap = wrap or (lambda m: m)
@@ -117,7 +117,7 @@ def _train_on_and_off(make_model, make_batch, steps: int = 2, wrap=None, compile
         opt_on.step()
         opt_off.step()
     assert_engine_ran(4 * steps)
-    assert compute_optimizer.STATS.untraceable == 0
+    assert compute_optimizer.STATS.untraceable == untraceable
 
 
 @pytest.mark.parametrize("padding", ["end", "middle", "none"])
@@ -146,6 +146,30 @@ def test_models_returning_logits_keep_them_whole(name):
     assert compute_optimizer.STATS.moved_ops["linear"] == 0, compute_optimizer.STATS.moved_ops
     (rewrite,) = compute_optimizer.STATS.rewrites
     assert rewrite.moved_ops in ((), ("float",)), rewrite
+
+
+def _fails_under_tracing(x):
+    raise RuntimeError("a rewrite AOTAutograd cannot trace")
+
+
+def test_a_rewrite_that_cannot_be_traced_compiles_the_graph_as_it_came(monkeypatch):
+    """The label rewrite is undone when AOTAutograd cannot trace it, and the original graph (with
+    TorchDynamo's placeholder sources, which a copied graph lacks) compiles and runs on the engine
+    with the same numbers as the optimizer off. Simulated: the rewrite adds a node that raises."""
+    real = compute_optimizer.rewrite_label_sparsity
+
+    def rewrite_then_break(gm):
+        rewrites = real(gm)
+        if rewrites:
+            first = next(iter(gm.graph.find_nodes(op="placeholder")))
+            with gm.graph.inserting_after(first):
+                gm.graph.call_function(_fails_under_tracing, (first,))
+            gm.recompile()
+        return rewrites
+
+    monkeypatch.setattr(compute_optimizer, "rewrite_label_sparsity", rewrite_then_break)
+    _train_on_and_off(make_gpt2, functools.partial(_lm_batch, padding="end"), wrap=LossOnly, untraceable=1)
+    assert compile_stats().label_sparse_rewrites == 0
 
 
 def test_ortmodule_runs_the_pass_and_the_option_turns_it_off():

@@ -107,6 +107,9 @@ def trace_optimized(aot: Callable, gm: torch.fx.GraphModule, example_inputs: lis
     if shape_env is None or not (labels or embeddings):
         return aot(gm, example_inputs)
     original = copy.deepcopy(gm.graph)
+    # TorchDynamo marks each placeholder with its source (an attribute, not in node.meta), which a
+    # copied graph lacks and AOTAutograd asserts on: kept to put back with the original.
+    sources = {n.name: n._dynamo_source for n in gm.graph.nodes if hasattr(n, "_dynamo_source")}
     rewrites: list[LabelRewrite] = rewrite_label_sparsity(gm) if labels else []
     plan = _plan(gm) if embeddings else None
     if not rewrites and plan is None:
@@ -118,6 +121,9 @@ def trace_optimized(aot: Callable, gm: torch.fx.GraphModule, example_inputs: lis
             dense = _trace(aot, gm, example_inputs, rewrites)
     if rewrites and dense is None:  # the label rewrite could not be traced: without it
         gm.graph = original
+        for node in original.find_nodes(op="placeholder"):
+            if node.name in sources:
+                node._dynamo_source = sources[node.name]
         gm.recompile()
         plan = _plan(gm) if embeddings else None
         dense = aot(gm, example_inputs)
