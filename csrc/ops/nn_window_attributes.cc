@@ -101,9 +101,13 @@ StatusOr<WindowDim> SlidingWindowDim(const Node& node, const WindowAttributes& a
     d.pad_end = a.pads[i + r];
   }
   int64_t span = in + d.pad_begin + d.pad_end - window;
-  if (span < 0)
+  // With ceil_mode a window may reach past the padded input's end, as far as stride - 1 positions
+  // (ONNX's and torch's output size formulas agree: a 1x1 input under a kernel of 1280 and stride
+  // 1280 gives one output, HF EfficientNet's final pooling); the kernels clip such windows.
+  if (span < (a.ceil_mode ? 1 - stride : 0))
     return InvalidModel(node.Describe(), ": the window (kernel ", a.kernel_shape[i], ", dilation ", a.dilations[i],
-                        ") is larger than the padded input (", in + d.pad_begin + d.pad_end, ") along spatial dim ", i);
+                        ") is larger than the padded input (", in + d.pad_begin + d.pad_end, ") along spatial dim ", i,
+                        a.ceil_mode ? " by more than the stride less one" : "");
   if (a.ceil_mode) {
     d.out = (span + stride - 1) / stride + 1;
     // The last window must start inside the input or its begin padding.

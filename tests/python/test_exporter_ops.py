@@ -52,6 +52,12 @@ CASES = {
                           lambda: (_r(2, 3, 8, 8), _r(4, 3, 3, 3), _r(4)), (0, 1, 2)),
     "conv1d_groups": (lambda x, w: F.conv1d(x, w, groups=2, dilation=2), lambda: (_r(2, 4, 10), _r(6, 2, 3)), (0, 1)),
     "max_pool": (lambda x: F.max_pool2d(x, 3, stride=2, padding=1) * 2, lambda: (_r(2, 3, 7, 7),), (0,)),
+    # ceil_mode windows reaching past the input's end, a window larger than the whole input among them
+    # (HF EfficientNet's AvgPool2d(1280, ceil_mode=True) on its 1x1 map)
+    "pool_ceil_past_input": (lambda x: F.avg_pool2d(x, 8, ceil_mode=True).sum((2, 3))
+                             + F.max_pool2d(x, (5, 4), stride=4, ceil_mode=True).sum((2, 3))
+                             + F.avg_pool2d(x, 2, ceil_mode=True, count_include_pad=False).sum((2, 3)),
+                             lambda: (_r(2, 3, 3, 3),), (0,)),
     "batch_norm_train": (lambda x, w, b: F.batch_norm(x, torch.zeros(3), torch.ones(3), w, b, training=True),
                          lambda: (_r(4, 3, 5, 5), _r(3), _r(3)), (0, 1, 2)),
     "avg_pool_global": (lambda x: F.avg_pool2d(x, 2) .sum() + F.adaptive_avg_pool2d(x, 1).sum(),
@@ -104,6 +110,8 @@ EXPECTED_FALLBACKS: dict[str, tuple[set[str], str]] = {
                       "ops_tensor.slice_backward converts unit-step slices only; x[:, ::2]'s gradient has step 2"),
     "avg_pool_global": ({"aten.avg_pool2d_backward.default"},
                         "avg_pool2d's gradient has no converter (the engine has no AveragePool gradient kernel)"),
+    "pool_ceil_past_input": ({"aten.avg_pool2d_backward.default"},
+                             "avg_pool2d's gradient has no converter (the engine has no AveragePool gradient kernel)"),
     "grid_sample": ({"aten.grid_sampler_2d_backward.default"},
                     "GridSample runs the forward; its gradient has no engine kernel"),
 }
