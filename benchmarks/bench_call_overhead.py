@@ -13,6 +13,8 @@ from other processes hits all of them alike:
   inductor    torch.compile(): Inductor's compiled code behind the same dynamo and AOTAutograd
   ort_lean_off  torch.compile(backend="ort", options={"lean_call": False}): AOTAutograd's runtime
               wrappers around our graphs on every call (the code before lean_call.py)
+  ort_dlpack  "ort" with its graphs' fast path exchanging DLPack capsules instead of calling
+              Session.run_torch (CompiledGraph._torch_exchange off; the code before run_torch)
   ort         torch.compile(backend="ort"), its default: lean_call.py's path where it applies
 Modes: infer (one forward under torch.no_grad()) and train (forward, then backward of out.sum()).
 Reported: the fastest round's microseconds per call (the least disturbed by other processes) and
@@ -30,14 +32,18 @@ the median round's, and ort's ratio to each runner's fastest round.
   lean backward    train: a step through lean_call.py's call (forward, out.sum(), backward) minus
                    its forward and minus out.sum().backward() on a leaf of the output's shape
   in each graph:
-    capsules       torch's C-level DLPack export of the inputs (torch.utils.dlpack.to_dlpack)
-    engine run     Session.run_positional minus the capsules: the binding (capsule import, the
-                   output capsules), input checks, the memory plan and the executor's steps
-    outputs        torch's DLPack import of each output
+    engine call    Session.run_torch, the fast path's one call into the engine: each input's
+                   memory borrowed from its torch tensor, the input checks, the memory plan, the
+                   executor's steps, each output wrapped in a new torch tensor
     bookkeeping    the rest of CompiledGraph.__call__ (run counters, memory_stats' record, the
                    output plan)
+    DLPack path    for comparison, the same engine run exchanging DLPack capsules (the fast path
+                   before Session.run_torch, and of an engine built without torch): torch's C-level
+                   export of the inputs, Session.run_positional, torch's import of the outputs
   per-node dispatch  the executor's cost per node: the run time of a chain of 51 Add nodes on
-                   [4, 8] tensors minus a chain of 1, over 50 (optimisation level 0, no fusion)
+                   [4, 8] tensors minus a chain of 1, over 50 (optimisation level 0, no fusion),
+                   through Session.run_torch
+
 """
 
 from __future__ import annotations
@@ -78,6 +84,20 @@ def _floor_backend(gm, example_inputs):
     return call
 
 
+def _use_dlpack_exchange(torch, runner: Callable, step: Callable) -> None:
+    """Compiles the runner's graphs (two calls) and turns their Session.run_torch exchange off."""
+    from torch_ort_backend.compiled_graph import live_graphs
+
+    before = {id(g) for g in live_graphs()}
+    step(runner)
+    step(runner)
+    graphs = [g for g in live_graphs() if id(g) not in before and g.session is not None]
+    if not graphs:
+        raise RuntimeError("the ort_dlpack runner compiled no engine graph")
+    for g in graphs:
+        g._torch_exchange = False
+
+
 def _runners(torch, model):
     return {
         "eager": model,
@@ -86,6 +106,8 @@ def _runners(torch, model):
         "aot_eager": torch.compile(model, backend="aot_eager"),
         "inductor": torch.compile(model),
         "ort_lean_off": torch.compile(model, backend="ort", options={"lean_call": False}),
+        # its own options object, so that TorchDynamo gives it graphs of its own (checked by ort_components)
+        "ort_dlpack": torch.compile(model, backend="ort", options={"lean_call": True}),
         "ort": torch.compile(model, backend="ort"),
     }
 
@@ -169,25 +191,27 @@ def ort_components(torch, compiled, step: Callable, calls: int, rounds: int) -> 
         if not g._fast:
             out["graphs"][g.stage] = {"error": "not on the fast path"}
             continue
+        if not g._torch_exchange:
+            raise RuntimeError("the 'ort' runner ran a graph of the 'ort_dlpack' runner: they share graphs")
         session = g.session._session
-        results = session.run_positional([_to_dlpack(a) for a in args])
+        results = session.run_torch(list(args))
         call = _best_us(lambda: g(list(args)), calls, rounds)
+        engine_call = _best_us(lambda: session.run_torch(list(args)), calls, rounds)
+        # the DLPack path, for comparison
         caps = _best_us(lambda: [_to_dlpack(a) for a in args], calls, rounds)
         run = _best_us(lambda: session.run_positional([_to_dlpack(a) for a in args]), calls, rounds) - caps
         wrap = _best_us(lambda: [_from_dlpack(_to_dlpack(a)) for a in args[:len(results)]], calls, rounds) - \
             _best_us(lambda: [_to_dlpack(a) for a in args[:len(results)]], calls, rounds)
         out["graphs"][g.stage] = {
-            "call_us": call, "capsules_us": caps, "engine_run_us": run, "outputs_us": wrap,
-            "bookkeeping_us": call - caps - run - wrap, "inputs": len(args), "engine_outputs": len(results),
-            "steps": len(g.session._session.partition()),
+            "call_us": call, "engine_call_us": engine_call, "bookkeeping_us": call - engine_call,
+            "dlpack_capsules_us": caps, "dlpack_engine_run_us": run, "dlpack_outputs_us": wrap,
+            "inputs": len(args), "engine_outputs": len(results), "steps": len(g.session._session.partition()),
         }
     return out
 
 
 def per_node_dispatch(torch, calls: int, rounds: int) -> dict:
     from onnx import TensorProto, helper
-    from torch.utils.dlpack import to_dlpack
-
     from torch_ort_backend.session import GraphOptimizationLevel, InferenceSession, SessionOptions
 
     def chain(n: int):
@@ -205,7 +229,7 @@ def per_node_dispatch(torch, calls: int, rounds: int) -> dict:
         so = SessionOptions()
         so.graph_optimization_level = GraphOptimizationLevel.ORT_DISABLE_ALL
         session = InferenceSession(chain(n), so)._session
-        times[n] = _best_us(lambda: session.run_positional([to_dlpack(x), to_dlpack(y)]), calls, rounds)
+        times[n] = _best_us(lambda: session.run_torch([x, y]), calls, rounds)
     per_node = (times[51] - times[1]) / 50
     return {"per_node_us": per_node, "one_node_run_us": times[1], "fixed_us": times[1] - per_node}
 
@@ -233,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         x = torch.randn(4, 8)
         runners = _runners(torch, model)
         step = _step(torch, mode, x)
+        _use_dlpack_exchange(torch, runners["ort_dlpack"], step)
         timings = time_runners(torch, runners, step, args.calls, args.rounds)
         ort = timings["ort"]["best_us"]
         components = ort_components(torch, runners["ort"], step, args.calls, args.rounds)
@@ -265,8 +290,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"    {stage}: {g['error']}")
                 continue
             print(f"    {stage} graph {g['call_us']:.2f} us ({g['steps']} engine nodes, {g['inputs']} inputs, "
-                  f"{g['engine_outputs']} outputs): capsules {g['capsules_us']:.2f}, engine run {g['engine_run_us']:.2f}, "
-                  f"outputs {g['outputs_us']:.2f}, bookkeeping {g['bookkeeping_us']:.2f}")
+                  f"{g['engine_outputs']} outputs): engine call (Session.run_torch) {g['engine_call_us']:.2f}, "
+                  f"bookkeeping {g['bookkeeping_us']:.2f}; the DLPack path: capsules {g['dlpack_capsules_us']:.2f}, "
+                  f"engine run {g['dlpack_engine_run_us']:.2f}, outputs {g['dlpack_outputs_us']:.2f}")
     d = results["dispatch"]
     print(f"\nexecutor: {d['per_node_us']:.3f} us per node (Add chain), {d['fixed_us']:.2f} us per run besides")
     if args.json:

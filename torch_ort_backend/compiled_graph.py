@@ -43,6 +43,10 @@ _from_dlpack = getattr(torch._C, "_from_dlpack", torch.utils.dlpack.from_dlpack)
 # Where an output of the fast path comes from (CompiledGraph._fast_output_plan).
 _ENGINE, _INPUT, _SAME_AS, _CONSTANT, _VIEW = range(5)
 _DEBUG = logging.DEBUG
+_debug_enabled = logger.isEnabledFor
+# Session.run_torch (csrc/python/torch_run.h): torch tensors straight into the engine and back, no
+# capsules; absent from an engine built without torch, whose fast path exchanges DLPack capsules.
+_RUN_TORCH = False
 
 
 def _replay_views(views: list, args: list, outs: list, hidden: list) -> None:
@@ -71,6 +75,8 @@ def _load_engine():
         C.check_env_switches()
     except ValueError as e:  # a TOB_* switch set to a value it does not accept
         raise BadInitializationError(str(e)) from e
+    global _RUN_TORCH
+    _RUN_TORCH = hasattr(C.Session, "run_torch")
     return C
 
 
@@ -129,6 +135,7 @@ class CompiledGraph:
         self.unaliased_outputs = unaliased_outputs
         self.state = state
         self.name, self.serial = state.register_graph(self, stage)
+        self._stats = state.stats  # compile_stats(), counted on every run
         self.fallback = FallbackManager(opts.fallback_policy, opts.fallback_retry, f"the {stage} graph {self.name}")
         self.eager = False
         self._fast = False  # calls take _run_fast (set once the session exists)
@@ -184,6 +191,7 @@ class CompiledGraph:
         self._boxed_call = True
         self.gm, self.stage, self.opts, self.unaliased_outputs, self.state = None, stage, opts, frozenset(), state
         self.name, self.serial = state.register_graph(self, stage)
+        self._stats = state.stats
         self.fallback = FallbackManager(FallbackPolicy.FALLBACK_DISABLE, False, f"the {stage} graph {self.name}")
         self.eager, self._fast, self._donates = False, False, False
         self._contiguous_copies, self._declared_outputs = (), 0
@@ -210,6 +218,9 @@ class CompiledGraph:
         self._output_plan = self._fast_output_plan()
         self._plain_outputs = self._output_plan is not None and all(k == _ENGINE for k, _ in self._output_plan)
         self._fast = self._output_plan is not None
+        # Session.run_torch where the engine has it (benchmarks/bench_call_overhead.py turns it off on
+        # one runner's graphs to time the DLPack exchange beside it)
+        self._torch_exchange = _RUN_TORCH
         self._donates = bool(self.memory.donated_inputs)
         self._report()
 
@@ -388,33 +399,40 @@ class CompiledGraph:
         return self.gm(*args)
 
     def _run_fast(self, args: list) -> list:
-        """The common case, as little Python as possible: DLPack capsules in graph-input order to
-        the engine, its outputs back as torch tensors over engine memory (no copies). The arguments
-        this graph was once fed non-contiguous (_contiguous_copies, learnt by run_list) are made
-        contiguous first, as the checked path does with every such tensor."""
+        """The common case, as little Python as possible: the argument list straight to the engine's
+        ``run_torch`` (each tensor's memory borrowed in C++, no DLPack capsule; outputs back as torch
+        tensors over engine memory, no copies). The arguments this graph was once fed non-contiguous
+        (_contiguous_copies, learnt by run_list) are made contiguous first, as the checked path does
+        with every such tensor."""
         for i in self._contiguous_copies:
             a = args[i]
             if not a.is_contiguous():
                 args[i] = a.contiguous()
-        feeds = [_to_dlpack(a) for a in args]
-        if self.session._peaks_owner is not self.memory:  # memory_stats(): a shared session
-            self.memory.claim(self.session)
-        # Donated stashed activations leave args here: the engine frees each after its last reader.
-        if self._donates:
-            results = self.session._session.run_positional(feeds, self.memory.take_donated(args))
-        else:
-            results = self.session._session.run_positional(feeds)
-        self.state.stats.runs += 1
-        self.memory.record(self.session, args)
-        if logger.isEnabledFor(_DEBUG):
-            logger.debug("%s run: %s", self.name, self.session.last_run_stats())
+        session = self.session
+        memory = self.memory
+        if session._peaks_owner is not memory:  # memory_stats(): a shared session
+            memory.claim(session)
+        engine = session._session
+        if self._torch_exchange:
+            # Donated stashed activations leave args in the engine's call (set to None once it holds
+            # them): the engine frees each after its last reader.
+            results = engine.run_torch(args, memory.take_donated(args[:])) if self._donates else engine.run_torch(args)
+        else:  # an engine built without torch: DLPack capsules
+            feeds = [_to_dlpack(a) for a in args]
+            results = engine.run_positional(feeds, memory.take_donated(args)) if self._donates else \
+                engine.run_positional(feeds)
+            results = [_from_dlpack(r) for r in results]
+        self._stats.runs += 1
+        memory.record(session, args)
+        if _debug_enabled(_DEBUG):
+            logger.debug("%s run: %s", self.name, session.last_run_stats())
         if self._plain_outputs:
-            return [_from_dlpack(r) for r in results]
+            return results
         outs: list[Any] = []
         views = []
         for source, i in self._output_plan:
             if source == _ENGINE:
-                outs.append(_from_dlpack(results[i]))
+                outs.append(results[i])
             elif source == _INPUT:
                 outs.append(args[i])
             elif source == _SAME_AS:
@@ -425,8 +443,7 @@ class CompiledGraph:
             else:
                 outs.append(i)
         if views:
-            hidden = [_from_dlpack(r) for r in results[self._declared_outputs:]]
-            _replay_views(views, args, outs, hidden)
+            _replay_views(views, args, outs, results[self._declared_outputs:])
         return outs
 
     def _run_engine(self, args: list) -> list:

@@ -390,6 +390,15 @@ def _to_engine_value(name: str, value: Any, as_state: bool = False):
                     "bind a contiguous tensor, e.g. the result of .contiguous())"
                 )
             t = t.contiguous()
+        if t.is_neg() or t.is_conj():
+            # torch's lazy negation or conjugation: the memory holds the other values, which DLPack
+            # would hand over as they are
+            if as_state:
+                raise InvalidArgumentError(
+                    f"state '{name}': the tensor has its negative or conjugate bit set (runs update its memory in "
+                    "place; bind a tensor without, e.g. the result of .resolve_neg())"
+                )
+            t = t.resolve_neg().resolve_conj()
         return t.__dlpack__(), True
     if isinstance(value, (int, float, bool, str, bytes, list, tuple, np.generic)):
         if as_state:

@@ -22,6 +22,7 @@
 #include "providers/torch/aten_op_policy.h"
 #include "providers/torch/torch_parallel.h"
 #include "providers/torch/torch_provider.h"
+#include "python/torch_run.h"
 #endif
 
 namespace py = pybind11;
@@ -347,6 +348,31 @@ class PySession {
     return out;
   }
 
+#ifdef TOB_WITH_TORCH
+  // RunPositional with torch tensors in and out, no DLPack capsules (python/torch_run.h): the
+  // compiled graphs' fast path. The engine checks each input as RunPositional does (CheckInput).
+  // A donated input leaves `args` (set to None) once the engine holds it, so that the engine's
+  // reference is the last one.
+  py::list RunTorch(const py::list& args, const std::vector<bool>& donated) {
+    const size_t n = args.size();
+    if (n != input_labels_.size())
+      throw py::value_error(StrCat("got ", n, " inputs; the model takes ", input_labels_.size()));
+    if (!donated.empty() && donated.size() != n)
+      throw py::value_error(StrCat("got ", donated.size(), " donation flags for ", n, " inputs"));
+    std::vector<Tensor> tensors = EngineTensorsFromTorch(args, input_labels_);
+    for (size_t i = 0; i < donated.size(); ++i)
+      if (donated[i]) args[i] = py::none();
+    std::vector<Tensor> fetches;
+    Status st;
+    {
+      py::gil_scoped_release release;
+      st = session_->RunPositional(std::move(tensors), &fetches, &last_stats_, donated);
+    }
+    Check(st);
+    return TorchTensorsFromEngine(fetches);
+  }
+#endif
+
   py::list IO(bool inputs) const {
     py::list l;
     for (const IOInfo& io : inputs ? session_->inputs() : session_->outputs())
@@ -598,6 +624,11 @@ PYBIND11_MODULE(_C, m) {
       .def("run_positional", &PySession::RunPositional, py::arg("feeds"), py::arg("donated") = std::vector<bool>{},
            "Feeds in graph-input order (DLPack capsules or numpy arrays); all outputs as DLPack capsules. "
            "donated: as run's.")
+#ifdef TOB_WITH_TORCH
+      .def("run_torch", &PySession::RunTorch, py::arg("args"), py::arg("donated") = std::vector<bool>{},
+           "Torch tensors in graph-input order (a list; donated ones are set to None in it once the engine "
+           "holds them); all outputs as torch tensors over the engine's memory.")
+#endif
       .def("inputs", [](const PySession& s) { return s.IO(true); })
       .def("outputs", [](const PySession& s) { return s.IO(false); })
       .def("input_kinds", [](const PySession& s) { return s.IOKinds(true); })

@@ -402,8 +402,9 @@ Status Session::RunStep(Step& step, std::vector<RuntimeValue>& slots, const std:
   }
   std::vector<BoundSubgraph> bound;
   std::vector<const SubgraphRunner*> runners = BindSubgraphs(step, slots, &bound);
-  KernelContext kctx(node, explicit_in, out_ptrs, pool_.get(), on_host ? run_alloc : step.provider->allocator(),
-                     std::move(runners));
+  // out_ptrs moves into the context (the profiler reads the outputs back through it).
+  KernelContext kctx(node, explicit_in, std::move(out_ptrs), pool_.get(),
+                     on_host ? run_alloc : step.provider->allocator(), std::move(runners));
   const bool profiling = profiler_->enabled();
   const int64_t t0 = profiling ? profiler_->NowUs() : 0;
   Status st = step.kernel->Compute(kctx);
@@ -411,8 +412,9 @@ Status Session::RunStep(Step& step, std::vector<RuntimeValue>& slots, const std:
   if (kernel_allocates) TOB_RETURN_IF_ERROR(AdoptKernelOutputs(step, output_types, in_ptrs, slots));
   if (profiling) {
     std::string shapes;
-    for (Tensor* o : out_ptrs)
-      if (o != nullptr) shapes += (shapes.empty() ? "" : " ") + ShapeToString(o->shape());
+    for (int j = 0; j < kctx.num_outputs(); ++j)
+      if (const Tensor* o = kctx.output(j); o != nullptr)
+        shapes += (shapes.empty() ? "" : " ") + ShapeToString(o->shape());
     profiler_->Record(
         ProfileEvent{node.name(), "Node", node.op_type(), node.provider(), shapes, t0, profiler_->NowUs() - t0});
   }
@@ -587,11 +589,17 @@ Status Session::RunPositional(std::vector<Tensor> feeds, std::vector<Tensor>* fe
   std::lock_guard<std::mutex> lock(run_mu_);
   const int64_t t0 = profiler_->NowUs();
   std::vector<RuntimeValue> slots = constants_;
+  // The signature's bytes (AppendSignature: a dtype/rank header and the dims of each feed) reserved
+  // at once, so that building it allocates once per run.
   std::string signature;
+  size_t signature_bytes = 0;
+  for (const Tensor& t : feeds) signature_bytes += 2 * sizeof(int32_t) + t.shape().size() * sizeof(int64_t);
+  signature.reserve(signature_bytes);
   std::unordered_map<std::string, int64_t> symbols;
   for (size_t i = 0; i < feeds.size(); ++i)
     TOB_RETURN_IF_ERROR(BindPositional(i, std::move(feeds[i]), slots, &symbols, &signature));
   std::vector<RuntimeValue> fetched;
+  fetched.reserve(output_slots_.size());
   TOB_RETURN_IF_ERROR(RunBound(slots, signature, output_slots_, &fetched, stats, t0, donated));
   return FetchedTensors(output_slots_, fetched, fetches);
 }
@@ -641,6 +649,7 @@ Status Session::RunBound(std::vector<RuntimeValue>& slots, const std::string& si
   }
 
   fetches->clear();
+  fetches->reserve(fetch_slots.size());
   for (int s : fetch_slots) {
     if (!slots[s].defined()) return RuntimeError("output '", slot_values_[s]->name(), "' was not computed");
     fetches->push_back(slots[s]);

@@ -127,6 +127,105 @@ def test_a_rejected_input_after_a_copied_one_still_names_the_input():
         graph([model.weight.detach(), model.bias.detach(), _nonzero(8, 4, seed=3).t().double()])
 
 
+def test_run_torch_borrows_the_inputs_and_hands_back_tensors_that_own_engine_memory():
+    """Session.run_torch (the fast path's engine call): the inputs' memory is read in place (no
+    copy made before the run), each output is a new torch tensor over the engine's buffer, distinct
+    from every input, and it stays valid after the graph, its session and dynamo's caches are gone."""
+    import gc
+
+    model, graph = _compiled_inference_graph()
+    x = _nonzero(4, 8, seed=5)
+    args = [model.weight.detach(), model.bias.detach(), x]
+    [out] = graph.session._session.run_torch(list(args))
+    want = model(x).detach()
+    torch.testing.assert_close(out, want)
+    assert type(out) is torch.Tensor and out.is_contiguous() and not out.requires_grad
+    assert all(out.data_ptr() != a.data_ptr() for a in args)
+    # Two runs hand back two tensors: the first is not overwritten by the second.
+    [again] = graph.session._session.run_torch([model.weight.detach(), model.bias.detach(), x * 2])
+    torch.testing.assert_close(out, want)
+    torch.testing.assert_close(again, model(x * 2).detach())
+    del graph, again
+    torch._dynamo.reset()
+    gc.collect()
+    torch.testing.assert_close(out, want)
+    assert (out.clone().add_(1) - 1 - want).abs().max() < 1e-6
+
+
+@pytest.mark.parametrize("bad, error, message", [
+    (lambda x: _nonzero(8, 4, seed=6).t(), ValueError, r"must be contiguous"),
+    (lambda x: torch._neg_view(x), ValueError, r"negative bit"),
+    (lambda x: x.numpy(), TypeError, r"expected a torch tensor, got numpy.ndarray"),
+    (lambda x: x.double(), Exception, r"expected dtype float32, got float64"),
+    (lambda x: x.to_sparse(), ValueError, r"not a dense"),
+])
+def test_run_torch_refuses_what_it_cannot_borrow_naming_the_input(bad, error, message):
+    """What the engine's call cannot take raises naming the input (the fast path then reruns the
+    checked path, which copies or raises the backend's error): a non-contiguous tensor, torch's
+    lazy negation, a non-tensor, another dtype (the engine's CheckInput), a sparse tensor."""
+    model, graph = _compiled_inference_graph()
+    name = graph._input_names[2]
+    x = _nonzero(4, 8, seed=7)
+    with pytest.raises(error, match=rf"input '{name}'.*{message}"):
+        graph.session._session.run_torch([model.weight.detach(), model.bias.detach(), bad(x)])
+    # and through the compiled graph: the checked path's answer (a neg view is read as its values)
+    if message == r"negative bit":
+        torch.testing.assert_close(graph([model.weight.detach(), model.bias.detach(), bad(x)])[0],
+                                   model(-x).detach())
+
+
+def test_run_torch_sets_donated_inputs_to_none_once_the_engine_holds_them():
+    model, graph = _compiled_inference_graph()
+    x = _nonzero(4, 8, seed=8)
+    args = [model.weight.detach(), model.bias.detach(), x.clone()]
+    [out] = graph.session._session.run_torch(args, [False, False, True])
+    assert args[2] is None and args[0] is not None and args[1] is not None
+    torch.testing.assert_close(out, model(x).detach())
+    with pytest.raises(ValueError, match="2 donation flags for 3 inputs"):
+        graph.session._session.run_torch([model.weight.detach(), model.bias.detach(), x], [True, False])
+
+
+def test_two_threads_calling_one_compiled_model_get_eager_results_and_gradients():
+    """One compiled model called from two threads at once (the engine call releases the GIL):
+    every output and gradient as eager's, every run counted."""
+    import threading
+
+    eager = _linear(seed=3)
+    model = _linear(seed=3)
+    compiled = torch.compile(model, backend="ort")
+    params = list(model.parameters())
+    x0 = _nonzero(4, 8, seed=0)
+    with torch.no_grad():
+        compiled(x0)
+    torch.autograd.grad(compiled(x0).square().sum(), params)  # compiled before the threads start
+    runs = compile_stats().runs
+    calls, errors = 40, []
+
+    def work(tid):
+        try:
+            for i in range(calls):
+                x = _nonzero(4, 8, seed=100 * tid + i)
+                with torch.no_grad():
+                    torch.testing.assert_close(compiled(x), eager(x))
+                got = torch.autograd.grad(compiled(x).square().sum(), params)
+                want = torch.autograd.grad(eager(x).square().sum(), list(eager.parameters()))
+                for g, w in zip(got, want):
+                    torch.testing.assert_close(g, w)
+        except Exception as e:  # reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert _graph("inference")._fast and _graph("forward")._fast and _graph("backward")._fast
+    # per call: the inference graph, or the forward and the backward graph
+    assert compile_stats().runs == runs + 2 * calls * 3
+    assert_engine_ran(2 * calls * 3)
+
+
 def test_outputs_replayed_as_views_take_the_fast_path_and_keep_eager_semantics():
     """A forward that returns views of its results (a transpose of an activation the backward
     reads, a reshaped output): the fast path replays them on the engine's outputs as the checked
