@@ -404,10 +404,11 @@ class CompiledGraph:
         tensors over engine memory, no copies). The arguments this graph was once fed non-contiguous
         (_contiguous_copies, learnt by run_list) are made contiguous first, as the checked path does
         with every such tensor."""
-        for i in self._contiguous_copies:
-            a = args[i]
-            if not a.is_contiguous():
-                args[i] = a.contiguous()
+        if self._contiguous_copies:
+            for i in self._contiguous_copies:
+                a = args[i]
+                if not a.is_contiguous():
+                    args[i] = a.contiguous()
         session = self.session
         memory = self.memory
         if session._peaks_owner is not memory:  # memory_stats(): a shared session

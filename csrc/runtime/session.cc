@@ -587,7 +587,7 @@ Status Session::RunPositional(std::vector<Tensor> feeds, std::vector<Tensor>* fe
   if (feeds.size() != input_slots_.size())
     return InvalidArgument("got ", feeds.size(), " inputs; the model takes ", input_slots_.size());
   std::lock_guard<std::mutex> lock(run_mu_);
-  const int64_t t0 = profiler_->NowUs();
+  const int64_t t0 = profiler_->enabled() ? profiler_->NowUs() : 0;  // the "run" event's start
   std::vector<RuntimeValue> slots = constants_;
   // The signature's bytes (AppendSignature: a dtype/rank header and the dims of each feed) reserved
   // at once, so that building it allocates once per run.
