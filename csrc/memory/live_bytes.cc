@@ -1,5 +1,7 @@
 #include "memory/live_bytes.h"
 
+#include <algorithm>
+
 namespace tob {
 
 namespace {
@@ -13,12 +15,30 @@ bool SharesMemory(const Buffer& a, const Buffer& b) {
 }  // namespace
 
 void LiveBytes::Exclude(const Tensor& t) {
-  if (t.buffer()) excluded_.insert(t.buffer().get());
+  if (!t.buffer()) return;
+  excluded_.push_back(t.buffer().get());
+  excluded_sorted_ = false;
+}
+
+bool LiveBytes::Excluded(const Buffer* b) {
+  if (!excluded_sorted_) {
+    std::sort(excluded_.begin(), excluded_.end());
+    excluded_sorted_ = true;
+  }
+  return std::binary_search(excluded_.begin(), excluded_.end(), b);
+}
+
+void LiveBytes::Clear() {
+  counted_.clear();
+  views_.clear();
+  excluded_.clear();
+  excluded_sorted_ = true;
+  live_ = 0;
 }
 
 void LiveBytes::Hold(const Tensor& t, const std::vector<const Tensor*>& step_inputs, const RunAllocator& run_alloc) {
   const Buffer* b = t.buffer().get();
-  if (b == nullptr || excluded_.count(b) != 0) return;
+  if (b == nullptr || Excluded(b)) return;
   if (auto view = views_.find(b); view != views_.end()) {
     ++view->second.holders;
     ++counted_.at(view->second.owner).holders;

@@ -5,7 +5,6 @@
 
 #include <cstddef>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "core/tensor.h"
@@ -26,8 +25,13 @@ class LiveBytes {
   // A slot holding `t` was released.
   void Release(const Tensor& t);
   size_t live() const { return live_; }
+  // Forgets every buffer, keeping the containers' memory: a LiveBytes reused from run to run
+  // (Session::RunBound keeps one per thread) allocates nothing once it has grown to a run's size.
+  void Clear();
 
  private:
+  bool Excluded(const Buffer* b);
+
   struct Counted {
     size_t bytes = 0;
     int holders = 0;
@@ -38,7 +42,10 @@ class LiveBytes {
   };
   std::unordered_map<const Buffer*, Counted> counted_;
   std::unordered_map<const Buffer*, View> views_;
-  std::unordered_set<const Buffer*> excluded_;
+  // The caller's buffers (a run's inputs and constants, added before its first step): sorted on
+  // the first lookup after an Exclude, then searched.
+  std::vector<const Buffer*> excluded_;
+  bool excluded_sorted_ = true;
   size_t live_ = 0;
 };
 

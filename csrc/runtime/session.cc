@@ -604,6 +604,15 @@ Status Session::RunPositional(std::vector<Tensor> feeds, std::vector<Tensor>* fe
   return FetchedTensors(output_slots_, fetched, fetches);
 }
 
+namespace {
+
+// RunBound's LiveBytes, reused run after run on each thread (LiveBytes::Clear keeps the containers'
+// memory), so that a steady run's memory bookkeeping allocates nothing.
+constexpr size_t kMaxPooledLiveBytes = 8;
+thread_local std::vector<LiveBytes> tls_live_bytes;
+
+}  // namespace
+
 Status Session::RunBound(std::vector<RuntimeValue>& slots, const std::string& signature,
                          const std::vector<int>& fetch_slots, std::vector<RuntimeValue>* fetches, RunStats* stats,
                          int64_t t0, const std::vector<bool>& donated_inputs) {
@@ -627,6 +636,19 @@ Status Session::RunBound(std::vector<RuntimeValue>& slots, const std::string& si
   }
 
   RunMemory memory;
+  // The memory bookkeeping's containers come from this thread's earlier runs and go back after
+  // this one, on every path out of it (a stack: a kernel may run another graph on this thread).
+  if (!tls_live_bytes.empty()) {
+    memory.outside = std::move(tls_live_bytes.back());
+    tls_live_bytes.pop_back();
+  }
+  struct GiveBack {
+    LiveBytes& outside;
+    ~GiveBack() {
+      outside.Clear();
+      if (tls_live_bytes.size() < kMaxPooledLiveBytes) tls_live_bytes.push_back(std::move(outside));
+    }
+  } give_back{memory.outside};
   memory.allocator = run_alloc.get();
   memory.arena_bytes = pattern != nullptr ? pattern->plan.arena_bytes : 0;
   if (!donated_inputs.empty()) {
