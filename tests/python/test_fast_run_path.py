@@ -185,6 +185,32 @@ def test_run_torch_sets_donated_inputs_to_none_once_the_engine_holds_them():
         graph.session._session.run_torch([model.weight.detach(), model.bias.detach(), x], [True, False])
 
 
+def test_the_dlpack_exchange_of_an_engine_without_run_torch_gives_the_same_results():
+    """The fast path of an engine built without torch (and the benchmark's ort_dlpack runner):
+    DLPack capsules to Session.run_positional and back; forward and gradients as eager's."""
+    eager = _linear(seed=4)
+    model = _linear(seed=4)
+    compiled = torch.compile(model, backend="ort")
+    x = _nonzero(4, 8, seed=9)
+    compiled(x).square().sum().backward()
+    for stage in ("forward", "backward"):
+        _graph(stage)._torch_exchange = False
+    model.zero_grad()
+    runs = compile_stats().runs
+    for seed in range(3):
+        x = _nonzero(4, 8, seed=10 + seed)
+        got = compiled(x)
+        want = eager(x)
+        torch.testing.assert_close(got, want)
+        got.square().sum().backward()
+        want.square().sum().backward()
+        torch.testing.assert_close(model.weight.grad, eager.weight.grad)
+        torch.testing.assert_close(model.bias.grad, eager.bias.grad)
+    assert _graph("forward")._fast and not _graph("forward")._torch_exchange
+    assert compile_stats().runs == runs + 6
+    assert_engine_ran(6)
+
+
 def test_two_threads_calling_one_compiled_model_get_eager_results_and_gradients():
     """One compiled model called from two threads at once (the engine call releases the GIL):
     every output and gradient as eager's, every run counted."""
