@@ -627,7 +627,9 @@ Status Session::RunBound(std::vector<RuntimeValue>& slots, const std::string& si
   // out of Run, so that sessions that never run at once share one.
   ScopedArena arena(options_.release_arena_after_run);
   if (pattern != nullptr) {
-    if (!arena.Take(host, pattern->plan.arena_bytes))
+    // A plan without allocations (graphs whose every value is an input, a constant or an output)
+    // needs no arena, nor a trip through the pool's lock: the run allocator never reads it.
+    if (!pattern->lifetimes.empty() && !arena.Take(host, pattern->plan.arena_bytes))
       return Status(StatusCode::kOutOfMemory,
                     StrCat("out of memory allocating the ", pattern->plan.arena_bytes, "-byte arena"));
     run_alloc = std::make_shared<RunAllocator>(host, &pattern->plan, &pattern->lifetimes, arena.data());
