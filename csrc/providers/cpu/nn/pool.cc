@@ -1,8 +1,11 @@
 // MaxPool (optional Indices), AveragePool, LpPool and their global forms. Planes (n, c) are
 // independent and split across the pool; windows are clipped to the input once per output row
-// and column rather than tested per element.
+// and column rather than tested per element. Every max pool propagates NaN as torch's does
+// (TakesMax): a window with a NaN tap gives NaN, and its index is the last NaN's.
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -48,6 +51,27 @@ template <typename T>
 Acc<T> Lowest() {
   if constexpr (std::numeric_limits<Acc<T>>::has_infinity) return -std::numeric_limits<Acc<T>>::infinity();
   else return std::numeric_limits<Acc<T>>::lowest();
+}
+
+// Whether v is NaN, from its bits: an integer compare the compiler keeps branch-free, where
+// `v != v` or std::isnan beside another float compare becomes a jump per tap (which mispredicts on
+// real activations; see MaxPoolWithIndices2D).
+template <typename A>
+inline bool IsNaN(A v) {
+  if constexpr (std::is_same_v<A, float>) return (std::bit_cast<uint32_t>(v) & 0x7fffffffu) > 0x7f800000u;
+  else if constexpr (std::is_same_v<A, double>)
+    return (std::bit_cast<uint64_t>(v) & 0x7fffffffffffffffull) > 0x7ff0000000000000ull;
+  else return false;
+}
+
+// The running maximum of a window as torch's max pooling keeps it: a tap replaces it when greater
+// or NaN, so a NaN anywhere in the window is the result (std::max(best, v) would drop it). With
+// several NaNs the last one in scan order wins, which decides Indices as torch does. The hot loops
+// get the same answer branch-free: the maximum by `v > best` alone, plus whether (and where) a NaN
+// was seen.
+template <typename A>
+inline bool TakesMax(A v, A best) {
+  return v > best || IsNaN(v);
 }
 
 // Row-major (storage_order 0) or column-major (1) flat offset of a spatial position.
@@ -122,7 +146,7 @@ void PoolPlanes(const T* x, T* y, int64_t* indices, const WindowGeometry& g,
         }
         const Acc<T> v = static_cast<Acc<T>>(plane[x_off]);
         if constexpr (kKind == PoolKind::kMax) {
-          if (first || v > best) {
+          if (first || TakesMax(v, best)) {
             best = v;
             best_index = i_off;
             first = false;
@@ -155,9 +179,10 @@ void PoolPlanes(const T* x, T* y, int64_t* indices, const WindowGeometry& g,
 }
 
 // 2-D MaxPool with Indices: a scalar argmax per window, branch-free. The window's first valid tap
-// seeds the maximum and each later tap replaces it only when strictly greater (so the first of
-// equal maxima wins, and a NaN seed stays), written as selects: a data-dependent branch here
-// mispredicts on about every other tap of real activations, which made this loop 4x slower.
+// seeds the maximum and each later tap replaces it only when strictly greater (the first of equal
+// maxima wins), and the last NaN, if any, replaces the result (TakesMax), written as selects: a
+// data-dependent branch here mispredicts on about every other tap of real activations, which made
+// this loop 4x slower.
 template <typename T>
 void MaxPoolWithIndices2D(const T* x, T* y, int64_t* indices, const WindowGeometry& g,
                           const std::vector<std::vector<TapRange>>& taps, bool column_major, int64_t begin,
@@ -179,7 +204,7 @@ void MaxPoolWithIndices2D(const T* x, T* y, int64_t* indices, const WindowGeomet
         }
         const int64_t iw0 = ow * sw - g.pad_begin[1];
         int64_t best_at = (ih0 + th.lo * dh) * W + iw0 + tw.lo * dw;
-        Acc<T> best = static_cast<Acc<T>>(plane[best_at]);
+        Acc<T> best = static_cast<Acc<T>>(plane[best_at]), probe = Acc<T>(0);
         for (int64_t kh = th.lo; kh < th.hi; ++kh) {
           const int64_t row = (ih0 + kh * dh) * W + iw0;
           for (int64_t kw = tw.lo; kw < tw.hi; ++kw) {
@@ -188,7 +213,18 @@ void MaxPoolWithIndices2D(const T* x, T* y, int64_t* indices, const WindowGeomet
             const bool take = v > best;
             best = take ? v : best;
             best_at = take ? at : best_at;
+            if constexpr (std::is_floating_point_v<Acc<T>>) probe += v;
           }
+        }
+        // The sum of the taps is NaN when one is (or when +inf meets -inf): only then is the
+        // window scanned again for its last NaN (TakesMax).
+        if (IsNaN(probe)) {
+          for (int64_t kh = th.lo; kh < th.hi; ++kh)
+            for (int64_t kw = tw.lo; kw < tw.hi; ++kw) {
+              const int64_t at = (ih0 + kh * dh) * W + iw0 + kw * dw;
+              if (IsNaN(static_cast<Acc<T>>(plane[at]))) best_at = at;
+            }
+          best = static_cast<Acc<T>>(plane[best_at]);
         }
         y[out] = static_cast<T>(best);
         indices[out] = p * H * W + (column_major ? best_at / W + (best_at % W) * H : best_at);
@@ -197,26 +233,20 @@ void MaxPoolWithIndices2D(const T* x, T* y, int64_t* indices, const WindowGeomet
   }
 }
 
-// a[i] = max(a[i], src[2i]) or a[i] + src[2i] for i in [0, n): the stride-2 windows of CNN
-// pooling layers. AVX2 de-interleaves the even elements of two loads; it never reads past
-// src[2(n - 1)], the last element the caller vouched for.
-template <PoolKind kKind>
-void AccumulateStride2(const float* src, int64_t n, float* a) {
+// a[i] += src[2i] for i in [0, n): the stride-2 windows of CNN average pooling. AVX2 de-interleaves
+// the even elements of two loads; it never reads past src[2(n - 1)], the last element the caller
+// vouched for.
+void AddStride2(const float* src, int64_t n, float* a) {
   int64_t i = 0;
 #if defined(__AVX2__)
   for (; i + 8 < n; i += 8) {
     const __m256 v0 = _mm256_loadu_ps(src + 2 * i), v1 = _mm256_loadu_ps(src + 2 * i + 8);
     const __m256 pairs = _mm256_shuffle_ps(v0, v1, _MM_SHUFFLE(2, 0, 2, 0));
     const __m256 even = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(pairs), _MM_SHUFFLE(3, 1, 2, 0)));
-    const __m256 acc = _mm256_loadu_ps(a + i);
-    // max(even, acc) keeps acc when the input is NaN, like std::max(acc, v) below.
-    _mm256_storeu_ps(a + i, kKind == PoolKind::kMax ? _mm256_max_ps(even, acc) : _mm256_add_ps(acc, even));
+    _mm256_storeu_ps(a + i, _mm256_add_ps(_mm256_loadu_ps(a + i), even));
   }
 #endif
-  for (; i < n; ++i) {
-    if constexpr (kKind == PoolKind::kMax) a[i] = std::max(a[i], src[2 * i]);
-    else a[i] += src[2 * i];
-  }
+  for (; i < n; ++i) a[i] += src[2 * i];
 }
 
 // 1 / (number of taps averaged) per output position along one dim.
@@ -230,12 +260,12 @@ std::vector<A> InverseCounts(const std::vector<TapRange>& taps, bool count_inclu
   return inv;
 }
 
-// 2-D Max/AveragePool without indices. Each output row is accumulated a block of columns at a
-// time: for every kernel tap (kh, kw) the valid columns are one contiguous (stride 1) or strided
-// run, so the inner loop is a branch-free max/add the compiler vectorises.
-template <typename T, PoolKind kKind>
-void PoolPlanes2D(const T* x, T* y, const WindowGeometry& g, const std::vector<std::vector<TapRange>>& taps,
-                  bool count_include_pad, int64_t begin, int64_t end) {
+// 2-D AveragePool. Each output row is accumulated a block of columns at a time: for every kernel
+// tap (kh, kw) the valid columns are one contiguous (stride 1) or strided run, so the inner loop
+// is a branch-free add the compiler vectorises.
+template <typename T>
+void AveragePoolPlanes2D(const T* x, T* y, const WindowGeometry& g, const std::vector<std::vector<TapRange>>& taps,
+                         bool count_include_pad, int64_t begin, int64_t end) {
   constexpr int64_t kBlock = 256;
   const int64_t H = g.in[0], W = g.in[1], OH = g.out[0], OW = g.out[1], KW = g.kernel[1];
   const int64_t sh = g.strides[0], sw = g.strides[1], dh = g.dilations[0], dw = g.dilations[1];
@@ -245,7 +275,6 @@ void PoolPlanes2D(const T* x, T* y, const WindowGeometry& g, const std::vector<s
   // Averages divide by count_h * count_w, applied as two precomputed reciprocals.
   const std::vector<Acc<T>> inv_h = InverseCounts<Acc<T>>(taps[0], count_include_pad);
   const std::vector<Acc<T>> inv_w = InverseCounts<Acc<T>>(taps[1], count_include_pad);
-  const Acc<T> init = kKind == PoolKind::kMax ? Lowest<T>() : Acc<T>(0);
   Acc<T> acc[kBlock];
   for (int64_t p = begin; p < end; ++p) {
     const T* plane = x + p * H * W;
@@ -254,7 +283,7 @@ void PoolPlanes2D(const T* x, T* y, const WindowGeometry& g, const std::vector<s
       T* out_row = y + (p * OH + oh) * OW;
       for (int64_t ob = 0; ob < OW; ob += kBlock) {
         const int64_t oe = std::min(OW, ob + kBlock);
-        std::fill(acc, acc + (oe - ob), init);
+        std::fill(acc, acc + (oe - ob), Acc<T>(0));
         Acc<T>* a = acc - ob;  // indexed by output column
         for (int64_t kh = th.lo; kh < th.hi; ++kh) {
           const T* row = plane + (oh * sh - g.pad_begin[0] + kh * dh) * W;
@@ -264,26 +293,175 @@ void PoolPlanes2D(const T* x, T* y, const WindowGeometry& g, const std::vector<s
             const int64_t off = kw * dw - g.pad_begin[1];
             if constexpr (std::is_same_v<T, float>) {
               if (sw == 2) {
-                AccumulateStride2<kKind>(row + 2 * lo + off, hi - lo, a + lo);
+                AddStride2(row + 2 * lo + off, hi - lo, a + lo);
                 continue;
               }
             }
-            for (int64_t ow = lo; ow < hi; ++ow) {
-              const Acc<T> v = static_cast<Acc<T>>(row[ow * sw + off]);
-              if constexpr (kKind == PoolKind::kMax) a[ow] = std::max(a[ow], v);
-              else a[ow] += v;
-            }
+            for (int64_t ow = lo; ow < hi; ++ow) a[ow] += static_cast<Acc<T>>(row[ow * sw + off]);
           }
         }
-        if constexpr (kKind == PoolKind::kMax) {
-          for (int64_t ow = ob; ow < oe; ++ow) out_row[ow] = static_cast<T>(a[ow]);
-        } else {
-          const Acc<T> ih = inv_h[oh];
-          for (int64_t ow = ob; ow < oe; ++ow) out_row[ow] = static_cast<T>(a[ow] * ih * inv_w[ow]);
-        }
+        const Acc<T> ih = inv_h[oh];
+        for (int64_t ow = ob; ow < oe; ++ow) out_row[ow] = static_cast<T>(a[ow] * ih * inv_w[ow]);
       }
     }
   }
+}
+
+// The maximum over one output position's taps: rows first_row + r * row_step for r in [0, n_rows),
+// columns col + kw * dw for kw in the valid taps `tw` (col may be negative: the padding).
+template <typename T>
+Acc<T> MaxOfWindow(const T* first_row, int64_t row_step, int64_t n_rows, const TapRange& tw, int64_t col, int64_t dw) {
+  Acc<T> best = Lowest<T>();
+  bool nan = false;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    for (int64_t kw = tw.lo; kw < tw.hi; ++kw) {
+      const Acc<T> v = static_cast<Acc<T>>(first_row[r * row_step + col + kw * dw]);
+      best = v > best ? v : best;
+      nan |= IsNaN(v);
+    }
+  }
+  if constexpr (std::numeric_limits<Acc<T>>::has_quiet_NaN) {
+    if (nan) return std::numeric_limits<Acc<T>>::quiet_NaN();
+  }
+  return best;
+}
+
+#if defined(__AVX2__)
+// The even (odd) elements of the 16 floats v0:v1, tap src[2i] (src[2i + 1]) of eight stride-2
+// windows whose first taps are src[0], src[2], ..., in the lane order one in-lane shuffle leaves
+// (windows 0 1 4 5 2 3 6 7): every tap of a block comes in that same order, so the maxima line up,
+// and Unscramble puts the block's result in window order once.
+inline __m256 EvenOf(__m256 v0, __m256 v1) { return _mm256_shuffle_ps(v0, v1, _MM_SHUFFLE(2, 0, 2, 0)); }
+inline __m256 OddOf(__m256 v0, __m256 v1) { return _mm256_shuffle_ps(v0, v1, _MM_SHUFFLE(3, 1, 3, 1)); }
+inline __m256 Unscramble(__m256 v) {
+  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(v), _MM_SHUFFLE(3, 1, 2, 0)));
+}
+
+// Eight adjacent outputs of a 2-D max pool (stride kStride, 1 or 2, along the row) whose taps all
+// lie inside the input: output i is the maximum of row r's element col + i * kStride + kw * dw
+// over the n_rows rows and the KW taps. The caller guarantees every load is inside the rows: with
+// stride 2, elements up to col + (KW - 1) * dw + 15 of each row. _mm256_max_ps returns its second
+// operand when either is NaN, so the maximum alone could drop one: the lanes with a NaN tap are
+// tracked by unordered compares (one checks two taps) and set to NaN at the end.
+template <int kStride>
+__m256 MaxOfEightWindows(const float* first_row, int64_t row_step, int64_t n_rows, int64_t KW, int64_t dw,
+                         int64_t col) {
+  __m256 best = _mm256_set1_ps(-std::numeric_limits<float>::infinity()), nan = _mm256_setzero_ps();
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* src = first_row + r * row_step + col;
+    int64_t kw = 0;
+    if constexpr (kStride == 2) {
+      for (; dw == 1 && kw + 1 < KW; kw += 2) {  // taps kw and kw + 1 from the same two loads
+        const __m256 v0 = _mm256_loadu_ps(src + kw), v1 = _mm256_loadu_ps(src + kw + 8);
+        const __m256 a = EvenOf(v0, v1), b = OddOf(v0, v1);
+        best = _mm256_max_ps(best, _mm256_max_ps(a, b));
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(a, b, _CMP_UNORD_Q));
+      }
+      for (; kw < KW; ++kw) {
+        const __m256 a = EvenOf(_mm256_loadu_ps(src + kw * dw), _mm256_loadu_ps(src + kw * dw + 8));
+        best = _mm256_max_ps(best, a);
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+      }
+    } else {
+      for (; kw + 1 < KW; kw += 2) {
+        const __m256 a = _mm256_loadu_ps(src + kw * dw), b = _mm256_loadu_ps(src + (kw + 1) * dw);
+        best = _mm256_max_ps(best, _mm256_max_ps(a, b));
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(a, b, _CMP_UNORD_Q));
+      }
+      for (; kw < KW; ++kw) {
+        const __m256 a = _mm256_loadu_ps(src + kw * dw);
+        best = _mm256_max_ps(best, a);
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+      }
+    }
+  }
+  best = _mm256_blendv_ps(best, _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN()), nan);
+  return kStride == 2 ? Unscramble(best) : best;
+}
+#endif
+
+// 2-D MaxPool without indices. Per output row, the columns whose taps all lie inside the input
+// (the interior) go eight at a time through MaxOfEightWindows (float, stride 1 or 2: every tap a
+// plain or de-interleaved load, no per-window branch; the last block may overlap the one before);
+// the padded border columns, other strides and other dtypes take MaxOfWindow per column, whose
+// taps are clipped to the input once per column.
+template <typename T>
+void MaxPoolPlanes2D(const T* x, T* y, const WindowGeometry& g, const std::vector<std::vector<TapRange>>& taps,
+                     int64_t begin, int64_t end) {
+  const int64_t H = g.in[0], W = g.in[1], OH = g.out[0], OW = g.out[1], KW = g.kernel[1];
+  const int64_t sh = g.strides[0], sw = g.strides[1], dh = g.dilations[0], dw = g.dilations[1];
+  const int64_t ph = g.pad_begin[0], pw = g.pad_begin[1];
+  // Output columns [v_lo, v_end) are computed in blocks of eight (none when v_end is 0).
+  int64_t v_lo = 0, v_end = 0;
+#if defined(__AVX2__)
+  if (std::is_same_v<T, float> && (sw == 1 || sw == 2)) {
+    const int64_t reach = (KW - 1) * dw + (sw == 2 ? 15 : 7);  // past a block's first tap column
+    const int64_t room = W - 1 + pw - reach;                   // a block may start at ow <= room / sw
+    const int64_t first = (pw + sw - 1) / sw;                  // ow * sw - pw >= 0
+    const int64_t last_start = room < 0 ? -1 : std::min(OW - 8, room / sw);
+    if (last_start >= first) {
+      v_lo = first;
+      v_end = last_start + 8;
+    }
+  }
+#endif
+  for (int64_t p = begin; p < end; ++p) {
+    const T* plane = x + p * H * W;
+    for (int64_t oh = 0; oh < OH; ++oh) {
+      const TapRange& th = taps[0][oh];
+      const int64_t n_rows = std::max<int64_t>(0, th.hi - th.lo);
+      const T* first_row = n_rows > 0 ? plane + (oh * sh - ph + th.lo * dh) * W : plane;
+      T* out_row = y + (p * OH + oh) * OW;
+      auto scalar = [&](int64_t ow) {
+        out_row[ow] = static_cast<T>(MaxOfWindow(first_row, dh * W, n_rows, taps[1][ow], ow * sw - pw, dw));
+      };
+      for (int64_t ow = 0; ow < v_lo; ++ow) scalar(ow);
+#if defined(__AVX2__)
+      if constexpr (std::is_same_v<T, float>) {
+        for (int64_t ow = v_lo; ow < v_end; ow += 8) {
+          const int64_t o = std::min(ow, v_end - 8);
+          const int64_t col = o * sw - pw;
+          _mm256_storeu_ps(out_row + o, sw == 2 ? MaxOfEightWindows<2>(first_row, dh * W, n_rows, KW, dw, col)
+                                                : MaxOfEightWindows<1>(first_row, dh * W, n_rows, KW, dw, col));
+        }
+      }
+#endif
+      for (int64_t ow = std::max(v_lo, v_end); ow < OW; ++ow) scalar(ow);
+    }
+  }
+}
+
+// The maximum of x[0, n) with NaN propagated as the windows do (TakesMax). int8/uint8 are exact in
+// float.
+template <typename T>
+Acc<T> PlaneMax(const T* x, int64_t n) {
+  using M = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  M best = -std::numeric_limits<M>::infinity();
+  int64_t i = 0;
+#if defined(__AVX2__)
+  if constexpr (std::is_same_v<T, float>) {
+    if (n >= 16) {
+      __m256 m0 = _mm256_set1_ps(best), m1 = m0, nan = _mm256_setzero_ps();
+      for (; i + 16 <= n; i += 16) {
+        const __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
+        m0 = _mm256_max_ps(m0, a);
+        m1 = _mm256_max_ps(m1, b);
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(a, b, _CMP_UNORD_Q));
+      }
+      if (_mm256_movemask_ps(nan) != 0) return std::numeric_limits<float>::quiet_NaN();
+      alignas(32) float lanes[8];
+      _mm256_store_ps(lanes, _mm256_max_ps(m0, m1));
+      for (float v : lanes) best = std::max(best, v);
+    }
+  }
+#endif
+  bool nan = false;
+  for (; i < n; ++i) {
+    const M v = static_cast<M>(x[i]);
+    best = v > best ? v : best;
+    nan |= IsNaN(v);
+  }
+  return static_cast<Acc<T>>(nan ? std::numeric_limits<M>::quiet_NaN() : best);
 }
 
 template <typename T>
@@ -293,14 +471,7 @@ Acc<T> PlaneReduce(const T* x, int64_t n, PoolKind kind, int64_t lp_order) {
     for (int64_t i = 0; i < n; ++i) sum += PowerOfAbs(static_cast<Acc<T>>(x[i]), lp_order);
     return RootOf(sum, lp_order);
   }
-  if (kind == PoolKind::kMax) {
-    // std::max(acc, v) keeps acc when v is NaN, as the windowed loops do, so a NaN is treated alike
-    // wherever it sits and whatever the window's shape (vec::Max keeps one only in its last block).
-    using M = std::conditional_t<std::is_same_v<T, double>, double, float>;  // int8/uint8 exact in float
-    M acc = -std::numeric_limits<M>::infinity();
-    for (int64_t i = 0; i < n; ++i) acc = std::max(acc, static_cast<M>(x[i]));
-    return static_cast<Acc<T>>(acc);
-  }
+  if (kind == PoolKind::kMax) return PlaneMax(x, n);
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
     return vec::Sum(x, n) / static_cast<T>(n);
   } else {
@@ -308,6 +479,20 @@ Acc<T> PlaneReduce(const T* x, int64_t n, PoolKind kind, int64_t lp_order) {
     for (int64_t i = 0; i < n; ++i) acc += static_cast<float>(x[i]);
     return acc / static_cast<float>(n);
   }
+}
+
+// One output per plane: `planes` planes of `size` elements each reduced by `kind` (the global pools,
+// and a window that is the whole plane). Float types only.
+Status ReducePlanes(KernelContext& ctx, const Tensor& x, Tensor& y, int64_t planes, int64_t size, PoolKind kind,
+                    int64_t lp_order) {
+  return DispatchFloat(ctx, x.dtype(), [&]<typename T>() -> Status {
+    const T* xp = x.data<T>();
+    T* yp = y.data<T>();
+    ParallelFor(ctx.thread_pool(), planes, std::max<int64_t>(1, 65536 / size), [&](int64_t b, int64_t e) {
+      for (int64_t p = b; p < e; ++p) yp[p] = static_cast<T>(PlaneReduce(xp + p * size, size, kind, lp_order));
+    });
+    return Status::OK();
+  });
 }
 
 // One output per plane whose window is exactly the input: no pads, no dilation, kernel = input.
@@ -364,15 +549,7 @@ class PoolKernel final : public OpKernel {
     // kernel_shape = the image, one output per plane) is the global pool: one vectorised
     // reduction per plane instead of a tap loop over a 1-element output row.
     if (indices == nullptr && IsWholePlaneWindow(g) && x.dtype() != DType::kInt8 && x.dtype() != DType::kUInt8) {
-      const int64_t size = g.in_size();
-      return DispatchFloat(ctx, x.dtype(), [&]<typename T>() -> Status {
-        const T* xp = x.data<T>();
-        T* yp = y.data<T>();
-        ParallelFor(ctx.thread_pool(), planes, std::max<int64_t>(1, 65536 / size), [&](int64_t b, int64_t e) {
-          for (int64_t p = b; p < e; ++p) yp[p] = static_cast<T>(PlaneReduce(xp + p * size, size, kind_, lp_order_));
-        });
-        return Status::OK();
-      });
+      return ReducePlanes(ctx, x, y, planes, g.in_size(), kind_, lp_order_);
     }
     const int64_t work = std::max<int64_t>(1, g.out_size() * g.kernel_size());
     const int64_t grain = std::max<int64_t>(1, 32768 / work);
@@ -387,9 +564,9 @@ class PoolKernel final : public OpKernel {
         } else if (kind_ == PoolKind::kMax) {
           if (g2.rank() != 2) PoolPlanes<T, PoolKind::kMax>(xp, yp, idx, g2, taps, false, column_major_, b, e);
           else if (idx != nullptr) MaxPoolWithIndices2D<T>(xp, yp, idx, g2, taps, column_major_, b, e);
-          else PoolPlanes2D<T, PoolKind::kMax>(xp, yp, g2, taps, false, b, e);
+          else MaxPoolPlanes2D<T>(xp, yp, g2, taps, b, e);
         } else if constexpr (!std::is_integral_v<T>) {
-          if (g2.rank() == 2) PoolPlanes2D<T, PoolKind::kAverage>(xp, yp, g2, taps, count_include_pad_, b, e);
+          if (g2.rank() == 2) AveragePoolPlanes2D<T>(xp, yp, g2, taps, count_include_pad_, b, e);
           else PoolPlanes<T, PoolKind::kAverage>(xp, yp, nullptr, g2, taps, count_include_pad_, false, b, e);
         }
       });
@@ -427,14 +604,7 @@ class GlobalPoolKernel final : public OpKernel {
     if (y.numel() != planes) return ctx.Fail("output must have ", planes, " elements");
     if (planes == 0) return Status::OK();
     if (size == 0) return ctx.Fail("cannot pool over an empty spatial extent");
-    return DispatchFloat(ctx, x.dtype(), [&]<typename T>() -> Status {
-      const T* xp = x.data<T>();
-      T* yp = y.data<T>();
-      ParallelFor(ctx.thread_pool(), planes, std::max<int64_t>(1, 65536 / size), [&](int64_t b, int64_t e) {
-        for (int64_t p = b; p < e; ++p) yp[p] = static_cast<T>(PlaneReduce(xp + p * size, size, kind_, lp_order_));
-      });
-      return Status::OK();
-    });
+    return ReducePlanes(ctx, x, y, planes, size, kind_, lp_order_);
   }
 
  private:
