@@ -311,17 +311,19 @@ void AveragePoolPlanes2D(const T* x, T* y, const WindowGeometry& g, const std::v
 // columns col + kw * dw for kw in the valid taps `tw` (col may be negative: the padding).
 template <typename T>
 Acc<T> MaxOfWindow(const T* first_row, int64_t row_step, int64_t n_rows, const TapRange& tw, int64_t col, int64_t dw) {
-  Acc<T> best = Lowest<T>();
-  bool nan = false;
+  Acc<T> best = Lowest<T>(), probe = Acc<T>(0);
   for (int64_t r = 0; r < n_rows; ++r) {
     for (int64_t kw = tw.lo; kw < tw.hi; ++kw) {
       const Acc<T> v = static_cast<Acc<T>>(first_row[r * row_step + col + kw * dw]);
       best = v > best ? v : best;
-      nan |= IsNaN(v);
+      if constexpr (std::is_floating_point_v<Acc<T>>) probe += v;
     }
   }
-  if constexpr (std::numeric_limits<Acc<T>>::has_quiet_NaN) {
-    if (nan) return std::numeric_limits<Acc<T>>::quiet_NaN();
+  // The sum of the taps is NaN when one is (or when +inf meets -inf): only then are they tested.
+  if (IsNaN(probe)) {
+    for (int64_t r = 0; r < n_rows; ++r)
+      for (int64_t kw = tw.lo; kw < tw.hi; ++kw)
+        if (IsNaN(static_cast<Acc<T>>(first_row[r * row_step + col + kw * dw]))) return probe;
   }
   return best;
 }
@@ -387,21 +389,28 @@ __m256 MaxOfEightWindows(const float* first_row, int64_t row_step, int64_t n_row
 // taps are clipped to the input once per column.
 template <typename T>
 void MaxPoolPlanes2D(const T* x, T* y, const WindowGeometry& g, const std::vector<std::vector<TapRange>>& taps,
-                     int64_t begin, int64_t end) {
+                     int64_t planes, int64_t begin, int64_t end) {
   const int64_t H = g.in[0], W = g.in[1], OH = g.out[0], OW = g.out[1], KW = g.kernel[1];
   const int64_t sh = g.strides[0], sw = g.strides[1], dh = g.dilations[0], dw = g.dilations[1];
   const int64_t ph = g.pad_begin[0], pw = g.pad_begin[1];
-  // Output columns [v_lo, v_end) are computed in blocks of eight (none when v_end is 0).
-  int64_t v_lo = 0, v_end = 0;
+  // Output columns [v_lo, v_end) are computed in blocks of eight: a block's loads stay inside the
+  // row up to v_end, and up to v_end_over they read `over` elements past the row's end (a stride-2
+  // block's last de-interleaved pair), which rows other than the tensor's last may do.
+  int64_t v_lo = 0, v_end = 0, v_end_over = 0, used = 0, over = 0;
 #if defined(__AVX2__)
   if (std::is_same_v<T, float> && (sw == 1 || sw == 2)) {
-    const int64_t reach = (KW - 1) * dw + (sw == 2 ? 15 : 7);  // past a block's first tap column
-    const int64_t room = W - 1 + pw - reach;                   // a block may start at ow <= room / sw
-    const int64_t first = (pw + sw - 1) / sw;                  // ow * sw - pw >= 0
-    const int64_t last_start = room < 0 ? -1 : std::min(OW - 8, room / sw);
-    if (last_start >= first) {
+    used = (KW - 1) * dw + 7 * sw;  // a block's last tap column, past its first
+    over = sw == 2 ? 1 : 0;
+    const int64_t first = (pw + sw - 1) / sw;  // ow * sw - pw >= 0
+    auto last_start = [&](int64_t reach) {     // the last block start whose loads end in the row
+      const int64_t room = W - 1 + pw - reach;
+      return room < 0 ? int64_t{-1} : std::min(OW - 8, room / sw);
+    };
+    const int64_t safe = last_start(used + over), exact = last_start(used);
+    if (exact >= first) {
       v_lo = first;
-      v_end = last_start + 8;
+      v_end = safe >= first ? safe + 8 : first;
+      v_end_over = exact + 8;
     }
   }
 #endif
@@ -415,18 +424,23 @@ void MaxPoolPlanes2D(const T* x, T* y, const WindowGeometry& g, const std::vecto
       auto scalar = [&](int64_t ow) {
         out_row[ow] = static_cast<T>(MaxOfWindow(first_row, dh * W, n_rows, taps[1][ow], ow * sw - pw, dw));
       };
+      int64_t row_v_end = v_end;
+      if (v_end_over > v_end && n_rows > 0) {
+        const int64_t last_read = (first_row - x) + (n_rows - 1) * dh * W + (v_end_over - 8) * sw - pw + used + over;
+        if (last_read < planes * H * W) row_v_end = v_end_over;
+      }
       for (int64_t ow = 0; ow < v_lo; ++ow) scalar(ow);
 #if defined(__AVX2__)
       if constexpr (std::is_same_v<T, float>) {
-        for (int64_t ow = v_lo; ow < v_end; ow += 8) {
-          const int64_t o = std::min(ow, v_end - 8);
+        for (int64_t ow = v_lo; ow < row_v_end; ow += 8) {
+          const int64_t o = std::min(ow, row_v_end - 8);
           const int64_t col = o * sw - pw;
           _mm256_storeu_ps(out_row + o, sw == 2 ? MaxOfEightWindows<2>(first_row, dh * W, n_rows, KW, dw, col)
                                                 : MaxOfEightWindows<1>(first_row, dh * W, n_rows, KW, dw, col));
         }
       }
 #endif
-      for (int64_t ow = std::max(v_lo, v_end); ow < OW; ++ow) scalar(ow);
+      for (int64_t ow = std::max(v_lo, row_v_end); ow < OW; ++ow) scalar(ow);
     }
   }
 }
@@ -564,7 +578,7 @@ class PoolKernel final : public OpKernel {
         } else if (kind_ == PoolKind::kMax) {
           if (g2.rank() != 2) PoolPlanes<T, PoolKind::kMax>(xp, yp, idx, g2, taps, false, column_major_, b, e);
           else if (idx != nullptr) MaxPoolWithIndices2D<T>(xp, yp, idx, g2, taps, column_major_, b, e);
-          else MaxPoolPlanes2D<T>(xp, yp, g2, taps, b, e);
+          else MaxPoolPlanes2D<T>(xp, yp, g2, taps, planes, b, e);
         } else if constexpr (!std::is_integral_v<T>) {
           if (g2.rank() == 2) AveragePoolPlanes2D<T>(xp, yp, g2, taps, count_include_pad_, b, e);
           else PoolPlanes<T, PoolKind::kAverage>(xp, yp, nullptr, g2, taps, count_include_pad_, false, b, e);
