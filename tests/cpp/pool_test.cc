@@ -197,6 +197,9 @@ TEST(NnMaxPool, VectorBlocksAndBorders) {
     RunPool(Pool::kMax, {1, 1, 6, w}, {{2, 4}, {1, 2}, {1, 2}, {0, 2, 1, 1}}, true);   // dilated taps, stride 2
     RunPool(Pool::kMax, {1, 1, 6, w}, {{3, 3}, {2, 1}, {2, 2}, {2, 2, 1, 2}}, false);  // dilated taps, stride 1
     RunPool(Pool::kMax, {1, 1, 5, w}, {{2, 5}, {1, 3}, {}, {0, 1, 1, 2}}, true);       // stride 3: per column
+    // Left pads of 2 (the first block masks its padded taps), with stride 1 and dilated stride 2.
+    RunPool(Pool::kMax, {2, 2, 6, w}, {{3, 5}, {1, 1}, {}, {1, 2, 1, 2}}, false);
+    RunPool(Pool::kMax, {2, 2, 6, w}, {{2, 3}, {2, 2}, {1, 2}, {0, 2, 0, 2}}, true);
   }
   RunPool(Pool::kMax, {2, 2, 37}, {{3}, {2}, {}, {1, 1}}, false);  // 1-D
   RunPool<double>(Pool::kMax, {1, 2, 5, 40}, {{3, 3}, {2, 2}, {}, {1, 1, 1, 1}}, false, false, false, 0, 0);
@@ -215,6 +218,7 @@ TEST(NnMaxPool, NaNPropagatesAsTorch) {
   RunPool(Pool::kMax, {1, 2, 7, 41}, {{3, 3}, {1, 1}, {}, {1, 1, 1, 1}}, ceil, false, false, 0, 0, every);
   RunPool(Pool::kMax, {1, 2, 7, 41}, {{2, 4}, {1, 2}, {1, 2}, {0, 2, 1, 1}}, ceil, false, false, 0, 0, every);
   RunPool(Pool::kMax, {1, 2, 6, 29}, {{2, 5}, {1, 3}, {}, {0, 1, 1, 2}}, ceil, false, false, 0, 0, every);
+  RunPool(Pool::kMax, {2, 2, 6, 33}, {{3, 5}, {1, 1}, {}, {1, 2, 1, 2}}, false, false, false, 0, 0, 7);
   RunPool(Pool::kMax, {2, 2, 37}, {{3}, {2}, {}, {1, 1}}, false, false, false, 0, 0, every);
   RunPool(Pool::kMax, {1, 2, 5, 6, 7}, {{2, 3, 2}, {2, 2, 1}, {}, {1, 1, 0, 0, 1, 1}}, false, false, false, 0, 0, 11);
   RunPool(Pool::kMax, {2, 3, 9, 10}, {{3, 3}, {2, 2}, {}, {1, 1, 1, 1}}, false, false, true, 0, 0, 13);  // Indices
