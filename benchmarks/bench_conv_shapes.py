@@ -166,7 +166,7 @@ def profile_resnet(args) -> None:
     inits = {i.name: list(i.dims) for i in optimized.graph.initializer}
     conv_nodes = {}
     for node in optimized.graph.node:
-        if node.op_type in ("Conv", "FusedConv"):
+        if node.op_type in ("Conv", "FusedConv", "NchwcConv"):
             attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
             conv_nodes[node.name] = (inits[node.input[1]], attrs.get("strides", [1, 1])[0])
     feeds = dict(bm.feeds)
@@ -240,7 +240,7 @@ def compare_ort(args) -> None:
     inits = {i.name: list(i.dims) for i in optimized.graph.initializer}
     conv_w = {}
     for node in optimized.graph.node:
-        if node.op_type in ("Conv", "FusedConv"):
+        if node.op_type in ("Conv", "FusedConv", "NchwcConv"):
             attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
             conv_w[node.name] = (inits[node.input[1]], attrs.get("strides", [1, 1])[0])
     so = ort.SessionOptions()
@@ -277,7 +277,7 @@ def compare_ort(args) -> None:
         best = min(r[j]["dur"] for r in our_runs)
         totals[0] += best
         op = e["args"]["op_type"]
-        if op in ("Conv", "FusedConv"):
+        if op in ("Conv", "FusedConv", "NchwcConv"):
             (m, c, k, _), st = conv_w[e["name"]]
             oh = json.loads(e["args"]["output_shapes"])[2]
             table_key = (c, m, k, oh, st)
@@ -366,7 +366,7 @@ def ab_implicit(args) -> None:
         for j, e in enumerate(runs[m][0]):
             best = min(r[j]["dur"] for r in runs[m])
             kind = e["args"]["op_type"]
-            if kind in ("Conv", "FusedConv"):
+            if kind in ("Conv", "FusedConv", "NchwcConv"):
                 kind = "conv " + ("1x1" if e["name"] in args._pointwise else "kxk")
             sums[m][kind] = sums[m].get(kind, 0.0) + best
     print(f"threads={args.threads} runs={args.runs} per side (alternating) load={os.getloadavg()}")
@@ -396,7 +396,9 @@ def _pointwise_nodes() -> set:
     optimized = onnx.load(path)
     inits = {i.name: list(i.dims) for i in optimized.graph.initializer}
     return {
-        n.name for n in optimized.graph.node if n.op_type in ("Conv", "FusedConv") and inits[n.input[1]][2:] == [1, 1]
+        n.name
+        for n in optimized.graph.node
+        if n.op_type in ("Conv", "FusedConv", "NchwcConv") and inits[n.input[1]][2:] == [1, 1]
     }
 
 

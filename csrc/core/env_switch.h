@@ -27,6 +27,7 @@ enum class EnvSwitch {
   kBatchedMatMulTranspose,  // TOB_BATCHED_MATMUL_TRANSPOSE: 0 = MatMulTransposeFusion leaves batched products
   kConvImplicit,            // TOB_CONV_IMPLICIT: 0 = no implicit-GEMM conv, 1 = every packed conv implicit
   kElementwiseRemat,        // TOB_ELEMENTWISE_REMAT: 0 = ElementwiseRematerialization off
+  kNchwc,                   // TOB_NCHWC: 0 = NchwcLayout pass off (convs stay NCHW)
 };
 
 // The switch's value: "" when it is unset or empty, else what it is set to if that is one of the

@@ -1,7 +1,9 @@
 // Sliding-window ops: Conv, ConvTranspose, ConvInteger, QLinearConv, DeformConv, MaxPool, AveragePool,
 // LpPool, the global pools, MaxUnpool and Col2Im.
 #include <optional>
+#include <string>
 
+#include "ops/fused_elementwise_program.h"  // kTobDomain
 #include "ops/nn_window_attributes.h"
 #include "ops/op_schema.h"
 
@@ -277,6 +279,102 @@ Status InferDeformConv(InferenceContext& ctx) {
   return Status::OK();
 }
 
+// The blocked layout's ops (ai.tob, optimizer/nchwc_layout.cc; providers/cpu/nn/conv_nchwc.cc):
+// a blocked activation is [N, ceil(C / 16), H, W, 16].
+constexpr int64_t kNchwcBlock = 16;
+
+Dim BlocksOf(const Dim& channels) {
+  return channels.is_known() ? Dim((channels.value + kNchwcBlock - 1) / kNchwcBlock) : Dim::Unknown();
+}
+
+Status CheckFloat32(InferenceContext& ctx, int i, const char* what) {
+  const ValueType* t = ctx.input_type(i);
+  if (t->dtype != DType::kFloat32) return ctx.Fail(what, " must be float32, got ", DTypeName(t->dtype));
+  return Status::OK();
+}
+
+// A blocked X: rank 5 with 16 lanes; false (no shape) when X's rank is unknown.
+StatusOr<bool> CheckBlocked(InferenceContext& ctx, int i, const char* what) {
+  const ValueType& x = *ctx.input_type(i);
+  if (!x.has_rank()) return false;
+  const Dims& d = *x.shape;
+  if (d.size() != 5 || (d[4].is_known() && d[4].value != kNchwcBlock))
+    return ctx.Fail(what, " must be blocked [N, Cb, H, W, 16], got ", x.ToString());
+  return true;
+}
+
+Status InferReorderToNchwc(InferenceContext& ctx) {
+  TOB_RETURN_IF_ERROR(CheckFloat32(ctx, 0, "X"));
+  const ValueType& x = *ctx.input_type(0);
+  if (!x.has_rank()) {
+    ctx.set_output(0, ValueType(DType::kFloat32, Dims(5, Dim::Unknown())));
+    return Status::OK();
+  }
+  if (x.rank() != 4) return ctx.Fail("X must be [N, C, H, W], got ", x.ToString());
+  const Dims& d = *x.shape;
+  ctx.set_output(0, ValueType(DType::kFloat32, Dims{d[0], BlocksOf(d[1]), d[2], d[3], Dim(kNchwcBlock)}));
+  return Status::OK();
+}
+
+Status InferReorderFromNchwc(InferenceContext& ctx) {
+  TOB_RETURN_IF_ERROR(CheckFloat32(ctx, 0, "X"));
+  int64_t channels = -1;
+  TOB_RETURN_IF_ERROR(ctx.node().GetAttr("channels", &channels, int64_t{-1}));
+  if (channels < 1) return ctx.Fail("attribute channels must be positive, got ", channels);
+  TOB_ASSIGN_OR_RETURN(bool known, CheckBlocked(ctx, 0, "X"));
+  if (!known) {
+    ctx.set_output(0, ValueType(DType::kFloat32, Dims(4, Dim::Unknown())));
+    return Status::OK();
+  }
+  const Dims& d = *ctx.input_type(0)->shape;
+  if (d[1].is_known() && d[1].value != (channels + kNchwcBlock - 1) / kNchwcBlock)
+    return ctx.Fail("X has ", d[1].value, " blocks, ", channels, " channels need ",
+                    (channels + kNchwcBlock - 1) / kNchwcBlock);
+  ctx.set_output(0, ValueType(DType::kFloat32, Dims{d[0], Dim(channels), d[2], d[3]}));
+  return Status::OK();
+}
+
+// NchwcConv(X blocked, W [M, C, KH, KW], B?, Z blocked?) -> [N, Mb, OH, OW, 16]; group 1,
+// activation "" or Relu.
+Status InferNchwcConv(InferenceContext& ctx) {
+  for (int i = 0; i < ctx.num_inputs(); ++i)
+    if (ctx.has_input(i)) TOB_RETURN_IF_ERROR(CheckFloat32(ctx, i, "every input"));
+  TOB_ASSIGN_OR_RETURN(WindowAttributes attrs, WindowAttributes::Read(ctx.node()));
+  if (attrs.group != 1) return ctx.Fail("group must be 1, got ", attrs.group);
+  std::string activation;
+  TOB_RETURN_IF_ERROR(ctx.node().GetAttr("activation", &activation, std::string()));
+  if (!activation.empty() && activation != "Relu")
+    return ctx.Fail("activation must be empty or Relu, got '", activation, "'");
+  TOB_ASSIGN_OR_RETURN(bool known, CheckBlocked(ctx, 0, "X"));
+  const ValueType& w = *ctx.input_type(1);
+  if (!known || !w.has_rank()) {
+    ctx.set_output(0, ValueType(DType::kFloat32, Dims(5, Dim::Unknown())));
+    return Status::OK();
+  }
+  if (w.rank() != 4) return ctx.Fail("W must be [M, C, KH, KW], got ", w.ToString());
+  const Dims& xd = *ctx.input_type(0)->shape;
+  const Dims& wd = *w.shape;
+  if (xd[1].is_known() && wd[1].is_known() && BlocksOf(wd[1]).value != xd[1].value)
+    return ctx.Fail("W ", w.ToString(), " has ", wd[1].value, " input channels, X has ", xd[1].value, " blocks");
+  TOB_ASSIGN_OR_RETURN(WindowAttributes resolved, attrs.Resolve(ctx.node(), 2, WeightKernelDims(wd)));
+  TOB_ASSIGN_OR_RETURN(Dims spatial,
+                       SpatialOutputDims(ctx, resolved, Dims{xd[0], Dim::Unknown(), xd[2], xd[3]}, false));
+  Dims out{xd[0], BlocksOf(wd[0]), spatial[0], spatial[1], Dim(kNchwcBlock)};
+  if (const ValueType* b = ctx.has_input(2) ? ctx.input_type(2) : nullptr; b != nullptr && b->has_rank()) {
+    if (b->rank() != 1 || ((*b->shape)[0].is_known() && wd[0].is_known() && (*b->shape)[0].value != wd[0].value))
+      return ctx.Fail("B must be [M] (", wd[0].ToString(), "), got ", b->ToString());
+  }
+  if (const ValueType* z = ctx.has_input(3) ? ctx.input_type(3) : nullptr; z != nullptr && z->has_rank()) {
+    TOB_RETURN_IF_ERROR(CheckBlocked(ctx, 3, "Z").status());
+    const Dims& zd = *z->shape;
+    for (size_t i = 0; i < 5; ++i)
+      if (zd[i].is_known() && out[i].is_known() && zd[i].value != out[i].value)
+        return ctx.Fail("Z ", z->ToString(), " must have the output's blocked shape");
+  }
+  ctx.set_output(0, ValueType(DType::kFloat32, out));
+  return Status::OK();
+}
+
 }  // namespace
 
 void RegisterNnWindowSchemas(OpSchemaRegistry& registry) {
@@ -297,6 +395,9 @@ void RegisterNnWindowSchemas(OpSchemaRegistry& registry) {
   registry.Register(OpSchema{"", "Col2Im", 3, 3, 1, 1, InferCol2Im});
   registry.Register(OpSchema{"", "MaxUnpool", 2, 3, 1, 1, InferMaxUnpool});
   registry.Register(OpSchema{"", "DeformConv", 3, 5, 1, 1, InferDeformConv});
+  registry.Register(OpSchema{kTobDomain, "NchwcConv", 2, 4, 1, 1, InferNchwcConv});
+  registry.Register(OpSchema{kTobDomain, "ReorderToNchwc", 1, 1, 1, 1, InferReorderToNchwc});
+  registry.Register(OpSchema{kTobDomain, "ReorderFromNchwc", 1, 1, 1, 1, InferReorderFromNchwc});
 }
 
 }  // namespace tob

@@ -53,6 +53,11 @@ std::unique_ptr<GraphPass> CreateElementwiseFusionPass();
 // layer's GELU / SiLU intermediates in the training backward); after ElementwiseFusion, unless
 // TOB_ELEMENTWISE_REMAT=0.
 std::unique_ptr<GraphPass> CreateElementwiseRematerializationPass();
+// Convs with constant float32 weights (group 1, Relu or no activation, static shapes) become
+// ai.tob NchwcConv on activations blocked by 16 channels, with ReorderToNchwc / ReorderFromNchwc
+// only where a value enters or leaves a chain of them; level kAll unless TOB_NCHWC=0, only where
+// PassContext::elementwise_fusion (CPU-only sessions) and the CPU has AVX-512.
+std::unique_ptr<GraphPass> CreateNchwcLayoutPass();
 // Removes nodes none of whose outputs is used, kept or a graph output.
 std::unique_ptr<GraphPass> CreateDeadCodeEliminationPass();
 

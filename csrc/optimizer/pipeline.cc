@@ -28,6 +28,9 @@ bool RotaryFusionEnabled() { return EnvSwitchOn(EnvSwitch::kRotaryFusion); }
 // "A recomputed layer's GELU gradient from x alone").
 bool ElementwiseRematEnabled() { return EnvSwitchOn(EnvSwitch::kElementwiseRemat); }
 
+// On by default; TOB_NCHWC=0 turns it off (A/B runs; docs/performance.md, "The blocked layout").
+bool NchwcEnabled() { return EnvSwitchOn(EnvSwitch::kNchwc); }
+
 }  // namespace
 
 Status PassManager::RunPass(GraphPass& pass, Graph& graph, PassContext& ctx, bool* changed) {
@@ -105,6 +108,8 @@ PassManager BuildPipeline(OptLevel level, const CastPropagationOptions& casts) {
   // RMSNorm and RoPE first: ElementwiseFusion would otherwise take their elementwise nodes.
   if (RmsNormFusionEnabled()) pm.Add(CreateRmsNormFusionPass());
   if (RotaryFusionEnabled()) pm.Add(CreateRotaryEmbeddingFusionPass());
+  // After ConvActivationFusion (kExtended), so that a conv's Relu and residual sum are its own.
+  if (NchwcEnabled()) pm.Add(CreateNchwcLayoutPass());
   if (ElementwiseFusionEnabled()) pm.Add(CreateElementwiseFusionPass());
   if (ElementwiseFusionEnabled() && ElementwiseRematEnabled()) pm.Add(CreateElementwiseRematerializationPass());
   return pm;
