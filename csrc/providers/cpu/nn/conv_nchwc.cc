@@ -142,50 +142,54 @@ void BlockedConv2D(ThreadPool* pool, const float* x, const float* packed, const 
   const int64_t rows_per_task = chunks > 1 ? 1 : std::max<int64_t>(1, kTaskPositions / std::max<int64_t>(1, OW));
   const int64_t row_groups = (OH + rows_per_task - 1) / rows_per_task;
   const int64_t tasks = pairs * N * row_groups * chunks;
-  const int64_t per_task = 2 * kBlock * std::min(OW * rows_per_task, kTaskPositions) * ntaps * kBlock;
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 17) / std::max<int64_t>(1, per_task));
   // Consecutive tasks of a thread share their weights (a pair's, streamed from L2 or memory once
   // for all its positions) unless the whole packed weight is small: then they share their input
   // positions instead (every pair of one block of positions in a row, the input block in L1).
   const bool positions_major = Mb * wblock * static_cast<int64_t>(sizeof(float)) <= kSmallWeightBytes;
-  ParallelFor(pool, tasks, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      int64_t rest = t, pair = 0;
-      if (positions_major) {
-        pair = rest % pairs;
-        rest /= pairs;
-      }
-      const int64_t chunk = rest % chunks;
-      rest /= chunks;
-      const int64_t rg = rest % row_groups;
-      rest /= row_groups;
-      const int64_t n = rest % N;
-      if (!positions_major) pair = rest / N;
-      const int64_t mb = pair * 2;
-      const int blocks = static_cast<int>(std::min<int64_t>(2, Mb - mb));
-      const float* xi = x + n * in_image;
-      const float* w = packed + mb * wblock;
-      const float* bias_p = bias != nullptr ? bias + mb * kBlock : nullptr;
-      const int64_t oh0 = rg * rows_per_task, oh1 = std::min(OH, oh0 + rows_per_task);
-      const int64_t ow_begin = chunk * kTaskPositions, ow_end = std::min(OW, ow_begin + kTaskPositions);
-      // The row's positions in tiles of even sizes (49 = 10 + 10 + 10 + 10 + 9, not 4 x 12 + 1: a
-      // tile of a few rows is latency-bound on its few accumulators).
-      const int64_t span = ow_end - ow_begin, tiles = (span + conv_nchwc::kTileRows - 1) / conv_nchwc::kTileRows;
-      for (int64_t k0 = 0; k0 < ntaps; k0 += kBlockTaps) {
-        const int64_t k1 = std::min(ntaps, k0 + kBlockTaps);
-        for (int64_t oh = oh0; oh < oh1; ++oh) {
-          const int64_t out_row = n * out_image + mb * out_plane + oh * b.OW * kBlock;
-          for (int64_t tile = 0, ow0 = ow_begin; tile < tiles; ++tile) {
-            const int rows = static_cast<int>(span / tiles + (tile < span % tiles ? 1 : 0));
-            const int64_t at = out_row + ow0 * kBlock;
-            conv_nchwc::Tile(rows, blocks, xi + (oh * b.sh * b.W + ow0 * b.sw) * kBlock, b.sw * kBlock,
-                             taps.data() + k0, k1 - k0, w, wblock, bias_p, z != nullptr ? z + at : nullptr, relu,
-                             k0 == 0, k1 == ntaps, y + at, out_plane);
-            ow0 += rows;
+  // One slot per thread, each claiming tasks one at a time: a preempted worker holds back only
+  // the task it is on (a contiguous share per thread would wait for the slowest one).
+  const int64_t threads = pool != nullptr ? std::max(1, pool->num_threads()) : 1;
+  const int64_t slots = std::min(threads, tasks);
+  std::atomic<int64_t> next{0};
+  ParallelFor(pool, slots, 1, [&](int64_t slot_begin, int64_t slot_end) {
+    for (int64_t slot = slot_begin; slot < slot_end; ++slot)
+      for (int64_t t = next++; t < tasks; t = next++) {
+        int64_t rest = t, pair = 0;
+        if (positions_major) {
+          pair = rest % pairs;
+          rest /= pairs;
+        }
+        const int64_t chunk = rest % chunks;
+        rest /= chunks;
+        const int64_t rg = rest % row_groups;
+        rest /= row_groups;
+        const int64_t n = rest % N;
+        if (!positions_major) pair = rest / N;
+        const int64_t mb = pair * 2;
+        const int blocks = static_cast<int>(std::min<int64_t>(2, Mb - mb));
+        const float* xi = x + n * in_image;
+        const float* w = packed + mb * wblock;
+        const float* bias_p = bias != nullptr ? bias + mb * kBlock : nullptr;
+        const int64_t oh0 = rg * rows_per_task, oh1 = std::min(OH, oh0 + rows_per_task);
+        const int64_t ow_begin = chunk * kTaskPositions, ow_end = std::min(OW, ow_begin + kTaskPositions);
+        // The row's positions in tiles of even sizes (49 = 10 + 10 + 10 + 10 + 9, not 4 x 12 + 1: a
+        // tile of a few rows is latency-bound on its few accumulators).
+        const int64_t span = ow_end - ow_begin, tiles = (span + conv_nchwc::kTileRows - 1) / conv_nchwc::kTileRows;
+        for (int64_t k0 = 0; k0 < ntaps; k0 += kBlockTaps) {
+          const int64_t k1 = std::min(ntaps, k0 + kBlockTaps);
+          for (int64_t oh = oh0; oh < oh1; ++oh) {
+            const int64_t out_row = n * out_image + mb * out_plane + oh * b.OW * kBlock;
+            for (int64_t tile = 0, ow0 = ow_begin; tile < tiles; ++tile) {
+              const int rows = static_cast<int>(span / tiles + (tile < span % tiles ? 1 : 0));
+              const int64_t at = out_row + ow0 * kBlock;
+              conv_nchwc::Tile(rows, blocks, xi + (oh * b.sh * b.W + ow0 * b.sw) * kBlock, b.sw * kBlock,
+                               taps.data() + k0, k1 - k0, w, wblock, bias_p, z != nullptr ? z + at : nullptr, relu,
+                               k0 == 0, k1 == ntaps, y + at, out_plane);
+              ow0 += rows;
+            }
           }
         }
       }
-    }
   });
 }
 
