@@ -380,6 +380,43 @@ def ab_implicit(args) -> None:
         print(f"| run, process CPU time (median) | {med['0']:.2f} | {med['1']:.2f} |")
 
 
+def ab_nchwc(args) -> None:
+    """Two sessions of the ResNet-50, TOB_NCHWC=1 and =0 (read when a session is created), their
+    runs alternating in one process with no other engine in it; wall and process CPU time per run."""
+    import torch_ort_backend as tob
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import onnx_models
+
+    bm = onnx_models.light_resnet50(random_weights=True)
+    feeds = dict(bm.feeds)
+    sessions = {}
+    for mode in ("1", "0"):
+        os.environ["TOB_NCHWC"] = mode
+        opts = tob.SessionOptions()
+        opts.intra_op_num_threads = args.threads
+        sessions[mode] = tob.InferenceSession(bm.model, opts)
+    os.environ.pop("TOB_NCHWC", None)
+    for sess in sessions.values():
+        for _ in range(3):
+            sess.run(None, feeds)
+    wall, cpu = {"1": [], "0": []}, {"1": [], "0": []}
+    for i in range(args.runs):
+        for mode in ("1", "0") if i % 2 == 0 else ("0", "1"):
+            t0, c0 = time.perf_counter(), time.process_time()
+            sessions[mode].run(None, feeds)
+            wall[mode].append(time.perf_counter() - t0)
+            cpu[mode].append(time.process_time() - c0)
+    print(f"threads={args.threads} runs={args.runs} per side (alternating) load={os.getloadavg()}")
+    print("| | wall median ms | wall min ms | CPU time median ms |")
+    print("| --- | --- | --- | --- |")
+    for mode, label in (("1", "NchwcLayout (TOB_NCHWC=1)"), ("0", "TOB_NCHWC=0")):
+        print(
+            f"| {label} | {statistics.median(wall[mode]) * 1e3:.1f} | {min(wall[mode]) * 1e3:.1f} | "
+            f"{statistics.median(cpu[mode]) * 1e3:.1f} |"
+        )
+
+
 def _pointwise_nodes() -> set:
     import tempfile
 
@@ -414,7 +451,10 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=20, help="--profile-resnet: profiled runs")
     ap.add_argument("--compare-ort", action="store_true", help="per-node profile beside onnxruntime's")
     ap.add_argument("--ab-implicit", action="store_true", help="ResNet-50 with TOB_CONV_IMPLICIT=0/1 alternating")
+    ap.add_argument("--ab-nchwc", action="store_true", help="ResNet-50 sessions with TOB_NCHWC=1/0 alternating")
     args = ap.parse_args()
+    if args.ab_nchwc:
+        return ab_nchwc(args)
     if args.ab_implicit:
         args._pointwise = _pointwise_nodes()
         return ab_implicit(args)
