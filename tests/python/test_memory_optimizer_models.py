@@ -206,3 +206,77 @@ def test_level_1_rebuilds_what_the_backward_makes_from_its_stash(name, heads, mo
     batch, seq = 2, 16  # causal_lm_batch's
     saved, saved_plain = (graph_memory(r, "backward")["saved_bytes"] for r in (run, plain))
     assert saved_plain - saved >= batch * heads * seq * seq * 4, (saved_plain, saved)
+
+
+def _saved_roots(after: int, predicate) -> list:
+    """The stashed values (alias roots of the forward's saved outputs, not parameters or inputs) of
+    the forward graphs compiled after serial `after` for which `predicate(root)` holds."""
+    from torch_ort_backend.memory_optimizer.analysis import alias_root
+
+    found = []
+    for g in live_graphs():
+        if g.serial <= after or g.stage != "forward" or g.gm is None:
+            continue
+        output = next(iter(g.gm.graph.find_nodes(op="output")))
+        for value in output.args[0]:
+            root = alias_root(value) if isinstance(value, torch.fx.Node) else None
+            if root is not None and root.op == "call_function" and predicate(root):
+                found.append(root)
+    return found
+
+
+def _is_pointwise_product(node) -> bool:
+    # an RMSNorm's output (x * rstd * w), SwiGLU's product (silu(gate) * up), a tanh GELU's output
+    return node.target is torch.ops.aten.mul.Tensor
+
+
+def _retrain_without(monkeypatch, name: str, model, make_batch, count):
+    """Level 1 with free_rebuild's `name` switched off (partition.py's reference to it)."""
+    from torch_ort_backend.memory_optimizer import partition
+
+    with monkeypatch.context() as m:
+        m.setattr(partition, name, lambda *args: 0)
+        gc.collect()
+        for g in live_graphs():
+            g.memory.runs = 0
+        serial = _newest_serial()
+        plain = train(model, make_batch, {"memory_opt_level": 1})
+        return plain, count(serial)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_level_1_rebuilds_pointwise_values_from_what_the_backward_reads(name, monkeypatch):
+    """The last (not recomputed) layer's values that a few pointwise ops make from values stashed
+    anyway (LLaMA: the RMSNorms' outputs and SwiGLU's product; GPT-2: the tanh GELU's output) are
+    rebuilt by the backward instead of stashed (free_rebuild.py, rebuild_elementwise_from_stash):
+    the forward stashes fewer bytes, and the numbers are level 0's, bit for bit."""
+    make_model, make_batch, _ = MODELS[name]
+    model = make_model()
+    level0 = train(model, make_batch, {"memory_opt_level": 0})
+    serial = _newest_serial()
+    run = train(model, make_batch, {"memory_opt_level": 1})
+    products = _saved_roots(serial, _is_pointwise_product)
+    assert_identical(level0, run, f"{name} at memory_opt_level 1")
+    plain, plain_products = _retrain_without(monkeypatch, "rebuild_elementwise_from_stash", model, make_batch,
+                                             lambda after: len(_saved_roots(after, _is_pointwise_product)))
+    assert_identical(plain, run, f"{name} at memory_opt_level 1 without the pointwise rebuilds")
+    assert products == [] and plain_products >= 1, (products, plain_products)
+    saved, saved_plain = (graph_memory(r, "backward")["saved_bytes"] for r in (run, plain))
+    assert saved < saved_plain, (saved, saved_plain)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_a_recomputed_layers_backward_reads_its_probabilities_rebuilt_from_softmax_and_mask(name):
+    """In each recomputed layer the backward's reader of the dropped-out attention probabilities
+    (the gradient of the product with V) reads them rebuilt from the recomputed softmax and the
+    replayed mask, just before it, rather than the replayed dropout's output, which then dies with
+    the recomputed product it feeds. Level 1 recomputes 2 of 3 layers."""
+    make_model, make_batch, _ = MODELS[name]
+    serial = _newest_serial()
+    train(make_model(), make_batch, {"memory_opt_level": 1})
+    rebuilt = [sum(1 for n in g.gm.graph.nodes
+                   if n.target is torch.ops.aten.native_dropout_backward.default
+                   and getattr(n.args[0], "target", None) is torch.ops.aten._softmax.default)
+               for g in live_graphs() if g.serial > serial and g.stage == "backward" and g.gm is not None]
+    # the backward graph, and its variant without the logits' tangent (zero_tangents.py)
+    assert rebuilt and all(r == 2 for r in rebuilt), rebuilt

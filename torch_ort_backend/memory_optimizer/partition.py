@@ -24,7 +24,7 @@ import torch
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch.utils.checkpoint import CheckpointPolicy
 
-from .free_rebuild import rebuild_dropout_outputs
+from .free_rebuild import rebuild_dropout_outputs, rebuild_elementwise_from_stash
 from .analysis import Candidates, Occurrence, alias_root, analyze, recomputable
 from .plans import LAYER_PLAN, RECOMPUTE, RECOMPUTE_WITH_COMPROMISE, PlanConfig
 from .report import log_report
@@ -187,6 +187,8 @@ def _apply_plans(joint: torch.fx.GraphModule, joint_inputs: Any, fw: torch.fx.Gr
     _mark(cands, sel)
     if level >= 1:  # attention's dropped-out probabilities are rebuilt, not stashed (free_rebuild.py)
         rebuild_dropout_outputs(joint, readers)
+        # and values a few pointwise ops make from what the backward reads anyway (free_rebuild.py)
+        rebuild_elementwise_from_stash(joint, {n.name for n in saved}, num_fwd_outputs)
     fw_plans, bw_plans = _min_cut(joint, joint_inputs, **kwargs)
     replace_rng_wrappers(fw_plans, bw_plans)
     log_report(cands, sel, before, stashed_bytes(fw_plans, num_fwd_outputs))
