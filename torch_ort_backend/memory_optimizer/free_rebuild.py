@@ -14,7 +14,7 @@ memory_opt_level >= 1 the partition with plans tags them for recompute before it
   is not held through the layer's MLP backward.
 - **Pointwise values** (``rebuild_elementwise_from_stash``): a value a few pointwise ops make from
   values stashed anyway and parameters (an RMSNorm's output from x and its rstd, SwiGLU's product
-  from its two inputs, a tanh GELU's output and tanh from x), in the layers no plan recomputes.
+  from its two inputs, a tanh GELU's output from x and the tanh), in the layers no plan recomputes.
 
 Tried and not kept: torch's min-cut with three of its Inductor-minded bans off
 (``ban_recompute_materialized_backward``, ``_used_far_apart``, ``_long_fusible_chains``), which
@@ -130,7 +130,9 @@ def rebuild_dropout_outputs(joint: torch.fx.GraphModule, forward_readers: set) -
     return rebuilt
 
 
-_MAX_ELEMENTWISE_OPS = 6
+# A longer chain (the tanh of a tanh GELU: 5 ops) makes the engine's rebuild write intermediates
+# beside the values it rebuilds: GPT-2's backward peak rose 18 MiB when it was allowed (6 ops).
+_MAX_ELEMENTWISE_OPS = 3
 
 
 def _elementwise_chain(value: torch.fx.Node, kept: set) -> list | None:
@@ -163,10 +165,12 @@ def _elementwise_chain(value: torch.fx.Node, kept: set) -> list | None:
 
 def rebuild_elementwise_from_stash(joint: torch.fx.GraphModule, saved_names: set, num_fwd_outputs: int) -> int:
     """Tags for recompute each value the forward would stash (its name in ``saved_names``, the
-    level-0 partition's saved values) that a few pointwise ops make from values stashed anyway,
+    level-0 partition's saved values) that at most _MAX_ELEMENTWISE_OPS pointwise ops make from
+    values that stay stashed (a value rebuilt here is not the source of another),
     graph inputs and parameters alone: an RMSNorm's output (x and its rstd are stashed for the
     norm's backward; the weight is a parameter), SwiGLU's product (its two inputs are stashed for
-    its gradient), a tanh GELU's output (x and the tanh). The backward runs the same ops on the
+    its gradient), a tanh GELU's output (from x and the tanh, which the GELU's gradient reads;
+    the tanh itself takes 5 ops from x and stays stashed). The backward runs the same ops on the
     same values again, just before its reader (the next product's weight gradient), where the
     engine fuses them into one elementwise pass; the forward stashes one tensor less. Nodes a layer
     plan tags are left to it. Returns how many values it tagged."""
@@ -189,6 +193,7 @@ def rebuild_elementwise_from_stash(joint: torch.fx.GraphModule, saved_names: set
             if n.meta.get("recompute") is None:
                 n.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
                 n.meta["tob_memopt_tag"] = True
+        kept.discard(node)  # no longer stashed: a later value is not rebuilt from it
         tagged += 1
     return tagged
 
