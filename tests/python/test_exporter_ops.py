@@ -296,3 +296,21 @@ def test_cross_entropy_backward_runs_as_one_fused_node(dtype):
     assert "SoftmaxCrossEntropyLossGrad" in ops, sorted(ops)
     assert not {"LogSoftmaxGrad_13", "NegativeLogLikelihoodLossGrad"} & ops, sorted(ops)
     assert compile_stats().fallbacks == 0
+
+
+@pytest.mark.parametrize("bounds", [(5, None), (2, 6), (0, 4)])
+def test_slice_gradient_clamps_symbolic_sizes(bounds):
+    """x[:, start:stop] under dynamic shapes: the gradient's padding is clamped in the graph (Min /
+    Max), so an axis shorter than the bounds gives eager's gradient too, one graph for every size."""
+    start, stop = bounds
+    fn = lambda x: (x[:, start:stop] * 3).sum()  # noqa: E731
+    compiled = torch.compile(fn, backend="ort", dynamic=True)
+    for n in (9, 7, 4, 3):
+        x = _r(3, n, gen=torch.Generator().manual_seed(n))
+        ours, expected = x.clone().requires_grad_(), x.clone().requires_grad_()
+        (got,) = torch.autograd.grad(compiled(ours), ours)
+        (want,) = torch.autograd.grad(fn(expected), expected)
+        torch.testing.assert_close(got, want, rtol=0, atol=0, msg=lambda m, n=n: f"size {n}: {m}")
+    stats = compile_stats()
+    assert stats.runs >= 8 and stats.fallbacks == 0, stats
+    assert "aten.slice_backward.default" not in stats.aten_fallback_ops, stats.aten_fallback_ops

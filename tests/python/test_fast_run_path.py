@@ -128,12 +128,16 @@ def test_a_rejected_input_after_a_copied_one_still_names_the_input():
 
 
 def test_run_torch_borrows_the_inputs_and_hands_back_tensors_that_own_engine_memory():
-    """Session.run_torch (the fast path's engine call): the inputs' memory is read in place (no
-    copy made before the run), each output is a new torch tensor over the engine's buffer, distinct
-    from every input, and it stays valid after the graph, its session and dynamo's caches are gone."""
+    """Session.run_torch (the fast path's engine call): each output is a new torch tensor over the
+    engine's buffer, distinct from every input, and it stays valid after the graph, its session
+    (asserted gone) and dynamo's caches are gone."""
     import gc
+    import weakref
+
+    from torch_ort_backend.compile_state import COMPILE_STATE
 
     model, graph = _compiled_inference_graph()
+    session = weakref.ref(graph.session)
     x = _nonzero(4, 8, seed=5)
     args = [model.weight.detach(), model.bias.detach(), x]
     [out] = graph.session._session.run_torch(list(args))
@@ -147,7 +151,9 @@ def test_run_torch_borrows_the_inputs_and_hands_back_tensors_that_own_engine_mem
     torch.testing.assert_close(again, model(x * 2).detach())
     del graph, again
     torch._dynamo.reset()
+    COMPILE_STATE.clear_sessions()  # identical exports share sessions through this cache
     gc.collect()
+    assert session() is None, "the engine session outlived its graph: the test proves nothing"
     torch.testing.assert_close(out, want)
     assert (out.clone().add_(1) - 1 - want).abs().max() < 1e-6
 
@@ -185,7 +191,7 @@ def test_run_torch_sets_donated_inputs_to_none_once_the_engine_holds_them():
         graph.session._session.run_torch([model.weight.detach(), model.bias.detach(), x], [True, False])
 
 
-def test_the_dlpack_exchange_of_an_engine_without_run_torch_gives_the_same_results():
+def test_the_dlpack_exchange_of_an_engine_without_run_torch_gives_the_same_results(monkeypatch):
     """The fast path of an engine built without torch (and the benchmark's ort_dlpack runner):
     DLPack capsules to Session.run_positional and back; forward and gradients as eager's."""
     eager = _linear(seed=4)
@@ -195,6 +201,12 @@ def test_the_dlpack_exchange_of_an_engine_without_run_torch_gives_the_same_resul
     compiled(x).square().sum().backward()
     for stage in ("forward", "backward"):
         _graph(stage)._torch_exchange = False
+
+    def no_run_torch(*args, **kwargs):
+        raise AssertionError("run_torch called on the DLPack path")
+
+    # Every graph's engine call must be run_positional now: run_torch fails the test.
+    monkeypatch.setattr(type(_graph("forward").session._session), "run_torch", no_run_torch)
     model.zero_grad()
     runs = compile_stats().runs
     for seed in range(3):

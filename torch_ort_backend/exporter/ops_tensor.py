@@ -277,6 +277,19 @@ def convert_element_type(ctx, node, a):
     return ctx.cast(a.a, a.dtype) if a.a.dtype != a.dtype else ctx.op("Identity", a.a)
 
 
+def _clamped_pads(ctx, size, start, end):
+    """The zeros before and after a unit-step slice [start, end) of an axis of `size`, any of them
+    symbolic, clamped as torch's slicing does (0 <= start <= stop <= size): Min / Max in the graph."""
+    def val(x):
+        return ctx.as_val(x, torch.int64)
+
+    begin = start if isinstance(start, int) and start == 0 else ctx.op("Min", val(start), val(size))
+    if isinstance(end, int) and end >= INT64_MAX // 2:
+        return begin, 0  # to the axis's end: stop = size >= begin
+    stop = ctx.op("Max", ctx.op("Min", val(end), val(size)), val(begin))
+    return begin, ctx.op("Sub", val(size), stop)
+
+
 @converter(aten.slice_backward.default)
 def slice_backward(ctx, node, a):
     """Gradient of a unit-step slice: the gradient padded with zeros back to the input's size."""
@@ -286,22 +299,23 @@ def slice_backward(ctx, node, a):
     r = len(sizes)
     d = _norm_dim(a.dim, r)
     size, start, end = sizes[d], a.start, a.end
-    if isinstance(start, int) and start < 0:
-        if not isinstance(size, int):
-            return None
-        start = max(start + size, 0)  # torch clamps a start before the first element to it
-    if isinstance(start, int) and isinstance(size, int):
-        start = min(start, size)
-    if isinstance(end, int) and isinstance(size, int):
-        end = max(size + end, 0) if end < 0 else min(end, size)
-        end = max(end, start) if isinstance(start, int) else end
-        after = size - end
-    elif isinstance(end, int) and end >= INT64_MAX // 2:
-        after = 0
-    elif isinstance(end, int) and end < 0:
-        return None
+    if isinstance(size, int):
+        # torch clamps: a start before the first element to it, an end past the last to it, and a
+        # backwards range is empty
+        if isinstance(start, int) and start < 0:
+            start += size
+        if isinstance(end, int) and end < 0:
+            end += size
+        if isinstance(start, int) and isinstance(end, int):
+            start = min(max(start, 0), size)
+            end = min(max(end, start), size)
+            after = size - end
+        else:  # a symbolic bound on a static axis: clamped in the graph
+            start, after = _clamped_pads(ctx, size, start, end)
     else:
-        after = ctx.op("Sub", ctx.as_val(size, torch.int64), ctx.as_val(end, torch.int64))
+        if any(isinstance(b, int) and b < 0 for b in (start, end)):
+            return None  # counted from a symbolic end: which side it clamps to is not known here
+        start, after = _clamped_pads(ctx, size, start, end)
     begins, ends = [0] * r, [0] * r
     begins[d], ends[d] = start, after
     g = a.grad_output
