@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "conv_reference.h"
 #include "providers/cpu/nn/conv_implicit.h"
 
 namespace tob {
@@ -33,13 +34,7 @@ WindowGeometry Make(const Geometry2D& d) {
   return g;
 }
 
-std::vector<float> Random(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-1.f, 1.f);
-  std::vector<float> v(n);
-  for (float& e : v) e = dist(gen);
-  return v;
-}
+using conv_testing::Random;
 
 TEST(ConvImplicit, PhasePlanesAreIm2Col) {
   const Geometry2D cases[] = {

@@ -25,13 +25,7 @@ namespace {
 using conv_nchwc::kBlock;
 using testing::RandomTensor;
 
-std::vector<float> Random(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-1.f, 1.f);
-  std::vector<float> v(n);
-  for (float& e : v) e = dist(gen);
-  return v;
-}
+using conv_testing::Random;
 
 TEST(ConvNchwc, ReordersRoundTripAndZeroTheSpareLanes) {
   for (int64_t C : {1, 16, 20, 37}) {

@@ -1,11 +1,13 @@
-// The float64 references of the convolution tests (conv_fused_test.cc, conv_packed_test.cc): the
-// naive 2-D window sum over groups, strides, dilations and pads, and FusedConv's activations.
+// The float64 references of the convolution tests (conv_fused_test.cc, conv_packed_test.cc,
+// conv_nchwc_test.cc, conv_implicit_test.cc): the naive 2-D window sum over groups, strides,
+// dilations and pads, FusedConv's activations, and seeded random operands.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -14,6 +16,15 @@
 namespace tob::conv_testing {
 
 using testing::ToDoubles;
+
+// n floats uniform in [-1, 1), the same for the same seed.
+inline std::vector<float> Random(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  std::vector<float> v(n);
+  for (float& e : v) e = dist(gen);
+  return v;
+}
 
 struct Conv2DCase {
   Shape x, w;

@@ -163,20 +163,10 @@ def _newest_serial() -> int:
 def _saved_dropout_outputs_of_softmax(after: int) -> int:
     """Forward outputs (the stash) of the graphs compiled after serial `after` that are a dropout's
     output over a softmax: attention's dropped-out probabilities."""
-    from torch_ort_backend.memory_optimizer.analysis import alias_root
-
-    found = 0
-    for g in live_graphs():
-        if g.serial <= after or g.stage != "forward" or g.gm is None:
-            continue
-        output = next(iter(g.gm.graph.find_nodes(op="output")))
-        for value in output.args[0]:
-            root = alias_root(value) if isinstance(value, torch.fx.Node) else None
-            if (root is not None and root.target is operator.getitem and root.args[1] == 0
-                    and root.args[0].target is torch.ops.aten.native_dropout.default
-                    and root.args[0].args[0].target is torch.ops.aten._softmax.default):
-                found += 1
-    return found
+    return len(_saved_roots(after, lambda root: (
+        root.target is operator.getitem and root.args[1] == 0
+        and root.args[0].target is torch.ops.aten.native_dropout.default
+        and root.args[0].args[0].target is torch.ops.aten._softmax.default)))
 
 
 @pytest.mark.parametrize("name,heads", [("gpt2", 2), ("llama", 4)])
