@@ -214,6 +214,8 @@ Status Session::BuildPlan() {
   }
   constants_.assign(n, Tensor());
   for (const Value* v : g.initializers()) constants_[slot_of_[v]] = *v->initializer();
+  for (const RuntimeValue& c : constants_)
+    if (c.is_tensor() && c.tensor().buffer() != nullptr) constant_buffers_.insert(c.tensor().buffer().get());
 
   // Last reader of every intermediate: it is released right after that step.
   std::vector<int> last_use(n, -1);
@@ -676,6 +678,30 @@ Status Session::RunBound(std::vector<RuntimeValue>& slots, const std::string& si
   fetches->reserve(fetch_slots.size());
   for (int s : fetch_slots) {
     if (!slots[s].defined()) return RuntimeError("output '", slot_values_[s]->name(), "' was not computed");
+    // Outputs are new values (ONNX): a fetched tensor whose bytes are a constant's (an initializer
+    // named as an output, a Reshape of one) or that is a feed itself (an input named as an output,
+    // an Identity of one the optimizer removed) is handed back as a copy, so that the caller changing
+    // it in place changes neither later runs nor its own input. Donated feeds and bound states are
+    // the run's to hand back; views a tensor kernel makes of a feed stay views (docs/architecture.md).
+    if (slots[s].is_tensor() && slots[s].tensor().buffer() != nullptr) {
+      const Tensor& t = slots[s].tensor();
+      bool copy = constant_buffers_.count(t.buffer().get()) != 0;
+      if (!copy) {
+        const auto in = std::find(input_slots_.begin(), input_slots_.end(), s);
+        const size_t i = static_cast<size_t>(in - input_slots_.begin());
+        copy = in != input_slots_.end() && !(i < donated_inputs.size() && donated_inputs[i]) &&
+               !(i < bound_states_.size() && bound_states_[i].defined());
+      }
+      if (copy) {
+        if (t.device().type != DeviceType::kCPU)
+          return NotImplemented("output '", slot_values_[s]->name(), "' is a constant or an input on ",
+                                t.device().ToString(), ": copying it off the host is not implemented");
+        TOB_ASSIGN_OR_RETURN(Tensor fresh, Tensor::Allocate(t.dtype(), t.shape(), host));
+        CopyTensorData(t, fresh);
+        fetches->push_back(RuntimeValue(std::move(fresh)));
+        continue;
+      }
+    }
     fetches->push_back(slots[s]);
   }
   if (!planned_updates_.empty()) TOB_RETURN_IF_ERROR(WriteBackStates(slots, fetches));

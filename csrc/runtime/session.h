@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/status.h"
@@ -251,9 +252,10 @@ class Session {
 
   std::map<const Value*, int> slot_of_;
   std::vector<const Value*> slot_values_;
-  std::vector<RuntimeValue> constants_;  // by slot; defined for initializers
-  std::vector<int> input_slots_;         // graph inputs, in order
-  std::vector<int> output_slots_;        // graph outputs, in order
+  std::vector<RuntimeValue> constants_;                 // by slot; defined for initializers
+  std::unordered_set<const Buffer*> constant_buffers_;  // their buffers: fetches over them are copied
+  std::vector<int> input_slots_;                        // graph inputs, in order
+  std::vector<int> output_slots_;                       // graph outputs, in order
   std::vector<bool> is_output_slot_;
   std::vector<bool> owns_output_memory_;  // outputs, and values outputs alias (allocated outside the arena)
   std::vector<Step> steps_;

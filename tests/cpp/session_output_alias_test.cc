@@ -51,5 +51,40 @@ TEST(SessionOutputAlias, OutputsThroughReshapeSurviveTheNextRun) {
   EXPECT_FALSE(out2[0].SharesDataWith(out3[0]));
 }
 
+// An initializer and an input named as graph outputs are new values each run: the caller changing
+// one in place changes neither the next run's constant nor its own feed.
+TEST(SessionOutputAlias, ConstantAndFeedOutputsAreCopies) {
+  auto g = std::make_unique<Graph>();
+  g->SetOpset("", 17);
+  ASSERT_TRUE(g->AddInput("a", ValueType(DType::kFloat32, Dims{4, 3})).ok());
+  const Tensor c = RandomTensor<float>({4, 3}, -1, 1, 9);
+  ASSERT_TRUE(g->AddInitializer("c", c).ok());
+  ASSERT_TRUE(g->AddNode("Add", "", {"a", "c"}, {"y"}, {}, "add").ok());
+  ASSERT_TRUE(g->AddOutput("y").ok());
+  ASSERT_TRUE(g->AddOutput("c").ok());
+  ASSERT_TRUE(g->AddOutput("a").ok());
+  auto s = Session::Create(std::move(g), SessionOptions());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const Tensor a = RandomTensor<float>({4, 3}, -1, 1, 3);
+  const std::vector<float> a_values(a.data<float>(), a.data<float>() + 12);
+  const std::vector<float> c_values(c.data<float>(), c.data<float>() + 12);
+  for (int run = 0; run < 2; ++run) {
+    std::vector<Tensor> out;
+    ASSERT_TRUE(s.value()->Run({"a"}, {a}, {}, &out).ok());
+    ASSERT_EQ(out.size(), 3u);
+    EXPECT_FALSE(out[2].SharesDataWith(a)) << "the input output aliases the caller's feed";
+    for (int i = 0; i < 12; ++i) {
+      EXPECT_EQ(out[1].data<float>()[i], c_values[i]) << "run " << run;
+      EXPECT_EQ(out[2].data<float>()[i], a_values[i]) << "run " << run;
+      EXPECT_NEAR(out[0].data<float>()[i], double(a_values[i]) + c_values[i], 1e-6);
+    }
+    for (int i = 0; i < 12; ++i) {  // the caller writes into what it got
+      out[1].data<float>()[i] = 100.0f;
+      out[2].data<float>()[i] = -100.0f;
+    }
+    for (int i = 0; i < 12; ++i) EXPECT_EQ(a.data<float>()[i], a_values[i]);
+  }
+}
+
 }  // namespace
 }  // namespace tob

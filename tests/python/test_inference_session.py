@@ -52,8 +52,10 @@ def test_outputs_share_engine_memory_without_copy(rng):
     assert t.data_ptr() == raw.data_ptr()
 
 
-def test_graph_input_passthrough_is_not_copied(rng):
-    # An output that is a graph input is returned as the very buffer that was fed.
+def test_graph_input_passthrough_is_a_copy(rng):
+    # An output that is a graph input is a new value (ONNX), not the fed buffer: changing it in
+    # place leaves the caller's input as it was (docs/architecture.md, "Outputs never share the
+    # caller's or the model's memory").
     node = onnx.helper.make_node("Relu", ["x"], ["y"])
     graph = onnx.helper.make_graph(
         [node], "g",
@@ -63,9 +65,13 @@ def test_graph_input_passthrough_is_not_copied(rng):
     )
     sess = tob.InferenceSession(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)]))
     x = torch.from_numpy(nonzero(rng, (4,)))
+    x_before = x.clone()
     y, x_out = sess.run(None, {"x": x})
-    assert x_out.data_ptr() == x.data_ptr()
-    torch.testing.assert_close(y, torch.relu(x))
+    assert x_out.data_ptr() != x.data_ptr()
+    torch.testing.assert_close(x_out, x_before)
+    torch.testing.assert_close(y, torch.relu(x_before))
+    x_out.mul_(3)
+    torch.testing.assert_close(x, x_before)
 
 
 def test_symbolic_batch_serves_every_size(rng):
