@@ -359,6 +359,15 @@ class InferenceSession:
         return [_from_engine_value(n, r, as_torch) for n, r in zip(fetched_names, results)]
 
 
+def _has_storage(t: Any) -> bool:
+    """Whether a torch tensor has memory of its own to hand over (a FakeTensor's or a wrapper
+    subclass's data pointer is null)."""
+    try:
+        return t.numel() == 0 or (t.untyped_storage().data_ptr() != 0 and t.data_ptr() != 0)
+    except (RuntimeError, NotImplementedError):
+        return False
+
+
 def _to_engine_value(name: str, value: Any, as_state: bool = False):
     """(numpy array or DLPack capsule, came_from_torch).
 
@@ -383,6 +392,17 @@ def _to_engine_value(name: str, value: Any, as_state: bool = False):
                 f"{kind} '{name}' is on {value.device}; this session runs on the CPU (move it with .cpu())"
             )
         t = value.detach()
+        if t._is_zerotensor():
+            # torch's efficient zeros (autograd's zero gradients) have no memory; their value is zeros
+            if as_state:
+                raise InvalidArgumentError(f"state '{name}': a ZeroTensor has no memory to bind")
+            t = torch.zeros(t.shape, dtype=t.dtype)
+        elif not _has_storage(t):
+            # a FakeTensor or a wrapper subclass (e.g. TwoTensor): no memory of its own to hand over
+            raise InvalidArgumentError(
+                f"{kind} '{name}': a {type(value).__name__} without memory of its own (a FakeTensor or a "
+                "wrapper tensor subclass); the engine takes tensors with storage"
+            )
         if not t.is_contiguous():
             if as_state:
                 raise InvalidArgumentError(

@@ -291,6 +291,10 @@ class PySession {
     }();
     session_ = Unwrap(std::move(s));
     for (const IOInfo& io : session_->inputs()) input_labels_.push_back(StrCat("input '", io.name, "'"));
+    for (const IOInfo& io : session_->outputs()) {
+      output_labels_.push_back(StrCat("output '", io.name, "'"));
+      output_dtypes_.push_back(io.type.dtype);
+    }
   }
 
   // Feeds of any kind (ToValue); each fetch an EngineTensor, a list of them, or None.
@@ -310,11 +314,13 @@ class PySession {
       else values.push_back(ToValue(feed, io->type, what));
     }
     std::vector<RuntimeValue> fetches;
+    RunStats stats;
     Status st;
     {
       py::gil_scoped_release release;
-      st = session_->RunValues(feed_names, std::move(values), fetch_names, &fetches, &last_stats_, donated);
+      st = session_->RunValues(feed_names, std::move(values), fetch_names, &fetches, &stats, donated);
     }
+    last_stats_ = stats;  // under the GIL, as last_run_stats() reads it
     Check(st);
     py::list out;
     for (RuntimeValue& v : fetches) out.append(FromValue(std::move(v)));
@@ -337,11 +343,13 @@ class PySession {
     tensors.reserve(n);
     for (size_t i = 0; i < n; ++i) tensors.push_back(ToTensor(feeds[i], input_labels_[i]));
     std::vector<Tensor> fetches;
+    RunStats stats;
     Status st;
     {
       py::gil_scoped_release release;
-      st = session_->RunPositional(std::move(tensors), &fetches, &last_stats_, donated);
+      st = session_->RunPositional(std::move(tensors), &fetches, &stats, donated);
     }
+    last_stats_ = stats;  // under the GIL, as last_run_stats() reads it
     Check(st);
     py::list out(fetches.size());
     for (size_t i = 0; i < fetches.size(); ++i) out[i] = TensorToDLPack(fetches[i]);
@@ -360,16 +368,19 @@ class PySession {
     if (!donated.empty() && donated.size() != n)
       throw py::value_error(StrCat("got ", donated.size(), " donation flags for ", n, " inputs"));
     std::vector<Tensor> tensors = EngineTensorsFromTorch(args, input_labels_);
+    CheckTorchDTypes(output_labels_, output_dtypes_);  // before donated inputs are consumed
     for (size_t i = 0; i < donated.size(); ++i)
       if (donated[i]) args[i] = py::none();
     std::vector<Tensor> fetches;
+    RunStats stats;
     Status st;
     {
       py::gil_scoped_release release;
-      st = session_->RunPositional(std::move(tensors), &fetches, &last_stats_, donated);
+      st = session_->RunPositional(std::move(tensors), &fetches, &stats, donated);
     }
+    last_stats_ = stats;  // under the GIL, as last_run_stats() reads it
     Check(st);
-    return TorchTensorsFromEngine(fetches);
+    return TorchTensorsFromEngine(fetches, output_labels_);
   }
 #endif
 
@@ -412,8 +423,10 @@ class PySession {
 
  private:
   std::unique_ptr<Session> session_;
-  std::vector<std::string> input_labels_;  // "input 'name'", for the errors of RunPositional
-  RunStats last_stats_;
+  std::vector<std::string> input_labels_;   // "input 'name'", for the errors of RunPositional
+  std::vector<std::string> output_labels_;  // "output 'name'", for the errors of RunTorch
+  std::vector<DType> output_dtypes_;        // the outputs' declared dtypes (kUndefined: not known)
+  RunStats last_stats_;                     // written under the GIL only
 };
 
 }  // namespace

@@ -2,7 +2,6 @@
 
 #include "python/torch_run.h"
 
-#include <ATen/ops/from_blob.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <memory>
@@ -14,16 +13,6 @@
 namespace py = pybind11;
 
 namespace tob::python {
-
-namespace {
-
-// The context of a torch DataPtr over engine memory: a reference that keeps the Buffer alive.
-void ReleaseBufferRef(void* ctx) { delete static_cast<std::shared_ptr<Buffer>*>(ctx); }
-
-// Torch wants a non-null data pointer even for zero elements.
-alignas(64) char kEmptyStorage[64];
-
-}  // namespace
 
 std::vector<Tensor> EngineTensorsFromTorch(const py::list& args, const std::vector<std::string>& labels) {
   const size_t n = args.size();
@@ -44,8 +33,15 @@ std::vector<Tensor> EngineTensorsFromTorch(const py::list& args, const std::vect
     if (t.is_conj() || t.is_neg())
       throw py::value_error(StrCat(what, ": the tensor has its conjugate or negative bit set"));
     if (!t.is_contiguous()) throw py::value_error(StrCat(what, ": tensor must be contiguous (call .contiguous())"));
+    // A ZeroTensor, a FakeTensor or a wrapper subclass (TwoTensor) has no memory of its own: its
+    // data pointer is null. Refused by name, so that the caller takes the checked path.
     const int64_t numel = t.numel();
+    if (t._is_zerotensor() || !t.has_storage())
+      throw py::value_error(
+          StrCat(what, ": has no memory to borrow (a ZeroTensor, a FakeTensor or a wrapper subclass)"));
     void* data = numel == 0 ? nullptr : t.data_ptr();
+    if (numel > 0 && data == nullptr)
+      throw py::value_error(StrCat(what, ": has no memory to borrow (its data pointer is null)"));
     // The Buffer holds a reference on the TensorImpl (a trivially copyable deleter, which
     // std::function keeps without an allocation of its own); releasing the Buffer drops it.
     c10::TensorImpl* impl = t.unsafeGetTensorImpl();
@@ -57,29 +53,19 @@ std::vector<Tensor> EngineTensorsFromTorch(const py::list& args, const std::vect
   return out;
 }
 
-py::list TorchTensorsFromEngine(const std::vector<Tensor>& tensors) {
+void CheckTorchDTypes(const std::vector<std::string>& labels, const std::vector<DType>& dtypes) {
+  for (size_t i = 0; i < dtypes.size(); ++i)
+    if (dtypes[i] != DType::kUndefined && TorchScalarTypeOf(dtypes[i]) < 0)
+      throw py::value_error(StrCat(labels[i], ": dtype ", DTypeName(dtypes[i]), " has no torch equivalent"));
+}
+
+py::list TorchTensorsFromEngine(const std::vector<Tensor>& tensors, const std::vector<std::string>& labels) {
   py::list out(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
-    const Tensor& t = tensors[i];
-    const int scalar_type = TorchScalarTypeOf(t.dtype());
-    if (scalar_type < 0)
-      throw py::value_error(StrCat("output ", i, ": dtype ", DTypeName(t.dtype()), " has no torch equivalent"));
-    if (t.device().type != DeviceType::kCPU)
-      throw py::value_error(
-          StrCat("output ", i, " is on ", t.device().ToString(), "; this path hands back CPU tensors"));
-    const auto options = c10::TensorOptions().dtype(static_cast<c10::ScalarType>(scalar_type)).device(c10::kCPU);
-    void* data = const_cast<void*>(t.raw_data());
-    at::Tensor result = t.numel() == 0 || data == nullptr
-                            ? at::for_blob(kEmptyStorage, t.shape())
-                                  .options(options)
-                                  .target_device(c10::Device(c10::kCPU))
-                                  .make_tensor()
-                            : at::for_blob(data, t.shape())
-                                  .context(new std::shared_ptr<Buffer>(t.buffer()), ReleaseBufferRef)
-                                  .options(options)
-                                  .target_device(c10::Device(c10::kCPU))
-                                  .make_tensor();
-    PyObject* wrapped = THPVariable_Wrap(std::move(result));
+    const std::string what = i < labels.size() ? labels[i] : StrCat("output ", i);
+    StatusOr<at::Tensor> t = TorchTensorOver(tensors[i]);  // refuses a non-empty tensor without memory
+    if (!t.ok()) throw py::value_error(StrCat(what, ": ", t.status().message()));
+    PyObject* wrapped = THPVariable_Wrap(std::move(t).value());
     if (wrapped == nullptr) throw py::error_already_set();
     PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), wrapped);
   }

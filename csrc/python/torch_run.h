@@ -17,12 +17,18 @@ namespace tob::python {
 // An engine tensor over the memory of each element of `args` (a list of torch tensors), which it
 // keeps alive; labels[i] names element i in the errors. Raises TypeError for an element that is not
 // a torch tensor and ValueError for one on another device than the CPU, with a dtype the engine does
-// not carry, not strided, not contiguous, or with its conjugate or negative bit set.
+// not carry, not strided, not contiguous, with its conjugate or negative bit set, or without memory of its own
+// (a ZeroTensor, a FakeTensor, a wrapper subclass).
 std::vector<Tensor> EngineTensorsFromTorch(const pybind11::list& args, const std::vector<std::string>& labels);
 
-// A new torch CPU tensor (one Python object each) over each engine tensor's memory; each holds a
-// reference on its Buffer, so the memory lives as long as the torch tensor or a view of it. Raises
-// ValueError for a tensor torch cannot hold (another device, a dtype torch does not have).
-pybind11::list TorchTensorsFromEngine(const std::vector<Tensor>& tensors);
+// Raises ValueError naming labels[i] for a dtype torch does not have (kUndefined, a type not known
+// before the run, passes): run_torch checks the session's outputs before it consumes donated inputs.
+void CheckTorchDTypes(const std::vector<std::string>& labels, const std::vector<DType>& dtypes);
+
+// A new torch CPU tensor (one Python object each) over each engine tensor's memory (TorchTensorOver);
+// each holds a reference on its Buffer, so the memory lives as long as the torch tensor or a view of
+// it. Raises ValueError naming labels[i] for a tensor torch cannot hold (another device, a dtype
+// torch does not have, a non-empty tensor without memory).
+pybind11::list TorchTensorsFromEngine(const std::vector<Tensor>& tensors, const std::vector<std::string>& labels);
 
 }  // namespace tob::python

@@ -16,13 +16,24 @@ struct DTypePair {
 };
 
 constexpr DTypePair kDTypePairs[] = {
-    {DType::kFloat32, c10::ScalarType::Float}, {DType::kFloat64, c10::ScalarType::Double},
-    {DType::kFloat16, c10::ScalarType::Half},  {DType::kBFloat16, c10::ScalarType::BFloat16},
-    {DType::kInt8, c10::ScalarType::Char},     {DType::kUInt8, c10::ScalarType::Byte},
-    {DType::kInt16, c10::ScalarType::Short},   {DType::kUInt16, c10::ScalarType::UInt16},
-    {DType::kInt32, c10::ScalarType::Int},     {DType::kUInt32, c10::ScalarType::UInt32},
-    {DType::kInt64, c10::ScalarType::Long},    {DType::kUInt64, c10::ScalarType::UInt64},
+    {DType::kFloat32, c10::ScalarType::Float},
+    {DType::kFloat64, c10::ScalarType::Double},
+    {DType::kFloat16, c10::ScalarType::Half},
+    {DType::kBFloat16, c10::ScalarType::BFloat16},
+    {DType::kInt8, c10::ScalarType::Char},
+    {DType::kUInt8, c10::ScalarType::Byte},
+    {DType::kInt16, c10::ScalarType::Short},
+    {DType::kUInt16, c10::ScalarType::UInt16},
+    {DType::kInt32, c10::ScalarType::Int},
+    {DType::kUInt32, c10::ScalarType::UInt32},
+    {DType::kInt64, c10::ScalarType::Long},
+    {DType::kUInt64, c10::ScalarType::UInt64},
     {DType::kBool, c10::ScalarType::Bool},
+    {DType::kFloat8E4M3FN, c10::ScalarType::Float8_e4m3fn},
+    {DType::kFloat8E4M3FNUZ, c10::ScalarType::Float8_e4m3fnuz},
+    {DType::kFloat8E5M2, c10::ScalarType::Float8_e5m2},
+    {DType::kFloat8E5M2FNUZ, c10::ScalarType::Float8_e5m2fnuz},
+    {DType::kFloat8E8M0, c10::ScalarType::Float8_e8m0fnu},
 };
 
 // Context of a torch DataPtr over engine memory: a reference that keeps the Buffer alive.
@@ -91,9 +102,18 @@ StatusOr<at::Tensor> TorchView(const Tensor& t) {
     return InvalidArgument("tensor on ", t.device().ToString(), "; the torch provider runs on cpu");
   at::Tensor own = TorchResultOf(t, static_cast<c10::ScalarType>(scalar_type));
   if (own.defined()) return own;
+  return TorchTensorOver(t);
+}
+
+StatusOr<at::Tensor> TorchTensorOver(const Tensor& t) {
+  const int scalar_type = TorchScalarTypeOf(t.dtype());
+  if (scalar_type < 0) return InvalidArgument("dtype ", DTypeName(t.dtype()), " has no torch equivalent");
+  if (t.device().type != DeviceType::kCPU)
+    return InvalidArgument("tensor on ", t.device().ToString(), "; torch tensors over engine memory are cpu ones");
   const auto options = c10::TensorOptions().dtype(static_cast<c10::ScalarType>(scalar_type)).device(c10::kCPU);
   void* data = const_cast<void*>(t.raw_data());
-  if (t.numel() == 0 || data == nullptr)
+  if (t.numel() > 0 && data == nullptr) return InvalidArgument("a tensor of ", t.numel(), " elements without memory");
+  if (t.numel() == 0)
     return at::for_blob(kEmptyStorage, t.shape()).options(options).target_device(c10::Device(c10::kCPU)).make_tensor();
   return at::for_blob(data, t.shape())
       .context(new std::shared_ptr<Buffer>(t.buffer()), ReleaseBufferRef)

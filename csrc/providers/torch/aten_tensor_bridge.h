@@ -25,6 +25,11 @@ std::string TorchScalarTypeName(int scalar_type);
 // A torch CPU tensor over `t`'s memory. The torch tensor holds a reference on t's Buffer, so a
 // torch result that views it (a view op) keeps the memory alive after the engine lets go of it.
 StatusOr<at::Tensor> TorchView(const Tensor& t);
+// A new torch CPU tensor over `t`'s memory, holding a reference on its Buffer (TorchView without
+// handing back the torch provider's own result, which may be an inference-mode tensor): what
+// Session.run_torch gives the caller. InvalidArgument for an unmapped dtype, another device, or a
+// non-empty tensor without memory.
+StatusOr<at::Tensor> TorchTensorOver(const Tensor& t);
 
 // An engine tensor over a torch result: contiguous results are taken as they are (the Buffer
 // holds the at::Tensor, no copy), others are made contiguous first. Undefined in, undefined out.
