@@ -615,6 +615,26 @@ thread_local std::vector<LiveBytes> tls_live_bytes;
 
 }  // namespace
 
+// A copy of `t` on the device it is on: on the host directly, elsewhere through the host with the
+// device's provider (providers copy between their device and the host only).
+static StatusOr<Tensor> CopyOnItsDevice(const Tensor& t, const std::shared_ptr<Allocator>& host,
+                                        const std::vector<std::shared_ptr<ExecutionProvider>>& providers) {
+  if (t.device().type == DeviceType::kCPU) {
+    TOB_ASSIGN_OR_RETURN(Tensor fresh, Tensor::Allocate(t.dtype(), t.shape(), host));
+    CopyTensorData(t, fresh);
+    return fresh;
+  }
+  for (const auto& provider : providers) {
+    if (!(provider->device() == t.device())) continue;
+    TOB_ASSIGN_OR_RETURN(Tensor staged, Tensor::Allocate(t.dtype(), t.shape(), host));
+    TOB_RETURN_IF_ERROR(provider->CopyTensor(t, staged));
+    TOB_ASSIGN_OR_RETURN(Tensor fresh, Tensor::Allocate(t.dtype(), t.shape(), provider->allocator()));
+    TOB_RETURN_IF_ERROR(provider->CopyTensor(staged, fresh));
+    return fresh;
+  }
+  return RuntimeError("no provider of this session holds device ", t.device().ToString(), " to copy an output on");
+}
+
 Status Session::RunBound(std::vector<RuntimeValue>& slots, const std::string& signature,
                          const std::vector<int>& fetch_slots, std::vector<RuntimeValue>* fetches, RunStats* stats,
                          int64_t t0, const std::vector<bool>& donated_inputs) {
@@ -693,11 +713,7 @@ Status Session::RunBound(std::vector<RuntimeValue>& slots, const std::string& si
                !(i < bound_states_.size() && bound_states_[i].defined());
       }
       if (copy) {
-        if (t.device().type != DeviceType::kCPU)
-          return NotImplemented("output '", slot_values_[s]->name(), "' is a constant or an input on ",
-                                t.device().ToString(), ": copying it off the host is not implemented");
-        TOB_ASSIGN_OR_RETURN(Tensor fresh, Tensor::Allocate(t.dtype(), t.shape(), host));
-        CopyTensorData(t, fresh);
+        TOB_ASSIGN_OR_RETURN(Tensor fresh, CopyOnItsDevice(t, host, providers_));
         fetches->push_back(RuntimeValue(std::move(fresh)));
         continue;
       }
