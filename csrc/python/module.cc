@@ -342,15 +342,7 @@ class PySession {
     std::vector<Tensor> tensors;
     tensors.reserve(n);
     for (size_t i = 0; i < n; ++i) tensors.push_back(ToTensor(feeds[i], input_labels_[i]));
-    std::vector<Tensor> fetches;
-    RunStats stats;
-    Status st;
-    {
-      py::gil_scoped_release release;
-      st = session_->RunPositional(std::move(tensors), &fetches, &stats, donated);
-    }
-    last_stats_ = stats;  // under the GIL, as last_run_stats() reads it
-    Check(st);
+    std::vector<Tensor> fetches = RunReleasingTheGil(std::move(tensors), donated);
     py::list out(fetches.size());
     for (size_t i = 0; i < fetches.size(); ++i) out[i] = TensorToDLPack(fetches[i]);
     return out;
@@ -371,15 +363,7 @@ class PySession {
     CheckTorchDTypes(output_labels_, output_dtypes_);  // before donated inputs are consumed
     for (size_t i = 0; i < donated.size(); ++i)
       if (donated[i]) args[i] = py::none();
-    std::vector<Tensor> fetches;
-    RunStats stats;
-    Status st;
-    {
-      py::gil_scoped_release release;
-      st = session_->RunPositional(std::move(tensors), &fetches, &stats, donated);
-    }
-    last_stats_ = stats;  // under the GIL, as last_run_stats() reads it
-    Check(st);
+    std::vector<Tensor> fetches = RunReleasingTheGil(std::move(tensors), donated);
     return TorchTensorsFromEngine(fetches, output_labels_);
   }
 #endif
@@ -422,6 +406,21 @@ class PySession {
   const RunStats& last_stats() const { return last_stats_; }
 
  private:
+  // Session::RunPositional with the GIL released; its stats recorded once the GIL is back (as
+  // last_run_stats() reads them), and its error raised.
+  std::vector<Tensor> RunReleasingTheGil(std::vector<Tensor> tensors, const std::vector<bool>& donated) {
+    std::vector<Tensor> fetches;
+    RunStats stats;
+    Status st;
+    {
+      py::gil_scoped_release release;
+      st = session_->RunPositional(std::move(tensors), &fetches, &stats, donated);
+    }
+    last_stats_ = stats;
+    Check(st);
+    return fetches;
+  }
+
   std::unique_ptr<Session> session_;
   std::vector<std::string> input_labels_;   // "input 'name'", for the errors of RunPositional
   std::vector<std::string> output_labels_;  // "output 'name'", for the errors of RunTorch

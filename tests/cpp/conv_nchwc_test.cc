@@ -15,9 +15,11 @@
 #include "conv_reference.h"
 #include "graph_pass_test_util.h"
 #include "op_tester.h"
+#include "ops/fused_elementwise_program.h"
 #include "optimizer/passes.h"
 #include "providers/cpu/nn/conv_nchwc.h"
 #include "runtime/session.h"
+#include "tensor_test_util.h"
 
 namespace tob {
 namespace {
@@ -391,6 +393,41 @@ TEST(ConvNchwc, ChainMatchesThePassOff) {
   unsetenv("TOB_NCHWC");
   for (int i = 0; i < 2; ++i)
     testing::ExpectClose(outs[1][i], outs[0][i].shape(), testing::ToDoubles(outs[0][i]), 1e-5, 1e-5, "output");
+}
+
+// The blocked ops are the engine's own (ai.tob), but a model may still name them: each refuses what
+// it cannot run with an error naming the node and the culprit.
+TEST(ConvNchwc, BadNodesAreNamed) {
+  using tensor_test::ExpectFailure;
+  auto conv = [](Shape x, Shape w) {
+    testing::OpTester t("NchwcConv", 1, kTobDomain);
+    t.Input("X", RandomTensor<float>(x)).Input("W", RandomTensor<float>(w)).Output("Y", {}, {});
+    return t;
+  };
+  auto group = conv({1, 1, 4, 4, 16}, {16, 16, 3, 3});
+  group.Attr("group", Attribute::Int(2));
+  ExpectFailure(group, "group must be 1, got 2");
+  auto activation = conv({1, 1, 4, 4, 16}, {16, 16, 3, 3});
+  activation.Attr("activation", Attribute::String("Sigmoid"));
+  ExpectFailure(activation, "activation must be empty or Relu, got 'Sigmoid'");
+  auto unblocked = conv({1, 16, 4, 4}, {16, 16, 3, 3});
+  ExpectFailure(unblocked, "X must be blocked [N, Cb, H, W, 16]");
+  auto channels = conv({1, 1, 4, 4, 16}, {16, 32, 3, 3});
+  ExpectFailure(channels, "has 32 input channels, X has 1 blocks");
+  testing::OpTester f64("NchwcConv", 1, kTobDomain);
+  f64.Input("X", RandomTensor<double>({1, 1, 4, 4, 16})).Input("W", RandomTensor<double>({16, 16, 3, 3}));
+  f64.Output("Y", {}, {});
+  ExpectFailure(f64, "must be float32, got float64");
+
+  testing::OpTester to("ReorderToNchwc", 1, kTobDomain);
+  to.Input("X", RandomTensor<float>({2, 16, 4})).Output("Y", {}, {});
+  ExpectFailure(to, "X must be [N, C, H, W]");
+  testing::OpTester from_none("ReorderFromNchwc", 1, kTobDomain);
+  from_none.Input("X", RandomTensor<float>({1, 2, 4, 4, 16})).Output("Y", {}, {});
+  ExpectFailure(from_none, "attribute channels must be positive, got -1");
+  testing::OpTester from("ReorderFromNchwc", 1, kTobDomain);
+  from.Attr("channels", Attribute::Int(40)).Input("X", RandomTensor<float>({1, 2, 4, 4, 16})).Output("Y", {}, {});
+  ExpectFailure(from, "X has 2 blocks, 40 channels need 3");
 }
 
 }  // namespace
