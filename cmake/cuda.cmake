@@ -132,7 +132,7 @@ else()
     message(STATUS "CUDA: NCCL from the nvidia-nccl wheel (${tob_nccl_library})")
   else()
     message(STATUS "CUDA: NCCL not found (multi-GPU collectives unavailable; "
-                   "scripts/install_cuda_deps.sh installs it)")
+                   "TOB_WITH_NCCL=1 scripts/install_cuda_deps.sh installs it)")
   endif()
 endif()
 

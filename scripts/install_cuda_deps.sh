@@ -12,7 +12,9 @@
 # Environment:
 #   NVCC=/path/to/nvcc     nvcc to read the CUDA version from (default: nvcc on PATH, then
 #                          /usr/local/cuda/bin/nvcc)
-#   TOB_SKIP_NCCL=1        skip NCCL (~200 MB; only multi-GPU collectives need it)
+#   TOB_WITH_NCCL=1        also install NCCL (196 MB download, 209 MB installed). Off by default:
+#                          nothing in the build links NCCL (scale-out goes through torch.distributed,
+#                          which brings its own), and a CI machine's disk can be short.
 #   PYTHON=python3         interpreter whose environment receives the wheels (default: python)
 set -euo pipefail
 
@@ -54,7 +56,15 @@ case "${cuda_major}" in
     exit 1
     ;;
 esac
-if [[ "${TOB_SKIP_NCCL:-0}" != "1" ]]; then requirements+=("${nccl}"); fi
+if [[ "${TOB_WITH_NCCL:-0}" == "1" ]]; then requirements+=("${nccl}"); fi
 
-echo "install_cuda_deps: pip install ${requirements[*]}"
-"${python_bin}" -m pip install --no-deps "${requirements[@]}"
+# cuBLAS alone is a 421 MB download that unpacks to 568 MB: say up front when the disk cannot hold
+# it (pip's own message comes only after minutes of downloading). --no-cache-dir: a second copy in
+# pip's cache would double the download's footprint for no later use.
+free_mb="$(${python_bin} -c 'import shutil, sys; print(shutil.disk_usage(sys.prefix).free // 2**20)')"
+echo "install_cuda_deps: pip install ${requirements[*]} (${free_mb} MiB free)"
+if (( free_mb < 1200 )); then
+  echo "install_cuda_deps: only ${free_mb} MiB free on the disk of $(${python_bin} -c 'import sys; print(sys.prefix)');" \
+       "the cuBLAS wheel needs about 1000 MiB while it installs (and the build about 800 MiB more)" >&2
+fi
+"${python_bin}" -m pip install --no-deps --no-cache-dir "${requirements[@]}"

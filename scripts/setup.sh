@@ -21,6 +21,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# A fresh machine gains nothing from pip's cache, and a CI machine's disk can be short: no second
+# copy of every wheel (the CUDA ones alone are 600 MB).
+export PIP_NO_CACHE_DIR="${PIP_NO_CACHE_DIR:-1}"
+echo "==> disk: $(df -Pm . | awk 'NR==2 {print $4}') MiB free in $(pwd)"
+
 if [ ! -x .venv/bin/python ]; then
   echo "==> creating .venv"
   python3 -m venv .venv
