@@ -245,6 +245,13 @@ class _Exporter:
         # are omitted ONNX outputs ("").
         refs = [None if m is None else val_from_meta(node.name, m) for m in metas]
         present = [r for r in refs if r is not None]
+        perm = _random_op_memory_order(op, node)
+        if perm is not None:
+            # The engine hands torch contiguous tensors; eager's input here is laid out otherwise
+            # (channels-last, a transpose) and the op draws its random numbers in memory order. Run
+            # it on the input transposed into that order, so the same draws land on the same
+            # elements as in eager, and transpose the results back.
+            inputs[0] = ctx.op("Transpose", inputs[0], perm=perm, shape=[inputs[0].shape[d] for d in perm])
         outs = ctx.op("ATen", *inputs, outputs=len(present), domain=MS_DOMAIN,
                       dtypes=[r.dtype for r in present], **call.attributes)
         outs = outs if isinstance(outs, list) else [outs]
@@ -255,6 +262,10 @@ class _Exporter:
                 results.append(None)
                 continue
             o = next(it)
+            if perm is not None:
+                o.shape, o.is_symint = tuple(ref.shape[d] for d in perm), ref.is_symint
+                ctx.declare(o)
+                o = ctx.op("Transpose", o, perm=_inverse(perm), dtype=o.dtype)
             o.shape, o.is_symint = ref.shape, ref.is_symint
             ctx.declare(o)
             results.append(o)
@@ -268,6 +279,44 @@ class _Exporter:
         if isinstance(mv, (list, tuple)):
             return outs
         return outs[0]
+
+
+# Random ATen ops whose draws follow their input's memory order (checked against torch: dropout on a
+# channels-last or transposed input masks the elements in storage order). bernoulli.p is not one of
+# them: it draws in logical order whatever the layout.
+_MEMORY_ORDER_RANDOM_OPS = frozenset({torch.ops.aten.native_dropout.default})
+
+
+def _random_op_memory_order(op: torch._ops.OpOverload, node: torch.fx.Node) -> list[int] | None:
+    """For a random op of _MEMORY_ORDER_RANDOM_OPS whose input (its first argument) torch holds densely
+    but not contiguously, the permutation of its dims from outermost to innermost in memory; None
+    when the input is contiguous (or its layout unknown, symbolic or overlapping)."""
+    if op not in _MEMORY_ORDER_RANDOM_OPS or not node.args or not isinstance(node.args[0], torch.fx.Node):
+        return None
+    mv = node.args[0].meta.get("val")
+    if not isinstance(mv, torch.Tensor) or mv.dim() < 2:
+        return None
+    try:
+        sizes = [int(d) for d in mv.shape]
+        strides = [int(s) for s in mv.stride()]
+    except (TypeError, ValueError, RuntimeError):  # symbolic sizes or strides
+        return None
+    perm = sorted(range(len(sizes)), key=lambda d: (-strides[d], d))
+    if perm == list(range(len(sizes))):
+        return None
+    expected = 1
+    for d in reversed(perm):  # dense: each dim's stride is the product of the sizes inside it
+        if sizes[d] != 1 and strides[d] != expected:
+            return None
+        expected *= sizes[d]
+    return perm
+
+
+def _inverse(perm: list[int]) -> list[int]:
+    inv = [0] * len(perm)
+    for i, d in enumerate(perm):
+        inv[d] = i
+    return inv
 
 
 def _view_chain(node: torch.fx.Node) -> tuple[Any, tuple]:
