@@ -191,6 +191,8 @@ def _compile_region(gm: torch.fx.GraphModule, example_inputs: list, opts: Backen
     except Exception as e:
         if "TensorifyScalarRestartAnalysis" in type(e).__name__ or "Restart" in type(e).__name__:
             raise
+        if isinstance(e, torch._dynamo.exc.exceptions_allowed_to_be_fallback):
+            raise
         err = UnsupportedTorchModelError(f"AOTAutograd could not trace the graph: {type(e).__name__}: {e}")
         if FallbackManager(policy, opts.fallback_retry, "a dynamo graph").should_fall_back(err):
             STATS.fallbacks += 1
