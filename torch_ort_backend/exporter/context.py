@@ -31,8 +31,22 @@ TORCH_TO_ONNX = {
     torch.uint32: TensorProto.UINT32,
     torch.uint64: TensorProto.UINT64,
     torch.bool: TensorProto.BOOL,
+    torch.float8_e4m3fn: TensorProto.FLOAT8E4M3FN,
+    torch.float8_e4m3fnuz: TensorProto.FLOAT8E4M3FNUZ,
+    torch.float8_e5m2: TensorProto.FLOAT8E5M2,
+    torch.float8_e5m2fnuz: TensorProto.FLOAT8E5M2FNUZ,
 }
 ONNX_TO_TORCH = {v: k for k, v in TORCH_TO_ONNX.items()}
+
+# ONNX has the 8-bit floats from opset 19 on (Cast-19's saturate); an export that carries one
+# declares opset 19 (see ExportContext.model).
+FLOAT8_OPSET = 19
+_FLOAT8_CODES = frozenset({TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2,
+                           TensorProto.FLOAT8E5M2FNUZ})
+# torch's conversion to float8_e4m3fn clamps to its largest finite value (ONNX's saturate = 1); to the
+# other three, a value past the range becomes inf (e5m2) or NaN (the fnuz types: saturate = 0).
+_FLOAT8_SATURATES = {torch.float8_e4m3fn: 1, torch.float8_e4m3fnuz: 0, torch.float8_e5m2: 0,
+                     torch.float8_e5m2fnuz: 0}
 
 _NUMPY_OF = {
     torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16,
@@ -242,17 +256,18 @@ class ExportContext:
 
             with _disable_current_modes():
                 arr = value.detach().cpu()
-            if arr.dtype == torch.bfloat16:
+            if arr.dtype == torch.bfloat16 or arr.dtype in _FLOAT8_SATURATES:
                 with _disable_current_modes():
-                    raw = arr.contiguous().view(torch.int16).numpy().tobytes()
-                t = helper.make_tensor(self.fresh("const"), TensorProto.BFLOAT16, list(arr.shape), raw, raw=True)
+                    bits = torch.int16 if arr.dtype == torch.bfloat16 else torch.uint8
+                    raw = arr.contiguous().view(bits).numpy().tobytes()
+                t = helper.make_tensor(self.fresh("const"), TORCH_TO_ONNX[arr.dtype], list(arr.shape), raw, raw=True)
                 self.initializers.append(t)
-                return Val(t.name, torch.bfloat16, tuple(arr.shape))
+                return Val(t.name, arr.dtype, tuple(arr.shape))
             with _disable_current_modes():
                 arr = arr.numpy()
         else:
-            if dtype == torch.bfloat16:
-                return self.cast(self.const(value, torch.float32), torch.bfloat16)
+            if dtype == torch.bfloat16 or dtype in _FLOAT8_SATURATES:
+                return self.cast(self.const(value, torch.float32), dtype)
             arr = np.asarray(value, dtype=_NUMPY_OF.get(dtype))
         if dtype in _NUMPY_OF:
             arr = arr.astype(_NUMPY_OF[dtype], copy=False)
@@ -302,7 +317,7 @@ class ExportContext:
     def cast(self, v: Val, dtype: torch.dtype) -> Val:
         if v.dtype == dtype:
             return v
-        out = self.op("Cast", v, to=onnx_dtype(dtype), dtype=dtype)
+        out = self.op("Cast", v, to=onnx_dtype(dtype), dtype=dtype, saturate=_FLOAT8_SATURATES.get(dtype))
         out.shape = v.shape
         out.is_symint = v.is_symint
         return out
@@ -320,10 +335,26 @@ class ExportContext:
             return self.const(np.asarray(static[start:end], dtype=np.int64), torch.int64)
         return self.op("Shape", v, dtype=torch.int64, start=start, end=end)
 
+    def _carries_float8(self) -> bool:
+        typed = (*self.inputs, *self.outputs, *self.value_info)
+        if any(vi.type.tensor_type.elem_type in _FLOAT8_CODES for vi in typed):
+            return True
+        if any(t.data_type in _FLOAT8_CODES for t in self.initializers):
+            return True
+        return any(n.op_type == "Cast" and any(a.name == "to" and a.i in _FLOAT8_CODES for a in n.attribute)
+                   for n in self.nodes)
+
     def model(self, producer: str = "torch_ort_backend") -> onnx.ModelProto:
         graph = helper.make_graph(self.nodes, "torch_ort_graph", self.inputs, self.outputs,
                                   initializer=self.initializers, value_info=self.value_info)
-        opsets = [helper.make_opsetid("", self.opset)]
+        opset = self.opset
+        if opset < FLOAT8_OPSET and self._carries_float8():
+            if opset < 18:
+                raise UnsupportedTorchModelError(
+                    f"the graph carries 8-bit floats, which ONNX has from opset {FLOAT8_OPSET} on; the export opset is "
+                    f"{opset} (set the opset option to 18 or more)")
+            opset = FLOAT8_OPSET  # the nodes are written in their opset-18 form, which opset 19 reads alike
+        opsets = [helper.make_opsetid("", opset)]
         if self.uses_ms_domain:
             opsets.append(helper.make_opsetid(MS_DOMAIN, 1))
         return helper.make_model(graph, opset_imports=opsets, producer_name=producer, ir_version=10)
