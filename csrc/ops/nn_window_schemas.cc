@@ -375,6 +375,58 @@ Status InferNchwcConv(InferenceContext& ctx) {
   return Status::OK();
 }
 
+// NchwcConvNchwInput(X [N, C, H, W], W [M, C, KH, KW], B?) -> [N, Mb, OH, OW, 16]: the blocked
+// conv that reads a plain NCHW image (a network's stem); group 1, activation "" or Relu.
+Status InferNchwcConvNchwInput(InferenceContext& ctx) {
+  for (int i = 0; i < ctx.num_inputs(); ++i)
+    if (ctx.has_input(i)) TOB_RETURN_IF_ERROR(CheckFloat32(ctx, i, "every input"));
+  TOB_ASSIGN_OR_RETURN(WindowAttributes attrs, WindowAttributes::Read(ctx.node()));
+  if (attrs.group != 1) return ctx.Fail("group must be 1, got ", attrs.group);
+  std::string activation;
+  TOB_RETURN_IF_ERROR(ctx.node().GetAttr("activation", &activation, std::string()));
+  if (!activation.empty() && activation != "Relu")
+    return ctx.Fail("activation must be empty or Relu, got '", activation, "'");
+  const ValueType& x = *ctx.input_type(0);
+  const ValueType& w = *ctx.input_type(1);
+  if (x.has_rank() && x.rank() != 4) return ctx.Fail("X must be [N, C, H, W], got ", x.ToString());
+  if (w.has_rank() && w.rank() != 4) return ctx.Fail("W must be [M, C, KH, KW], got ", w.ToString());
+  if (!x.has_rank() || !w.has_rank()) {
+    ctx.set_output(0, ValueType(DType::kFloat32, Dims(5, Dim::Unknown())));
+    return Status::OK();
+  }
+  const Dims& xd = *x.shape;
+  const Dims& wd = *w.shape;
+  if (xd[1].is_known() && wd[1].is_known() && xd[1].value != wd[1].value)
+    return ctx.Fail("W ", w.ToString(), " has ", wd[1].value, " input channels, X has ", xd[1].value);
+  if (const ValueType* b = ctx.has_input(2) ? ctx.input_type(2) : nullptr; b != nullptr && b->has_rank()) {
+    if (b->rank() != 1 || ((*b->shape)[0].is_known() && wd[0].is_known() && (*b->shape)[0].value != wd[0].value))
+      return ctx.Fail("B must be [M] (", wd[0].ToString(), "), got ", b->ToString());
+  }
+  TOB_ASSIGN_OR_RETURN(WindowAttributes resolved, attrs.Resolve(ctx.node(), 2, WeightKernelDims(wd)));
+  TOB_ASSIGN_OR_RETURN(Dims spatial, SpatialOutputDims(ctx, resolved, xd, false));
+  ctx.set_output(0, ValueType(DType::kFloat32, Dims{xd[0], BlocksOf(wd[0]), spatial[0], spatial[1], Dim(kNchwcBlock)}));
+  return Status::OK();
+}
+
+// NchwcMaxPool(X [N, Cb, H, W, 16]) -> [N, Cb, OH, OW, 16]: MaxPool's 2-D windows on a blocked
+// activation, no Indices.
+Status InferNchwcMaxPool(InferenceContext& ctx) {
+  TOB_RETURN_IF_ERROR(CheckFloat32(ctx, 0, "X"));
+  TOB_ASSIGN_OR_RETURN(WindowAttributes attrs, WindowAttributes::Read(ctx.node()));
+  if (attrs.kernel_shape.size() != 2) return ctx.Fail("kernel_shape must have 2 dims, got ", attrs.kernel_shape.size());
+  TOB_ASSIGN_OR_RETURN(bool known, CheckBlocked(ctx, 0, "X"));
+  if (!known) {
+    ctx.set_output(0, ValueType(DType::kFloat32, Dims(5, Dim::Unknown())));
+    return Status::OK();
+  }
+  const Dims& xd = *ctx.input_type(0)->shape;
+  TOB_ASSIGN_OR_RETURN(WindowAttributes resolved, attrs.Resolve(ctx.node(), 2, {}));
+  TOB_ASSIGN_OR_RETURN(Dims spatial,
+                       SpatialOutputDims(ctx, resolved, Dims{xd[0], Dim::Unknown(), xd[2], xd[3]}, false));
+  ctx.set_output(0, ValueType(DType::kFloat32, Dims{xd[0], xd[1], spatial[0], spatial[1], Dim(kNchwcBlock)}));
+  return Status::OK();
+}
+
 }  // namespace
 
 void RegisterNnWindowSchemas(OpSchemaRegistry& registry) {
@@ -398,6 +450,8 @@ void RegisterNnWindowSchemas(OpSchemaRegistry& registry) {
   registry.Register(OpSchema{kTobDomain, "NchwcConv", 2, 4, 1, 1, InferNchwcConv});
   registry.Register(OpSchema{kTobDomain, "ReorderToNchwc", 1, 1, 1, 1, InferReorderToNchwc});
   registry.Register(OpSchema{kTobDomain, "ReorderFromNchwc", 1, 1, 1, 1, InferReorderFromNchwc});
+  registry.Register(OpSchema{kTobDomain, "NchwcConvNchwInput", 2, 3, 1, 1, InferNchwcConvNchwInput});
+  registry.Register(OpSchema{kTobDomain, "NchwcMaxPool", 1, 1, 1, 1, InferNchwcMaxPool});
 }
 
 }  // namespace tob

@@ -1,7 +1,9 @@
 """The NchwcLayout pass end to end (docs/architecture.md "The blocked layout (NCHWc)"): onnx's light
-ResNet-50 with random weights runs with every conv but the 3-channel stem as an ai.tob NchwcConv on
-activations blocked by 16 channels, one reorder in and one out, and its logits match onnxruntime's
-within float32 tolerance; TOB_NCHWC=0 (read when a session is created) leaves the convs alone."""
+ResNet-50 with random weights runs with its 3-channel stem as an ai.tob NchwcConvNchwInput (NCHW
+image in, blocked out), the stem's MaxPool as an NchwcMaxPool and every other conv as an NchwcConv
+on activations blocked by 16 channels, no reorder in and one out, and its logits match
+onnxruntime's within float32 tolerance; TOB_NCHWC=0 (read when a session is created) leaves the
+convs alone."""
 
 from __future__ import annotations
 
@@ -58,9 +60,11 @@ def test_resnet50_blocked_matches_onnxruntime(resnet50, tmp_path, monkeypatch):
     monkeypatch.delenv("TOB_NCHWC", raising=False)
     logits, ops = _run(model, x, tmp_path, "on")
     assert ops.count("NchwcConv") == 52, ops
-    assert ops.count("Conv") + ops.count("FusedConv") == 1, ops  # the stem (3 input channels)
-    # In after the stem's MaxPool, out before the final AveragePool: nothing else leaves the layout.
-    assert ops.count("ReorderToNchwc") == 1 and ops.count("ReorderFromNchwc") == 1, ops
+    assert ops.count("NchwcConvNchwInput") == 1, ops  # the stem (3 input channels) reads the image
+    assert ops.count("NchwcMaxPool") == 1, ops
+    assert ops.count("Conv") + ops.count("FusedConv") + ops.count("MaxPool") == 0, ops
+    # Nothing enters the layout by a reorder; one leaves before the final AveragePool.
+    assert ops.count("ReorderToNchwc") == 0 and ops.count("ReorderFromNchwc") == 1, ops
     assert np.abs(expected).max() > 1.0  # logits that a wrong kernel would change
     np.testing.assert_allclose(logits, expected, rtol=1e-3, atol=1e-3 * np.abs(expected).max())
 
@@ -69,5 +73,5 @@ def test_resnet50_switch_off_keeps_nchw(resnet50, tmp_path, monkeypatch):
     model, x, expected = resnet50
     monkeypatch.setenv("TOB_NCHWC", "0")
     logits, ops = _run(model, x, tmp_path, "off")
-    assert "NchwcConv" not in ops and "ReorderToNchwc" not in ops, ops
+    assert not {"NchwcConv", "NchwcConvNchwInput", "NchwcMaxPool", "ReorderToNchwc"} & set(ops), ops
     np.testing.assert_allclose(logits, expected, rtol=1e-3, atol=1e-3 * np.abs(expected).max())
