@@ -166,7 +166,7 @@ def profile_resnet(args) -> None:
     inits = {i.name: list(i.dims) for i in optimized.graph.initializer}
     conv_nodes = {}
     for node in optimized.graph.node:
-        if node.op_type in ("Conv", "FusedConv", "NchwcConv"):
+        if node.op_type in ("Conv", "FusedConv", "NchwcConv", "NchwcConvNchwInput"):
             attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
             conv_nodes[node.name] = (inits[node.input[1]], attrs.get("strides", [1, 1])[0])
     feeds = dict(bm.feeds)
@@ -240,7 +240,7 @@ def compare_ort(args) -> None:
     inits = {i.name: list(i.dims) for i in optimized.graph.initializer}
     conv_w = {}
     for node in optimized.graph.node:
-        if node.op_type in ("Conv", "FusedConv", "NchwcConv"):
+        if node.op_type in ("Conv", "FusedConv", "NchwcConv", "NchwcConvNchwInput"):
             attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
             conv_w[node.name] = (inits[node.input[1]], attrs.get("strides", [1, 1])[0])
     so = ort.SessionOptions()
@@ -277,7 +277,7 @@ def compare_ort(args) -> None:
         best = min(r[j]["dur"] for r in our_runs)
         totals[0] += best
         op = e["args"]["op_type"]
-        if op in ("Conv", "FusedConv", "NchwcConv"):
+        if op in ("Conv", "FusedConv", "NchwcConv", "NchwcConvNchwInput"):
             (m, c, k, _), st = conv_w[e["name"]]
             oh = json.loads(e["args"]["output_shapes"])[2]
             table_key = (c, m, k, oh, st)
@@ -381,8 +381,9 @@ def ab_implicit(args) -> None:
 
 
 def ab_nchwc(args) -> None:
-    """Two sessions of the ResNet-50, TOB_NCHWC=1 and =0 (read when a session is created), their
-    runs alternating in one process with no other engine in it; wall and process CPU time per run."""
+    """Two sessions of the ResNet-50, TOB_NCHWC set to each of --ab-modes (default 1 and 0; "convs"
+    keeps the stem and its MaxPool NCHW; read when a session is created), their runs alternating in
+    one process with no other engine in it; wall and process CPU time per run."""
     import torch_ort_backend as tob
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -390,8 +391,10 @@ def ab_nchwc(args) -> None:
 
     bm = onnx_models.light_resnet50(random_weights=True)
     feeds = dict(bm.feeds)
+    modes = args.ab_modes.split(",")
+    assert len(modes) == 2, "--ab-modes takes two values"
     sessions = {}
-    for mode in ("1", "0"):
+    for mode in modes:
         os.environ["TOB_NCHWC"] = mode
         opts = tob.SessionOptions()
         opts.intra_op_num_threads = args.threads
@@ -400,20 +403,20 @@ def ab_nchwc(args) -> None:
     for sess in sessions.values():
         for _ in range(3):
             sess.run(None, feeds)
-    wall, cpu = {"1": [], "0": []}, {"1": [], "0": []}
+    wall, cpu = {m: [] for m in modes}, {m: [] for m in modes}
     for i in range(args.runs):
-        for mode in ("1", "0") if i % 2 == 0 else ("0", "1"):
+        for mode in modes if i % 2 == 0 else modes[::-1]:
             t0, c0 = time.perf_counter(), time.process_time()
             sessions[mode].run(None, feeds)
             wall[mode].append(time.perf_counter() - t0)
             cpu[mode].append(time.process_time() - c0)
     print(f"threads={args.threads} runs={args.runs} per side (alternating) load={os.getloadavg()}")
-    print("| | wall median ms | wall min ms | CPU time median ms |")
-    print("| --- | --- | --- | --- |")
-    for mode, label in (("1", "NchwcLayout (TOB_NCHWC=1)"), ("0", "TOB_NCHWC=0")):
+    print("| | wall median ms | wall min ms | CPU time median ms | CPU time min ms |")
+    print("| --- | --- | --- | --- | --- |")
+    for mode in modes:
         print(
-            f"| {label} | {statistics.median(wall[mode]) * 1e3:.1f} | {min(wall[mode]) * 1e3:.1f} | "
-            f"{statistics.median(cpu[mode]) * 1e3:.1f} |"
+            f"| TOB_NCHWC={mode} | {statistics.median(wall[mode]) * 1e3:.1f} | {min(wall[mode]) * 1e3:.1f} | "
+            f"{statistics.median(cpu[mode]) * 1e3:.1f} | {min(cpu[mode]) * 1e3:.1f} |"
         )
 
 
@@ -451,7 +454,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=20, help="--profile-resnet: profiled runs")
     ap.add_argument("--compare-ort", action="store_true", help="per-node profile beside onnxruntime's")
     ap.add_argument("--ab-implicit", action="store_true", help="ResNet-50 with TOB_CONV_IMPLICIT=0/1 alternating")
-    ap.add_argument("--ab-nchwc", action="store_true", help="ResNet-50 sessions with TOB_NCHWC=1/0 alternating")
+    ap.add_argument("--ab-nchwc", action="store_true", help="ResNet-50 sessions with two TOB_NCHWC values alternating")
+    ap.add_argument("--ab-modes", default="1,0", help="--ab-nchwc: the two TOB_NCHWC values (1, 0, convs)")
     args = ap.parse_args()
     if args.ab_nchwc:
         return ab_nchwc(args)

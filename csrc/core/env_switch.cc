@@ -34,7 +34,7 @@ const std::vector<SwitchSpec>& Specs() {
       {EnvSwitch::kBatchedMatMulTranspose, "TOB_BATCHED_MATMUL_TRANSPOSE", {kOff, kOn}},
       {EnvSwitch::kConvImplicit, "TOB_CONV_IMPLICIT", {kOff, kOn}},
       {EnvSwitch::kElementwiseRemat, "TOB_ELEMENTWISE_REMAT", {kOff, kOn}},
-      {EnvSwitch::kNchwc, "TOB_NCHWC", {kOff, kOn}},
+      {EnvSwitch::kNchwc, "TOB_NCHWC", {kOff, kOn, "convs"}},
   };
   return specs;
 }

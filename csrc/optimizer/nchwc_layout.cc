@@ -14,12 +14,15 @@
 // a value enters or leaves the chain. A node reading a converted node's output (as X or as Z) reads
 // the blocked value directly; a ReorderFromNchwc nobody reads is removed. Only where the CPU runs
 // the blocked tile on AVX-512 (providers/cpu/nn/conv_nchwc.h) and the session is CPU-only
-// (PassContext::elementwise_fusion); level kAll unless TOB_NCHWC=0.
+// (PassContext::elementwise_fusion); level kAll unless TOB_NCHWC=0. TOB_NCHWC=convs converts only
+// the convs of at least kMinChannels input channels (the stem and pools stay NCHW, as before the
+// stem ops: A/B runs).
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "core/domain.h"
+#include "core/env_switch.h"
 #include "ops/fused_elementwise_program.h"  // kTobDomain
 #include "optimizer/node_traits.h"
 #include "optimizer/passes.h"
@@ -118,6 +121,7 @@ class NchwcLayout final : public GraphPass {
     summary_.clear();
     if (!ctx.elementwise_fusion || !conv_nchwc::Avx512Available()) return Status::OK();
     KeptValues kept(ctx);
+    const bool convs_only = EnvSwitchValue(EnvSwitch::kNchwc) == "convs";
     TOB_ASSIGN_OR_RETURN(std::vector<Node*> order, graph.TopologicalOrder());
     // An NCHW value -> its blocked twin (a ReorderToNchwc's output, or a converted conv's Yb for
     // the ReorderFromNchwc output that stands in for the conv's Y).
@@ -147,7 +151,7 @@ class NchwcLayout final : public GraphPass {
       return Status::OK();
     };
     for (Node* node : order) {
-      if (PoolConvertible(*node, kept)) {
+      if (!convs_only && PoolConvertible(*node, kept)) {
         auto it = blocked.find(node->input(0));
         if (it == blocked.end()) continue;  // an NCHW input: a reorder in would cost more than it saves
         AttributeMap attrs = node->attributes();
@@ -158,7 +162,7 @@ class NchwcLayout final : public GraphPass {
       }
       bool relu = false;
       ConvKind kind = Convertible(*node, kept, &relu);
-      if (kind == ConvKind::kNone) continue;
+      if (kind == ConvKind::kNone || (convs_only && kind == ConvKind::kNchwInput)) continue;
       // A few channels already blocked (a converted node's output) stay blocked: a partial block
       // costs less than the reorder out.
       if (kind == ConvKind::kNchwInput && blocked.count(node->input(0)) > 0) kind = ConvKind::kBlocked;

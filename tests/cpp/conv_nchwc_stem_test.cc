@@ -445,16 +445,18 @@ TEST(ConvNchwcStem, SessionsMatchFloat64) {
 }
 
 // The stem chain on one session matches the session with the pass off (TOB_NCHWC=0), whose ops are
-// held to float64 in conv_fused_test and pool_test.
+// held to float64 in conv_fused_test and pool_test, and with TOB_NCHWC=convs (the stem and the
+// pool NCHW, the 1x1 conv blocked behind a reorder: the layout before the stem ops).
 TEST(ConvNchwcStem, ChainMatchesThePassOff) {
   if (!conv_nchwc::Avx512Available()) GTEST_SKIP() << "the pass runs only where the CPU has AVX-512";
   Tensor x = RandomTensor<float>({1, 3, 32, 30}, -1, 1, 71);
-  std::vector<Tensor> outs[2];
-  for (int on = 0; on < 2; ++on) {
-    if (on) {
-      unsetenv("TOB_NCHWC");
+  const char* values[] = {"0", "convs", nullptr};
+  std::vector<Tensor> outs[3];
+  for (int i = 0; i < 3; ++i) {
+    if (values[i] != nullptr) {
+      setenv("TOB_NCHWC", values[i], 1);
     } else {
-      setenv("TOB_NCHWC", "0", 1);
+      unsetenv("TOB_NCHWC");
     }
     auto g = std::make_unique<Graph>();
     BuildStem(*g);
@@ -463,11 +465,17 @@ TEST(ConvNchwcStem, ChainMatchesThePassOff) {
     opts.intra_op_threads = 2;
     auto s = Session::Create(std::move(g), opts);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
-    EXPECT_EQ(Count(s.value()->graph(), "NchwcMaxPool"), on ? 1 : 0);
-    ASSERT_TRUE(s.value()->Run({"x"}, {x}, {}, &outs[on]).ok());
+    const Graph& graph = s.value()->graph();
+    EXPECT_EQ(Count(graph, "NchwcMaxPool"), i == 2 ? 1 : 0) << i;
+    EXPECT_EQ(Count(graph, "NchwcConvNchwInput"), i == 2 ? 1 : 0) << i;
+    EXPECT_EQ(Count(graph, "NchwcConv"), i == 0 ? 0 : 1) << i;
+    EXPECT_EQ(Count(graph, "ReorderToNchwc"), i == 1 ? 1 : 0) << i;
+    ASSERT_TRUE(s.value()->Run({"x"}, {x}, {}, &outs[i]).ok());
   }
   unsetenv("TOB_NCHWC");
-  testing::ExpectClose(outs[1][0], outs[0][0].shape(), testing::ToDoubles(outs[0][0]), 1e-5, 1e-5, "y");
+  for (int i = 1; i < 3; ++i)
+    testing::ExpectClose(outs[i][0], outs[0][0].shape(), testing::ToDoubles(outs[0][0]), 1e-5, 1e-5,
+                         values[i] ? "convs" : "on");
 }
 
 TEST(ConvNchwcStem, BadNodesAreNamed) {

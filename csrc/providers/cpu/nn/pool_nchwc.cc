@@ -82,33 +82,63 @@ void MaxPoolBlockedRowsScalar(const float* x, const PoolWindow2D& p, int64_t oh0
 
 namespace {
 
-// One output position: the maximum by vmaxps (which would drop a NaN tap), the NaN lanes seen on
-// the side by an unordered compare per tap, blended in at the end.
-TOB_AVX512_FN void MaxPoolRowsAvx512(const float* x, const PoolWindow2D& p, int64_t oh0, int64_t oh1, float* y) {
-  const __m512 lowest = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+// The maximum by vmaxps (which would drop a NaN tap), the NaN lanes seen on the side by an
+// unordered compare per tap, blended in at the end. G output positions at a time, each its own
+// chain of maxima: one position's chain alone is bound by vmaxps' latency (4 cycles a tap).
+template <int G>
+TOB_AVX512_FN inline void MaxPoolPositions(const float* base, int64_t step, int64_t row_stride, int64_t tap_stride,
+                                           int64_t rows, int64_t taps, float* out) {
+  __m512 best[G];
+  __mmask16 nan[G];
+#pragma GCC unroll 8
+  for (int g = 0; g < G; ++g) {
+    best[g] = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    nan[g] = 0;
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = base + r * row_stride;
+    for (int64_t t = 0; t < taps; ++t) {
+#pragma GCC unroll 8
+      for (int g = 0; g < G; ++g) {
+        const __m512 v = _mm512_loadu_ps(row + g * step + t * tap_stride);
+        nan[g] |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+        best[g] = _mm512_max_ps(best[g], v);
+      }
+    }
+  }
   const __m512 qnan = _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN());
+#pragma GCC unroll 8
+  for (int g = 0; g < G; ++g) _mm512_storeu_ps(out + g * kBlock, _mm512_mask_mov_ps(best[g], nan[g], qnan));
+}
+
+TOB_AVX512_FN void MaxPoolRowsAvx512(const float* x, const PoolWindow2D& p, int64_t oh0, int64_t oh1, float* y) {
+  constexpr int kGroup = 4;
   std::vector<int64_t> kw_lo(static_cast<size_t>(p.OW)), kw_hi(static_cast<size_t>(p.OW));
-  for (int64_t ow = 0; ow < p.OW; ++ow) Taps(ow * p.sw - p.pl, p.dw, p.KW, p.W, &kw_lo[ow], &kw_hi[ow]);
+  // The interior columns [ow_a, ow_b): every tap of the row inside the plane.
+  int64_t ow_a = p.OW, ow_b = p.OW;
+  for (int64_t ow = 0; ow < p.OW; ++ow) {
+    Taps(ow * p.sw - p.pl, p.dw, p.KW, p.W, &kw_lo[ow], &kw_hi[ow]);
+    const bool full = kw_lo[ow] == 0 && kw_hi[ow] == p.KW;
+    if (full && ow_a == p.OW) ow_a = ow;
+    if (full) ow_b = ow + 1;
+  }
+  const int64_t step = p.sw * kBlock, row_stride = p.dh * p.W * kBlock, tap_stride = p.dw * kBlock;
   for (int64_t oh = oh0; oh < oh1; ++oh) {
     const int64_t h0 = oh * p.sh - p.pt;
     int64_t kh0, kh1;
     Taps(h0, p.dh, p.KH, p.H, &kh0, &kh1);
     float* out = y + oh * p.OW * kBlock;
-    for (int64_t ow = 0; ow < p.OW; ++ow) {
-      const float* base = x + (h0 * p.W + ow * p.sw - p.pl) * kBlock;
-      const int64_t kw0 = kw_lo[ow], kw1 = kw_hi[ow];
-      __m512 best = lowest;
-      __mmask16 nan = 0;
-      for (int64_t kh = kh0; kh < kh1; ++kh) {
-        const float* row = base + kh * p.dh * p.W * kBlock;
-        for (int64_t kw = kw0; kw < kw1; ++kw) {
-          const __m512 v = _mm512_loadu_ps(row + kw * p.dw * kBlock);
-          nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-          best = _mm512_max_ps(best, v);
-        }
-      }
-      _mm512_storeu_ps(out + ow * kBlock, _mm512_mask_mov_ps(best, nan, qnan));
-    }
+    const float* row = x + (h0 + kh0 * p.dh) * p.W * kBlock;
+    auto single = [&](int64_t ow) {
+      const float* base = row + (ow * p.sw - p.pl + kw_lo[ow] * p.dw) * kBlock;
+      MaxPoolPositions<1>(base, step, row_stride, tap_stride, kh1 - kh0, kw_hi[ow] - kw_lo[ow], out + ow * kBlock);
+    };
+    int64_t ow = 0;
+    for (; ow < ow_a; ++ow) single(ow);
+    for (; ow + kGroup <= ow_b; ow += kGroup)
+      MaxPoolPositions<kGroup>(row + (ow * p.sw - p.pl) * kBlock, step, row_stride, tap_stride, kh1 - kh0, p.KW,
+                               out + ow * kBlock);
+    for (; ow < p.OW; ++ow) single(ow);
   }
 }
 
