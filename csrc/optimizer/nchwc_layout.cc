@@ -3,9 +3,9 @@
 // does. Each Conv, or com.microsoft FusedConv whose activation is Relu or none (ConvActivationFusion
 // ran first, so the residual Add + Relu of a ResNet block is its Z and activation), of group 1 and
 // static shapes becomes an ai.tob NchwcConv (at least kMinChannels input channels) or, with fewer
-// input channels and no Z (a network's stem on its RGB image), an ai.tob NchwcConvNchwInput that
-// reads the NCHW image as it is and writes blocked output; a MaxPool (no Indices) reading a
-// converted node's output becomes an ai.tob NchwcMaxPool:
+// input channels, at least kMinChannels outputs and no Z (a network's stem on its RGB image), an
+// ai.tob NchwcConvNchwInput that reads the NCHW image as it is and writes blocked output; a
+// MaxPool (no Indices) reading a converted node's output becomes an ai.tob NchwcMaxPool:
 //   X -> [ReorderToNchwc, once per value] -> NchwcConv(W, B, Z blocked) -> Yb
 //   X -> NchwcConvNchwInput(W, B) -> Yb;   Yb -> NchwcMaxPool -> Pb
 //   Yb -> ReorderFromNchwc -> Y, for the readers of Y that are no converted node (a pool it cannot
@@ -55,7 +55,8 @@ bool ConstantFloat32(const Value* v, int64_t rank) {
 enum class ConvKind { kNone, kBlocked, kNchwInput };
 
 // Whether `conv` can run as an NchwcConv (kBlocked) or an NchwcConvNchwInput (kNchwInput: fewer
-// than kMinChannels input channels and no Z); *relu says whether its activation is Relu.
+// than kMinChannels input channels, at least kMinChannels output channels, no Z); *relu says
+// whether its activation is Relu.
 ConvKind Convertible(const Node& conv, const KeptValues& kept, bool* relu) {
   const bool plain = conv.op_type() == "Conv" && conv.domain().empty();
   const bool fused = conv.op_type() == "FusedConv" && conv.domain() == kMicrosoftDomain;
@@ -82,7 +83,10 @@ ConvKind Convertible(const Node& conv, const KeptValues& kept, bool* relu) {
   const Dims& x = *conv.input(0)->type().shape;
   if (w.dim(1) != x[1].value) return ConvKind::kNone;
   if (x[1].value >= kMinChannels) return ConvKind::kBlocked;
-  return has_z ? ConvKind::kNone : ConvKind::kNchwInput;
+  // A stem whose output fills less than a block feeds convs that stay NCHW (fewer than
+  // kMinChannels inputs): blocking it would only add a reorder back.
+  if (has_z || w.dim(0) < kMinChannels) return ConvKind::kNone;
+  return ConvKind::kNchwInput;
 }
 
 // Whether `pool` is a 2-D MaxPool without Indices whose every window touches its input (a window

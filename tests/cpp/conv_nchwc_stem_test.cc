@@ -282,6 +282,10 @@ TEST(OptimizerNchwcLayout, GoldenStemMustNotFire) {
          b.Op("FusedConv", {"x", "W", "", "z"}, {"y"}, {}, "com.microsoft");
          b.Output("y");
        }},
+      {"a stem of 8 output channels (its readers would take them NCHW)",
+       [&](Graph& g) {
+         stem(g, {1, 3, 12, 12}, {8, 3, 3, 3}, {});
+       }},
       {"a MaxPool of an NCHW value",
        [](Graph& g) {
          testing::GraphBuilder b(g);
@@ -433,7 +437,7 @@ TEST(ConvNchwcStem, SessionsMatchFloat64) {
       // 5 channels, stride 1x2, dilation 2x1, uneven pads, rows wider than a tile, MaxPool 3x3 s1 p1
       {{{2, 5, 14, 31}, {16, 5, 3, 5}, {1, 2}, {2, 1}, {2, 0, 1, 3}}, true, false, 3, 1, 1},
       // 2 channels, 1x1 stride 2 (no padding, no taps beside the position)
-      {{{1, 2, 9, 9}, {8, 2, 1, 1}, {2, 2}}, true, true},
+      {{{1, 2, 9, 9}, {24, 2, 1, 1}, {2, 2}}, true, true},
   };
   uint32_t seed = 200;
   for (const StemCase& c : cases) {
