@@ -345,6 +345,7 @@ struct StemCase {
   conv_testing::Conv2DCase conv;
   bool bias, relu;
   int pool_k = 0, pool_s = 1, pool_pad = 0;  // a MaxPool after the conv when pool_k > 0
+  bool ceil_mode = false;
 };
 
 // The conv (and a MaxPool after it) on a session at kAll; the float64 reference; asserts the
@@ -362,8 +363,14 @@ void RunStem(const StemCase& c, uint32_t seed, bool with_nan) {
   Shape out_shape = conv_shape;
   if (c.pool_k > 0) {
     const int64_t N = conv_shape[0], M = conv_shape[1], H = conv_shape[2], W = conv_shape[3];
-    const int64_t OH = (H + 2 * c.pool_pad - c.pool_k) / c.pool_s + 1,
-                  OW = (W + 2 * c.pool_pad - c.pool_k) / c.pool_s + 1;
+    // ceil_mode rounds the window count up, dropping a last window that would start in the end padding.
+    auto out = [&](int64_t in) {
+      const int64_t span = in + 2 * c.pool_pad - c.pool_k;
+      int64_t o = (c.ceil_mode ? (span + c.pool_s - 1) / c.pool_s : span / c.pool_s) + 1;
+      if (c.ceil_mode && (o - 1) * c.pool_s >= in + c.pool_pad) --o;
+      return o;
+    };
+    const int64_t OH = out(H), OW = out(W);
     std::vector<double> pooled;
     for (int64_t nm = 0; nm < N * M; ++nm)
       for (int64_t oh = 0; oh < OH; ++oh)
@@ -400,7 +407,9 @@ void RunStem(const StemCase& c, uint32_t seed, bool with_nan) {
     b.Op("Conv", inputs, {"a"}, attrs);
   }
   if (c.pool_k > 0) {
-    b.Op("MaxPool", {"a"}, {"y"}, PoolAttrs(c.pool_k, c.pool_s, c.pool_pad));
+    AttributeMap pool = PoolAttrs(c.pool_k, c.pool_s, c.pool_pad);
+    if (c.ceil_mode) pool["ceil_mode"] = Attribute::Int(1);
+    b.Op("MaxPool", {"a"}, {"y"}, pool);
   } else {
     b.Op("Identity", {"a"}, {"y"});
   }
@@ -436,6 +445,9 @@ TEST(ConvNchwcStem, SessionsMatchFloat64) {
       {{{1, 15, 12, 30}, {40, 15, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}}, true, true, 2, 2, 0},
       // 5 channels, stride 1x2, dilation 2x1, uneven pads, rows wider than a tile, MaxPool 3x3 s1 p1
       {{{2, 5, 14, 31}, {16, 5, 3, 5}, {1, 2}, {2, 1}, {2, 0, 1, 3}}, true, false, 3, 1, 1},
+      // 3 channels, 3x3 s2 p1 to 16 x 15, then MaxPool 3x3 s2 with ceil_mode: a last row and
+      // column of windows that reach past the input
+      {{{1, 3, 31, 29}, {16, 3, 3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}}, true, true, 3, 2, 0, true},
       // 2 channels, 1x1 stride 2 (no padding, no taps beside the position)
       {{{1, 2, 9, 9}, {24, 2, 1, 1}, {2, 2}}, true, true},
   };
