@@ -107,8 +107,10 @@ TEST(ConvNchwc, TileMatchesFloat64) {
           std::vector<float> got(static_cast<size_t>(2 * yblock), -7.f), scalar(got), split(got);
           const float* bp = with_bias ? bias.data() : nullptr;
           const float* zp = with_z ? z.data() : nullptr;
+          // With a prefetch range (the second block's weights, as the conv passes the next K block's):
+          // prefetching changes no result.
           conv_nchwc::Tile(rows, blocks, x.data(), xs, taps.data(), ntaps, w.data(), wblock, bp, zp, relu, true, true,
-                           got.data(), yblock);
+                           got.data(), yblock, w.data() + wblock / 2, wblock / 2 - 16);
           conv_nchwc::TileScalar(rows, blocks, x.data(), xs, taps.data(), ntaps, w.data(), wblock, bp, zp, relu, true,
                                  true, scalar.data(), yblock);
           // The taps in two K blocks, the second accumulated onto the first (as conv_nchwc.cc runs them).
@@ -352,6 +354,14 @@ TEST(ConvNchwc, SessionsMatchFloat64) {
       {{{2, 32, 7, 7}, {32, 32, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}}, true, true, true},
       // 3x3 unpadded, dilation 2
       {{{1, 16, 12, 11}, {16, 16, 3, 3}, {1, 1}, {2, 2}}, true, false, false},
+      // Packed weights over 256 KiB (the weight-major order, which prefetches the next K block and
+      // the next pair's weights): 3x3 pad 1 on 14 x 14 (rows grouped 5 + 5 + 4), an odd output
+      // block count (a last pair of one block), 2 images, Z and Relu
+      {{{2, 128, 14, 14}, {80, 128, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}}, true, true, true},
+      // pointwise with 196 positions in chunks of 66 + 66 + 64, weight-major
+      {{{1, 512, 14, 14}, {144, 512, 1, 1}}, true, false, true},
+      // 3x3 stride 2 pad 1, weight-major, partial output block
+      {{{1, 96, 15, 15}, {120, 96, 3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}}, false, false, true},
   };
   uint32_t seed = 100;
   for (const SessionCase& c : cases) {

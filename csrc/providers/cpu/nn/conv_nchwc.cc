@@ -138,9 +138,14 @@ void BlockedConv2D(ThreadPool* pool, const float* x, const float* packed, const 
       }
   const int64_t pairs = (Mb + 1) / 2;
   const int64_t OH = b.OH, OW = b.OW;
+  // A row longer than a task splits into chunks of even lengths (196 = 66 + 66 + 64, not 96 + 96 + 4:
+  // a task of a few positions reuses its weights a few times), shorter rows group into tasks of even
+  // row counts (14 = 5 + 5 + 4, not 6 + 6 + 2).
   const int64_t chunks = (OW + kTaskPositions - 1) / kTaskPositions;
-  const int64_t rows_per_task = chunks > 1 ? 1 : std::max<int64_t>(1, kTaskPositions / std::max<int64_t>(1, OW));
-  const int64_t row_groups = (OH + rows_per_task - 1) / rows_per_task;
+  const int64_t chunk_len = (OW + chunks - 1) / chunks;
+  const int64_t max_rows = chunks > 1 ? 1 : std::max<int64_t>(1, kTaskPositions / std::max<int64_t>(1, OW));
+  const int64_t row_groups = (OH + max_rows - 1) / max_rows;
+  const int64_t rows_per_task = (OH + row_groups - 1) / row_groups;
   const int64_t tasks = pairs * N * row_groups * chunks;
   // Consecutive tasks of a thread share their weights (a pair's, streamed from L2 or memory once
   // for all its positions) unless the whole packed weight is small: then they share their input
@@ -151,40 +156,60 @@ void BlockedConv2D(ThreadPool* pool, const float* x, const float* packed, const 
   const int64_t threads = pool != nullptr ? std::max(1, pool->num_threads()) : 1;
   const int64_t slots = std::min(threads, tasks);
   std::atomic<int64_t> next{0};
+  // The pair a task computes: position-major tasks take the pairs in turn, weight-major tasks run
+  // every position of one pair before the next pair.
+  const auto pair_of = [&](int64_t t) { return positions_major ? t % pairs : t / (N * row_groups * chunks); };
+  // The weights of the next K block (or of the first K block of the task a thread is likely to
+  // claim next) are prefetched into L2 while a K block runs: a weight-major conv streams its packed
+  // weights from memory once, and the hardware prefetchers stop at every 4 KiB page of that stream.
+  const int64_t first_block_floats = std::min(ntaps, kBlockTaps) * kBlock * kBlock;
   ParallelFor(pool, slots, 1, [&](int64_t slot_begin, int64_t slot_end) {
     for (int64_t slot = slot_begin; slot < slot_end; ++slot)
       for (int64_t t = next++; t < tasks; t = next++) {
-        int64_t rest = t, pair = 0;
-        if (positions_major) {
-          pair = rest % pairs;
-          rest /= pairs;
-        }
+        int64_t rest = t;
+        if (positions_major) rest /= pairs;
         const int64_t chunk = rest % chunks;
         rest /= chunks;
         const int64_t rg = rest % row_groups;
         rest /= row_groups;
         const int64_t n = rest % N;
-        if (!positions_major) pair = rest / N;
+        const int64_t pair = pair_of(t);
         const int64_t mb = pair * 2;
         const int blocks = static_cast<int>(std::min<int64_t>(2, Mb - mb));
         const float* xi = x + n * in_image;
         const float* w = packed + mb * wblock;
         const float* bias_p = bias != nullptr ? bias + mb * kBlock : nullptr;
         const int64_t oh0 = rg * rows_per_task, oh1 = std::min(OH, oh0 + rows_per_task);
-        const int64_t ow_begin = chunk * kTaskPositions, ow_end = std::min(OW, ow_begin + kTaskPositions);
+        const int64_t ow_begin = chunk * chunk_len, ow_end = std::min(OW, ow_begin + chunk_len);
         // The row's positions in tiles of even sizes (49 = 10 + 10 + 10 + 10 + 9, not 4 x 12 + 1: a
         // tile of a few rows is latency-bound on its few accumulators).
         const int64_t span = ow_end - ow_begin, tiles = (span + conv_nchwc::kTileRows - 1) / conv_nchwc::kTileRows;
+        const int64_t task_tiles = (oh1 - oh0) * tiles;
         for (int64_t k0 = 0; k0 < ntaps; k0 += kBlockTaps) {
           const int64_t k1 = std::min(ntaps, k0 + kBlockTaps);
+          // What to prefetch, shared out among the K block's tiles (each takes its slice of both blocks).
+          const float* pf = nullptr;
+          int64_t pf_floats = 0;
+          if (positions_major) {
+            // The whole packed W stays in L2.
+          } else if (k1 < ntaps) {
+            pf = w + k1 * kBlock * kBlock;
+            pf_floats = (std::min(ntaps, k1 + kBlockTaps) - k1) * kBlock * kBlock;
+          } else if (t + slots < tasks && pair_of(t + slots) != pair) {
+            pf = packed + pair_of(t + slots) * 2 * wblock;
+            pf_floats = first_block_floats;
+          }
+          int64_t tile_index = 0;
           for (int64_t oh = oh0; oh < oh1; ++oh) {
             const int64_t out_row = n * out_image + mb * out_plane + oh * b.OW * kBlock;
-            for (int64_t tile = 0, ow0 = ow_begin; tile < tiles; ++tile) {
+            for (int64_t tile = 0, ow0 = ow_begin; tile < tiles; ++tile, ++tile_index) {
               const int rows = static_cast<int>(span / tiles + (tile < span % tiles ? 1 : 0));
               const int64_t at = out_row + ow0 * kBlock;
+              const int64_t pf0 = pf_floats * tile_index / task_tiles / kBlock * kBlock;
+              const int64_t pf1 = pf_floats * (tile_index + 1) / task_tiles / kBlock * kBlock;
               conv_nchwc::Tile(rows, blocks, xi + (oh * b.sh * b.W + ow0 * b.sw) * kBlock, b.sw * kBlock,
                                taps.data() + k0, k1 - k0, w, wblock, bias_p, z != nullptr ? z + at : nullptr, relu,
-                               k0 == 0, k1 == ntaps, y + at, out_plane);
+                               k0 == 0, k1 == ntaps, y + at, out_plane, pf != nullptr ? pf + pf0 : nullptr, pf1 - pf0);
               ow0 += rows;
             }
           }

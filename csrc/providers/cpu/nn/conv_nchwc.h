@@ -60,10 +60,13 @@ void PackWeights(const float* w, int64_t M, int64_t C, int64_t KK, float* dst);
 //   s += sum_taps sum_ci xin(tap, r)[ci] * (w + tap.w + v * wblock)[ci * 16 + j]
 //   y[v * yblock + r * 16 + j] = last ? act(s + z[v * yblock + r * 16 + j]) : s
 // where xin(tap, r) = x + tap.x + r * xs when bit r of tap.valid is set, else zeros; z may be null;
-// act is Relu when relu. AVX-512 where the CPU has it, else TileScalar.
+// act is Relu when relu. With `prefetch`, the tile also prefetches into L2, spread over its taps,
+// the cache lines of [prefetch + v * wblock, + prefetch_floats) for each of its blocks v (the conv
+// passes each tile its share of the next K block's weights); no result depends on it. AVX-512
+// where the CPU has it, else TileScalar.
 void Tile(int rows, int blocks, const float* x, int64_t xs, const Tap* taps, int64_t ntaps, const float* w,
-          int64_t wblock, const float* bias, const float* z, bool relu, bool first, bool last, float* y,
-          int64_t yblock);
+          int64_t wblock, const float* bias, const float* z, bool relu, bool first, bool last, float* y, int64_t yblock,
+          const float* prefetch = nullptr, int64_t prefetch_floats = 0);
 
 // The same in plain loops (the reference the tests hold the AVX-512 tile to).
 void TileScalar(int rows, int blocks, const float* x, int64_t xs, const Tap* taps, int64_t ntaps, const float* w,

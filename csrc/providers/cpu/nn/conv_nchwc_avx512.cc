@@ -55,8 +55,13 @@ namespace {
 template <int R, int V, bool Unit>
 TOB_AVX512_FN void TileAvx512(const float* x, int64_t xs_runtime, const Tap* taps, int64_t ntaps, const float* w,
                               int64_t wblock, const float* bias, const float* z, bool relu, bool first, bool last,
-                              float* y, int64_t yblock) {
+                              float* y, int64_t yblock, const float* prefetch, int64_t prefetch_floats) {
   const int64_t xs = Unit ? kBlock : xs_runtime;
+  // The prefetch range's cache lines, a few after each tap (for each output block).
+  const char* pf = reinterpret_cast<const char*>(prefetch);
+  const int64_t pf_lines = prefetch != nullptr ? (prefetch_floats + 15) / 16 : 0;
+  const int64_t pf_per_tap = ntaps > 0 ? (pf_lines + ntaps - 1) / ntaps : 0;
+  int64_t pf_done = 0;
   constexpr uint32_t kFull = (1u << R) - 1;
   __m512 acc[R][V];
 #pragma GCC unroll 2
@@ -73,6 +78,9 @@ TOB_AVX512_FN void TileAvx512(const float* x, int64_t xs_runtime, const Tap* tap
   for (int64_t t = 0; t < ntaps; ++t) {
     const Tap& tap = taps[t];
     const float* b0 = w + tap.w;
+    for (int64_t i = 0; i < pf_per_tap && pf_done < pf_lines; ++i, ++pf_done)
+#pragma GCC unroll 2
+      for (int v = 0; v < V; ++v) _mm_prefetch(pf + v * wblock * 4 + pf_done * 64, _MM_HINT_T1);
     if ((tap.valid & kFull) == kFull) {
       const float* a = x + tap.x;
 #pragma GCC unroll 4
@@ -117,7 +125,7 @@ TOB_AVX512_FN void TileAvx512(const float* x, int64_t xs_runtime, const Tap* tap
 }
 
 using TileFn = void (*)(const float*, int64_t, const Tap*, int64_t, const float*, int64_t, const float*, const float*,
-                        bool, bool, bool, float*, int64_t);
+                        bool, bool, bool, float*, int64_t, const float*, int64_t);
 
 template <int R>
 TileFn Pick(int blocks, bool unit) {
@@ -150,11 +158,12 @@ bool Avx512Available() {
 }
 
 void Tile(int rows, int blocks, const float* x, int64_t xs, const Tap* taps, int64_t ntaps, const float* w,
-          int64_t wblock, const float* bias, const float* z, bool relu, bool first, bool last, float* y,
-          int64_t yblock) {
+          int64_t wblock, const float* bias, const float* z, bool relu, bool first, bool last, float* y, int64_t yblock,
+          const float* prefetch, int64_t prefetch_floats) {
   if (!Avx512Available() || rows < 1 || rows > kTileRows || blocks < 1 || blocks > 2)
     return TileScalar(rows, blocks, x, xs, taps, ntaps, w, wblock, bias, z, relu, first, last, y, yblock);
-  Select(rows, blocks, xs == kBlock)(x, xs, taps, ntaps, w, wblock, bias, z, relu, first, last, y, yblock);
+  Select(rows, blocks, xs == kBlock)(x, xs, taps, ntaps, w, wblock, bias, z, relu, first, last, y, yblock, prefetch,
+                                     prefetch_floats);
 }
 
 #else
@@ -162,8 +171,8 @@ void Tile(int rows, int blocks, const float* x, int64_t xs, const Tap* taps, int
 bool Avx512Available() { return false; }
 
 void Tile(int rows, int blocks, const float* x, int64_t xs, const Tap* taps, int64_t ntaps, const float* w,
-          int64_t wblock, const float* bias, const float* z, bool relu, bool first, bool last, float* y,
-          int64_t yblock) {
+          int64_t wblock, const float* bias, const float* z, bool relu, bool first, bool last, float* y, int64_t yblock,
+          const float*, int64_t) {
   TileScalar(rows, blocks, x, xs, taps, ntaps, w, wblock, bias, z, relu, first, last, y, yblock);
 }
 
