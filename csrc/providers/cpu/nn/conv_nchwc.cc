@@ -76,7 +76,7 @@ void PadBlocked(const float* x, int64_t H, int64_t W, int64_t pt, int64_t pl, in
 int64_t PackedBlockStride(int64_t C, int64_t KK) { return Blocks(C) * KK * kBlock * kBlock + kWeightBlockPad; }
 
 void PackWeights(const float* w, int64_t M, int64_t C, int64_t KK, float* dst) {
-  const int64_t Mb = Blocks(M), Cb = Blocks(C), stride = PackedBlockStride(C, KK);
+  const int64_t Mb = Blocks(M), stride = PackedBlockStride(C, KK);
   std::memset(dst, 0, static_cast<size_t>(Mb * stride) * sizeof(float));
   for (int64_t m = 0; m < M; ++m)
     for (int64_t c = 0; c < C; ++c)
