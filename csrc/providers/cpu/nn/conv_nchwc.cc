@@ -161,7 +161,8 @@ void BlockedConv2D(ThreadPool* pool, const float* x, const float* packed, const 
   const auto pair_of = [&](int64_t t) { return positions_major ? t % pairs : t / (N * row_groups * chunks); };
   // The weights of the next K block (or of the first K block of the task a thread is likely to
   // claim next) are prefetched into L2 while a K block runs: a weight-major conv streams its packed
-  // weights from memory once, and the hardware prefetchers stop at every 4 KiB page of that stream.
+  // weights from memory once, and the hardware prefetchers alone left ResNet-50's last stages 10-25%
+  // slower (docs/performance.md, "NchwcConv's last stages").
   const int64_t first_block_floats = std::min(ntaps, kBlockTaps) * kBlock * kBlock;
   ParallelFor(pool, slots, 1, [&](int64_t slot_begin, int64_t slot_end) {
     for (int64_t slot = slot_begin; slot < slot_end; ++slot)
