@@ -119,7 +119,7 @@ TOB_AVX512_FN void TileAvx512(const float* x, int64_t xs_runtime, const Tap* tap
     for (int r = 0; r < R; ++r) {
       __m512 value = acc[r][v];
       if (last && z != nullptr) value = _mm512_add_ps(value, _mm512_loadu_ps(z + v * yblock + r * kBlock));
-      if (last && relu) value = _mm512_max_ps(value, zero);
+      if (last && relu) value = _mm512_max_ps(zero, value);  // NaN in the second operand is kept (torch)
       _mm512_storeu_ps(y + v * yblock + r * kBlock, value);
     }
 }

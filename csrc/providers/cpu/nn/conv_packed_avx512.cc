@@ -83,7 +83,7 @@ TOB_AVX512_FN void StoreAvx512(const float* block, int64_t rows, int64_t cols, c
         __m512 v = r[j];
         if (bias != nullptr) v = _mm512_add_ps(v, _mm512_set1_ps(bias[j0 + j]));
         if (z != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(imask, z + (j0 + j) * ldz + i0));
-        if (relu) v = _mm512_max_ps(v, zero);
+        if (relu) v = _mm512_max_ps(zero, v);  // NaN in the second operand is kept (torch)
         _mm512_mask_storeu_ps(y + (j0 + j) * ldy + i0, imask, v);
       }
     }
