@@ -32,7 +32,9 @@ the median round's, and ort's ratio to each runner's fastest round.
   lean backward    train: a step through lean_call.py's call (forward, out.sum(), backward) minus
                    its forward and minus out.sum().backward() on a leaf of the output's shape
   in each graph:
-    engine call    Session.run_torch, the fast path's one call into the engine: each input's
+    engine call    Session.torch_runner()'s call (Session.run_torch without pybind11's argument
+                   dispatch; run_torch itself for a graph that donates inputs), the fast path's one
+                   call into the engine: each input's
                    memory borrowed from its torch tensor, the input checks, the memory plan, the
                    executor's steps, each output wrapped in a new torch tensor
     bookkeeping    the rest of CompiledGraph.__call__ (run counters, memory_stats' record, the
@@ -196,7 +198,10 @@ def ort_components(torch, compiled, step: Callable, calls: int, rounds: int) -> 
         session = g.session._session
         results = session.run_torch(list(args))
         call = _best_us(lambda: g(list(args)), calls, rounds)
-        engine_call = _best_us(lambda: session.run_torch(list(args)), calls, rounds)
+        # the engine call _run_fast makes: the session's runner (run_torch as one C call) unless the
+        # graph donates inputs (run_torch with its flags; timed here without them)
+        engine = g._runner if getattr(g, "_runner", None) is not None and not g._donates else session.run_torch
+        engine_call = _best_us(lambda: engine(list(args)), calls, rounds)
         # the DLPack path, for comparison
         caps = _best_us(lambda: [_to_dlpack(a) for a in args], calls, rounds)
         run = _best_us(lambda: session.run_positional([_to_dlpack(a) for a in args]), calls, rounds) - caps

@@ -25,7 +25,7 @@ from .errors import (
 from .exporter import ExportedGraph, export_fx_graph
 from .exporter.context import TORCH_TO_ONNX
 from .fallback import FallbackManager, FallbackPolicy
-from .memory_optimizer.step_memory import GraphMemory
+from .memory_optimizer.step_memory import _RUN_ORDER, GraphMemory
 from .model_cache import cache_for, graph_key
 from .options import BackendOptions
 from .runtime_inspector import inspector_for
@@ -44,6 +44,7 @@ _from_dlpack = getattr(torch._C, "_from_dlpack", torch.utils.dlpack.from_dlpack)
 _ENGINE, _INPUT, _SAME_AS, _CONSTANT, _VIEW = range(5)
 _DEBUG = logging.DEBUG
 _debug_enabled = logger.isEnabledFor
+_next_run_order = _RUN_ORDER.__next__  # GraphMemory.order (step_memory.py)
 # Session.run_torch (csrc/python/torch_run.h): torch tensors straight into the engine and back, no
 # capsules; absent from an engine built without torch, whose fast path exchanges DLPack capsules.
 _RUN_TORCH = False
@@ -221,6 +222,9 @@ class CompiledGraph:
         # Session.run_torch where the engine has it (benchmarks/bench_call_overhead.py turns it off on
         # one runner's graphs to time the DLPack exchange beside it)
         self._torch_exchange = _RUN_TORCH
+        # Session.torch_runner(): run_torch without donation as one C call (no pybind11 dispatch)
+        engine = self.session._session if self.session is not None else None
+        self._runner = engine.torch_runner() if _RUN_TORCH and hasattr(engine, "torch_runner") else None
         self._donates = bool(self.memory.donated_inputs)
         self._report()
 
@@ -413,18 +417,28 @@ class CompiledGraph:
         memory = self.memory
         if session._peaks_owner is not memory:  # memory_stats(): a shared session
             memory.claim(session)
-        engine = session._session
         if self._torch_exchange:
             # Donated stashed activations leave args in the engine's call (set to None once it holds
             # them): the engine frees each after its last reader.
-            results = engine.run_torch(args, memory.take_donated(args[:])) if self._donates else engine.run_torch(args)
+            if self._donates:
+                results = session._session.run_torch(args, memory.take_donated(args[:]))
+            elif self._runner is not None:
+                results = self._runner(args)
+            else:
+                results = session._session.run_torch(args)
         else:  # an engine built without torch: DLPack capsules
+            engine = session._session
             feeds = [_to_dlpack(a) for a in args]
             results = engine.run_positional(feeds, memory.take_donated(args)) if self._donates else \
                 engine.run_positional(feeds)
             results = [_from_dlpack(r) for r in results]
         self._stats.runs += 1
-        memory.record(session, args)
+        if memory.saved_inputs or memory._taken:
+            memory.record(session, args)
+        else:  # GraphMemory.record's steps for a graph without saved inputs, inline (0.1 us a call)
+            memory._source = session
+            memory.runs += 1
+            memory.order = _next_run_order()
         if _debug_enabled(_DEBUG):
             logger.debug("%s run: %s", self.name, session.last_run_stats())
         if self._plain_outputs:

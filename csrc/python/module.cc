@@ -1,6 +1,7 @@
 // torch_ort_backend._C: builds engine graphs from Python (the onnx package parses, we build),
 // runs sessions with zero-copy tensors, and exposes the kernel registry. Engine Status values
 // become Python exceptions of a matching class.
+#include <pybind11/detail/exception_translation.h>
 #include <pybind11/functional.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -290,6 +291,7 @@ class PySession {
       return Session::Create(std::move(g), options);
     }();
     session_ = Unwrap(std::move(s));
+    small_graph_ = IsSmallHostGraph(session_->graph());
     for (const IOInfo& io : session_->inputs()) input_labels_.push_back(StrCat("input '", io.name, "'"));
     for (const IOInfo& io : session_->outputs()) {
       output_labels_.push_back(StrCat("output '", io.name, "'"));
@@ -317,6 +319,7 @@ class PySession {
     RunStats stats;
     Status st;
     {
+      InFlight in_flight(in_flight_);
       py::gil_scoped_release release;
       st = session_->RunValues(feed_names, std::move(values), fetch_names, &fetches, &stats, donated);
     }
@@ -342,7 +345,8 @@ class PySession {
     std::vector<Tensor> tensors;
     tensors.reserve(n);
     for (size_t i = 0; i < n; ++i) tensors.push_back(ToTensor(feeds[i], input_labels_[i]));
-    std::vector<Tensor> fetches = RunReleasingTheGil(std::move(tensors), donated);
+    std::vector<Tensor> fetches;
+    RunReleasingTheGil(std::move(tensors), donated, &fetches);
     py::list out(fetches.size());
     for (size_t i = 0; i < fetches.size(); ++i) out[i] = TensorToDLPack(fetches[i]);
     return out;
@@ -363,8 +367,24 @@ class PySession {
     CheckTorchDTypes(output_labels_, output_dtypes_);  // before donated inputs are consumed
     for (size_t i = 0; i < donated.size(); ++i)
       if (donated[i]) args[i] = py::none();
-    std::vector<Tensor> fetches = RunReleasingTheGil(std::move(tensors), donated);
-    return TorchTensorsFromEngine(fetches, output_labels_);
+    // The fetched tensors' vector is this thread's from an earlier run (no allocation once it has
+    // grown); a stack, given back on every path, as wrapping the outputs may run Python (a
+    // finalizer of a collected object) that runs another graph on this thread.
+    struct PooledFetches {
+      std::vector<Tensor> fetches;
+      PooledFetches() {
+        if (!tls_fetches.empty()) {
+          fetches = std::move(tls_fetches.back());
+          tls_fetches.pop_back();
+        }
+      }
+      ~PooledFetches() {
+        fetches.clear();
+        if (tls_fetches.size() < 8) tls_fetches.push_back(std::move(fetches));
+      }
+    } pooled;
+    RunReleasingTheGil(std::move(tensors), donated, &pooled.fetches, /*may_keep_gil=*/true);
+    return TorchTensorsFromEngine(pooled.fetches, output_labels_);
   }
 #endif
 
@@ -408,25 +428,119 @@ class PySession {
  private:
   // Session::RunPositional with the GIL released; its stats recorded once the GIL is back (as
   // last_run_stats() reads them), and its error raised.
-  std::vector<Tensor> RunReleasingTheGil(std::vector<Tensor> tensors, const std::vector<bool>& donated) {
-    std::vector<Tensor> fetches;
+  // A run of a small graph on small inputs (`may_keep_gil`: RunTorch's) keeps the GIL when no
+  // other run of this session is in progress: releasing and retaking it (two mutex round trips)
+  // costs about what the whole run of a one-node graph computes. Safe from deadlock: while this
+  // thread holds the GIL no other thread can start a run of this session (every run starts in this
+  // binding, under the GIL), so the session's run lock is free; the run's kernels are CPU ones of
+  // the engine (no torch provider node, no subgraph: IsSmallHostGraph), which never wait for
+  // another thread that needs the GIL; and whatever takes the GIL on this thread during the run
+  // (a feed's deleter) takes it again reentrantly.
+  void RunReleasingTheGil(std::vector<Tensor> tensors, const std::vector<bool>& donated, std::vector<Tensor>* fetches,
+                          bool may_keep_gil = false) {
     RunStats stats;
     Status st;
+    bool keep_gil = may_keep_gil && small_graph_ && in_flight_ == 0;
+    if (keep_gil) {
+      size_t bytes = 0;
+      for (const Tensor& t : tensors) bytes += t.nbytes();
+      keep_gil = bytes <= kSmallRunInputBytes;
+    }
     {
-      py::gil_scoped_release release;
-      st = session_->RunPositional(std::move(tensors), &fetches, &stats, donated);
+      InFlight in_flight(in_flight_);
+      if (keep_gil) {
+        st = session_->RunPositional(std::move(tensors), fetches, &stats, donated);
+      } else {
+        py::gil_scoped_release release;
+        st = session_->RunPositional(std::move(tensors), fetches, &stats, donated);
+      }
     }
     last_stats_ = stats;
     Check(st);
-    return fetches;
   }
+
+  // Small: at most kSmallGraphNodes nodes, each on the engine's CPU provider, none with subgraphs.
+  static constexpr size_t kSmallGraphNodes = 8;
+  static constexpr size_t kSmallRunInputBytes = 64 * 1024;
+  static bool IsSmallHostGraph(const Graph& g) {
+    if (g.num_nodes() > kSmallGraphNodes) return false;
+    for (const Node* n : g.nodes())
+      if (n->provider() != kCpuProvider || n->has_subgraphs()) return false;
+    return true;
+  }
+  // Runs of this session in progress (counted under the GIL, which every binding call holds when
+  // it starts and ends a run).
+  struct InFlight {
+    int& count;
+    explicit InFlight(int& c) : count(c) { ++count; }
+    ~InFlight() { --count; }  // after the GIL is back (declared before the release)
+    InFlight(const InFlight&) = delete;
+    InFlight& operator=(const InFlight&) = delete;
+  };
+#ifdef TOB_WITH_TORCH
+  static inline thread_local std::vector<std::vector<Tensor>> tls_fetches;  // RunTorch's, reused
+#endif
 
   std::unique_ptr<Session> session_;
   std::vector<std::string> input_labels_;   // "input 'name'", for the errors of RunPositional
   std::vector<std::string> output_labels_;  // "output 'name'", for the errors of RunTorch
   std::vector<DType> output_dtypes_;        // the outputs' declared dtypes (kUndefined: not known)
   RunStats last_stats_;                     // written under the GIL only
+  bool small_graph_ = false;                // IsSmallHostGraph: RunTorch may keep the GIL
+  int in_flight_ = 0;                       // runs in progress (InFlight), read and written under the GIL
 };
+
+#ifdef TOB_WITH_TORCH
+// Session.torch_runner(): a builtin function whose self is a capsule holding the session, so that
+// a call is one C call (METH_O) instead of pybind11's dispatch (overload resolution, argument
+// casters: ~0.1 us a call, measured with benchmarks/bench_call_overhead.py). Errors are translated
+// as pybind11 translates them for run_torch (the same exception types and messages).
+struct TorchRunner {
+  PyObject* owner = nullptr;  // the Python Session object, kept alive by the runner
+  PySession* session = nullptr;
+};
+
+void FreeTorchRunner(PyObject* capsule) {
+  auto* runner = static_cast<TorchRunner*>(PyCapsule_GetPointer(capsule, nullptr));
+  if (runner == nullptr) return;
+  Py_XDECREF(runner->owner);
+  delete runner;
+}
+
+PyObject* CallTorchRunner(PyObject* capsule, PyObject* args) {
+  auto* runner = static_cast<TorchRunner*>(PyCapsule_GetPointer(capsule, nullptr));
+  if (runner == nullptr) return nullptr;
+  if (!PyList_Check(args)) {
+    PyErr_Format(PyExc_TypeError, "the runner takes a list of tensors, got %s", Py_TYPE(args)->tp_name);
+    return nullptr;
+  }
+  static const std::vector<bool> kNoDonation;
+  try {
+    return runner->session->RunTorch(py::reinterpret_borrow<py::list>(args), kNoDonation).release().ptr();
+  } catch (...) {
+    py::detail::try_translate_exceptions();
+    return nullptr;
+  }
+}
+
+PyMethodDef kTorchRunnerDef = {"torch_runner", CallTorchRunner, METH_O,
+                               "Session.run_torch(args) without donation (Session.torch_runner)."};
+
+py::object MakeTorchRunner(py::object self) {
+  auto* runner = new TorchRunner{self.ptr(), self.cast<PySession*>()};
+  Py_INCREF(runner->owner);
+  PyObject* capsule = PyCapsule_New(runner, nullptr, FreeTorchRunner);
+  if (capsule == nullptr) {
+    Py_DECREF(runner->owner);
+    delete runner;
+    throw py::error_already_set();
+  }
+  PyObject* fn = PyCFunction_New(&kTorchRunnerDef, capsule);
+  Py_DECREF(capsule);  // the function holds it
+  if (fn == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(fn);
+}
+#endif
 
 }  // namespace
 
@@ -640,6 +754,9 @@ PYBIND11_MODULE(_C, m) {
       .def("run_torch", &PySession::RunTorch, py::arg("args"), py::arg("donated") = std::vector<bool>{},
            "Torch tensors in graph-input order (a list; donated ones are set to None in it once the engine "
            "holds them); all outputs as torch tensors over the engine's memory.")
+      .def("torch_runner", &MakeTorchRunner,
+           "run_torch without donation as a plain function of one argument (the list): the compiled graphs' "
+           "fast path calls it without pybind11's argument dispatch. Holds the session.")
 #endif
       .def("inputs", [](const PySession& s) { return s.IO(true); })
       .def("outputs", [](const PySession& s) { return s.IO(false); })

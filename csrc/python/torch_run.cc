@@ -62,9 +62,11 @@ void CheckTorchDTypes(const std::vector<std::string>& labels, const std::vector<
 py::list TorchTensorsFromEngine(const std::vector<Tensor>& tensors, const std::vector<std::string>& labels) {
   py::list out(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
-    const std::string what = i < labels.size() ? labels[i] : StrCat("output ", i);
     StatusOr<at::Tensor> t = TorchTensorOver(tensors[i]);  // refuses a non-empty tensor without memory
-    if (!t.ok()) throw py::value_error(StrCat(what, ": ", t.status().message()));
+    if (!t.ok()) {  // the label is built on this path only (no string copy per output per run)
+      const std::string what = i < labels.size() ? labels[i] : StrCat("output ", i);
+      throw py::value_error(StrCat(what, ": ", t.status().message()));
+    }
     PyObject* wrapped = THPVariable_Wrap(std::move(t).value());
     if (wrapped == nullptr) throw py::error_already_set();
     PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), wrapped);

@@ -19,6 +19,31 @@ namespace {
 
 constexpr size_t kMaxMemoryPatterns = 16;
 
+// A step's input pointers (RunStep), in a vector this thread reused from an earlier step (a stack:
+// a control-flow kernel runs nested sessions' steps on the same thread), so that a steady run
+// allocates none.
+thread_local std::vector<std::vector<const Tensor*>> tls_step_inputs;
+
+class PooledStepInputs {
+ public:
+  explicit PooledStepInputs(size_t n) {
+    if (!tls_step_inputs.empty()) {
+      ptrs_ = std::move(tls_step_inputs.back());
+      tls_step_inputs.pop_back();
+    }
+    ptrs_.assign(n, nullptr);
+  }
+  ~PooledStepInputs() {
+    if (tls_step_inputs.size() < 8) tls_step_inputs.push_back(std::move(ptrs_));
+  }
+  PooledStepInputs(const PooledStepInputs&) = delete;
+  PooledStepInputs& operator=(const PooledStepInputs&) = delete;
+  std::vector<const Tensor*>& get() { return ptrs_; }
+
+ private:
+  std::vector<const Tensor*> ptrs_;
+};
+
 std::string OpsetLabel(const Graph& g, const Node& n) { return StrCat("opset ", g.Opset(n.domain())); }
 
 // A string tensor reached input i of a kernel chosen while that input's type was unknown: only a
@@ -319,7 +344,8 @@ Status Session::RunStep(Step& step, std::vector<RuntimeValue>& slots, const std:
   // The node's explicit inputs, then the implicit ones (values of enclosing graphs its subgraphs read).
   const size_t n_all = step.inputs.size();
   const size_t n_in = step.num_inputs;
-  std::vector<const Tensor*> in_ptrs(n_all, nullptr);
+  PooledStepInputs pooled_inputs(n_all);
+  std::vector<const Tensor*>& in_ptrs = pooled_inputs.get();
   for (size_t i = 0; i < n_all; ++i) {
     int s = step.inputs[i];
     if (s < 0) continue;
@@ -578,6 +604,44 @@ Status Session::RunValues(const std::vector<std::string>& feed_names, std::vecto
   return RunBound(slots, signature, fetch_slots, fetches, stats, t0, donated_inputs);
 }
 
+namespace {
+
+// RunPositional's containers (the slots, the memory-pattern signature, the fetched values), reused
+// run after run on each thread: clear() keeps their memory, so that a steady run allocates none of
+// them. A stack, as a kernel may run another graph on the same thread; taken and given back on
+// every path out of the run.
+struct RunScratch {
+  std::vector<RuntimeValue> slots;
+  std::string signature;
+  std::vector<RuntimeValue> fetched;
+};
+constexpr size_t kMaxPooledRunScratch = 8;
+thread_local std::vector<RunScratch> tls_run_scratch;
+
+class PooledRunScratch {
+ public:
+  PooledRunScratch() {
+    if (!tls_run_scratch.empty()) {
+      scratch_ = std::move(tls_run_scratch.back());
+      tls_run_scratch.pop_back();
+    }
+  }
+  ~PooledRunScratch() {
+    scratch_.slots.clear();  // the run's tensors are released here, its containers' memory kept
+    scratch_.fetched.clear();
+    scratch_.signature.clear();
+    if (tls_run_scratch.size() < kMaxPooledRunScratch) tls_run_scratch.push_back(std::move(scratch_));
+  }
+  PooledRunScratch(const PooledRunScratch&) = delete;
+  PooledRunScratch& operator=(const PooledRunScratch&) = delete;
+  RunScratch* operator->() { return &scratch_; }
+
+ private:
+  RunScratch scratch_;
+};
+
+}  // namespace
+
 Status Session::RunPositional(std::vector<Tensor> feeds, std::vector<Tensor>* fetches, RunStats* stats,
                               const std::vector<bool>& donated) {
   if (!donated.empty() && donated.size() != feeds.size())
@@ -590,18 +654,16 @@ Status Session::RunPositional(std::vector<Tensor> feeds, std::vector<Tensor>* fe
     return InvalidArgument("got ", feeds.size(), " inputs; the model takes ", input_slots_.size());
   std::lock_guard<std::mutex> lock(run_mu_);
   const int64_t t0 = profiler_->enabled() ? profiler_->NowUs() : 0;  // the "run" event's start
-  std::vector<RuntimeValue> slots = constants_;
-  // The signature's bytes (AppendSignature: a dtype/rank header and the dims of each feed) reserved
-  // at once, so that building it allocates once per run.
-  std::string signature;
-  size_t signature_bytes = 0;
-  for (const Tensor& t : feeds) signature_bytes += 2 * sizeof(int32_t) + t.shape().size() * sizeof(int64_t);
-  signature.reserve(signature_bytes);
+  PooledRunScratch scratch;
+  std::vector<RuntimeValue>& slots = scratch->slots;
+  slots.assign(constants_.begin(), constants_.end());
+  // The signature (AppendSignature: a dtype/rank header and the dims of each feed) in a string kept
+  // from this thread's earlier runs.
+  std::string& signature = scratch->signature;
   std::unordered_map<std::string, int64_t> symbols;
   for (size_t i = 0; i < feeds.size(); ++i)
     TOB_RETURN_IF_ERROR(BindPositional(i, std::move(feeds[i]), slots, &symbols, &signature));
-  std::vector<RuntimeValue> fetched;
-  fetched.reserve(output_slots_.size());
+  std::vector<RuntimeValue>& fetched = scratch->fetched;
   TOB_RETURN_IF_ERROR(RunBound(slots, signature, output_slots_, &fetched, stats, t0, donated));
   return FetchedTensors(output_slots_, fetched, fetches);
 }
@@ -696,17 +758,30 @@ Status Session::RunBound(std::vector<RuntimeValue>& slots, const std::string& si
 
   fetches->clear();
   fetches->reserve(fetch_slots.size());
-  for (int s : fetch_slots) {
-    if (!slots[s].defined()) return RuntimeError("output '", slot_values_[s]->name(), "' was not computed");
+  // A fetched value moves out of its slot (the slots are cleared below), unless the state updates
+  // still read the slots afterwards; a value fetched twice (one value named as two outputs) is
+  // copied from its first fetch.
+  const bool move_fetches = planned_updates_.empty();
+  for (size_t k = 0; k < fetch_slots.size(); ++k) {
+    const int s = fetch_slots[k];
+    if (!slots[s].defined()) {
+      const auto first = std::find(fetch_slots.begin(), fetch_slots.begin() + static_cast<std::ptrdiff_t>(k), s);
+      if (!move_fetches || first == fetch_slots.begin() + static_cast<std::ptrdiff_t>(k))
+        return RuntimeError("output '", slot_values_[s]->name(), "' was not computed");
+      fetches->push_back((*fetches)[first - fetch_slots.begin()]);
+      continue;
+    }
     // Outputs are new values (ONNX): a fetched tensor whose bytes are a constant's (an initializer
     // named as an output, a Reshape of one) or that is a feed itself (an input named as an output,
     // an Identity of one the optimizer removed) is handed back as a copy, so that the caller changing
     // it in place changes neither later runs nor its own input. Donated feeds and bound states are
     // the run's to hand back; views a tensor kernel makes of a feed stay views (docs/architecture.md).
+    // Only a graph input's slot (or, in a nested session, a value of the enclosing graphs, which
+    // follow the inputs in input_slots_) can be a feed: the search runs for those alone.
     if (slots[s].is_tensor() && slots[s].tensor().buffer() != nullptr) {
       const Tensor& t = slots[s].tensor();
-      bool copy = constant_buffers_.count(t.buffer().get()) != 0;
-      if (!copy) {
+      bool copy = !constant_buffers_.empty() && constant_buffers_.count(t.buffer().get()) != 0;
+      if (!copy && (nested_ || slot_values_[s]->is_graph_input())) {
         const auto in = std::find(input_slots_.begin(), input_slots_.end(), s);
         const size_t i = static_cast<size_t>(in - input_slots_.begin());
         copy = in != input_slots_.end() && !(i < donated_inputs.size() && donated_inputs[i]) &&
@@ -718,7 +793,12 @@ Status Session::RunBound(std::vector<RuntimeValue>& slots, const std::string& si
         continue;
       }
     }
-    fetches->push_back(slots[s]);
+    if (move_fetches) {
+      fetches->push_back(std::move(slots[s]));
+      slots[s] = RuntimeValue();  // a moved-from tensor keeps its dtype: the slot is emptied for real
+    } else {
+      fetches->push_back(slots[s]);
+    }
   }
   if (!planned_updates_.empty()) TOB_RETURN_IF_ERROR(WriteBackStates(slots, fetches));
   slots.clear();

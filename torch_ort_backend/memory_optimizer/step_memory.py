@@ -150,7 +150,8 @@ class GraphMemory:
         return flags
 
     def record(self, session: Any, args: list) -> None:
-        """After a successful run of ``session`` (claimed before it): its peaks are this graph's."""
+        """After a successful run of ``session`` (claimed before it): its peaks are this graph's.
+        (CompiledGraph._run_fast inlines the steps for graphs without saved inputs: keep both alike.)"""
         self._source = session
         if self._taken:
             self._taken = False

@@ -1,0 +1,185 @@
+"""The per-call savings of issue 15 (docs/performance.md, "Per-call overhead"), each against a
+reference: Session.torch_runner() (run_torch as one C call) against eager PyTorch and numpy, with
+run_torch's error messages; small graphs run with the GIL kept while another thread runs the same
+session with it released; a value fetched twice and fetches moved out of their slots; the counters
+that _run_fast keeps inline (compile_stats().runs, GraphMemory.runs / order, memory_stats())."""
+
+import gc
+import threading
+
+import numpy as np
+import pytest
+import torch
+from onnx import TensorProto as TP
+from onnx import helper as h
+
+from ortmodule_helpers import assert_engine_ran, fresh_state
+from torch_ort_backend import memory_stats
+from torch_ort_backend.backend import compile_stats
+from torch_ort_backend.compiled_graph import live_graphs
+from torch_ort_backend.session import InferenceSession
+
+vi = h.make_tensor_value_info
+
+
+@pytest.fixture(autouse=True)
+def strict(monkeypatch):
+    yield from fresh_state(monkeypatch)
+
+
+def _nonzero(*shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    t = torch.rand(*shape, generator=g) * 1.9 + 0.1
+    return t * torch.where(torch.rand(*shape, generator=g) < 0.5, -1.0, 1.0)
+
+
+def _gemm() -> InferenceSession:
+    """Y = X W^T + B: the one-node graph of a Linear."""
+    g = h.make_graph([h.make_node("Gemm", ["X", "W", "B"], ["Y"], transB=1)], "g",
+                     [vi("W", TP.FLOAT, [8, 8]), vi("B", TP.FLOAT, [8]), vi("X", TP.FLOAT, [4, 8])],
+                     [vi("Y", TP.FLOAT, [4, 8])])
+    return InferenceSession(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]))
+
+
+def _gemm_args(seed):
+    return [_nonzero(8, 8, seed=seed), _nonzero(8, seed=seed + 1), _nonzero(4, 8, seed=seed + 2)]
+
+
+def _float64_gemm(w, b, x):
+    return x.double().numpy() @ w.double().numpy().T + b.double().numpy()
+
+
+def test_torch_runner_matches_float64_and_run_torch():
+    s = _gemm()
+    runner = s._session.torch_runner()
+    for seed in range(3):
+        w, b, x = _gemm_args(seed)
+        [got] = runner([w, b, x])
+        [via_run_torch] = s._session.run_torch([w, b, x])
+        np.testing.assert_allclose(got.numpy(), _float64_gemm(w, b, x), rtol=1e-5, atol=1e-5)
+        assert torch.equal(got, via_run_torch)
+        assert got.data_ptr() != via_run_torch.data_ptr(), "each run hands back new memory"
+
+
+def test_torch_runner_raises_run_torchs_errors_naming_the_input():
+    runner = _gemm()._session.torch_runner()
+    w, b, x = _gemm_args(0)
+    with pytest.raises(Exception, match=r"input 'X'.*float32.*float64|input 'X'.*float64"):
+        runner([w, b, x.double()])
+    with pytest.raises(Exception, match=r"input 'X'"):
+        runner([w, b, _nonzero(5, 8)])
+    with pytest.raises(ValueError, match=r"input 'X'.*contiguous"):
+        runner([w, b, _nonzero(8, 4).t()])
+    with pytest.raises(TypeError, match=r"input 'B'.*expected a torch tensor"):
+        runner([w, 3.0, x])
+    with pytest.raises(ValueError, match="got 2 inputs; the model takes 3"):
+        runner([w, b])
+    with pytest.raises(TypeError, match="list of tensors"):
+        runner((w, b, x))
+    [y] = runner([w, b, x])  # the runner still works after its errors
+    np.testing.assert_allclose(y.numpy(), _float64_gemm(w, b, x), rtol=1e-5, atol=1e-5)
+
+
+def test_torch_runner_keeps_its_session_alive():
+    s = _gemm()
+    runner = s._session.torch_runner()
+    del s
+    gc.collect()
+    w, b, x = _gemm_args(5)
+    [y] = runner([w, b, x])
+    np.testing.assert_allclose(y.numpy(), _float64_gemm(w, b, x), rtol=1e-5, atol=1e-5)
+
+
+def test_small_run_keeping_the_gil_beside_a_run_that_releases_it():
+    """One thread runs the small graph through the runner (which keeps the GIL when no other run of
+    the session is in progress), another runs the same session through the named path (GIL
+    released, numpy feeds whose deleters take the GIL): no deadlock, every result as float64's."""
+    s = _gemm()
+    runner = s._session.torch_runner()
+    errors: list = []
+
+    def by_runner(seed):
+        try:
+            for i in range(300):
+                w, b, x = _gemm_args(seed + i % 5)
+                [y] = runner([w, b, x])
+                np.testing.assert_allclose(y.numpy(), _float64_gemm(w, b, x), rtol=1e-5, atol=1e-5)
+        except Exception as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+
+    def by_name(seed):
+        try:
+            for i in range(300):
+                w, b, x = (t.numpy() for t in _gemm_args(seed + i % 5))
+                [y] = s.run(None, {"W": w, "B": b, "X": x})
+                np.testing.assert_allclose(y, x.astype(np.float64) @ w.astype(np.float64).T + b, rtol=1e-5, atol=1e-5)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=by_runner, args=(10,)), threading.Thread(target=by_name, args=(20,)),
+               threading.Thread(target=by_runner, args=(30,))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a run deadlocked"
+    assert not errors, errors
+
+
+def test_a_value_fetched_twice_and_outputs_over_feeds_and_constants():
+    """Fetched values move out of their slots: a value named as two outputs still comes back as
+    both (the second a copy of the first fetch's tensor), and an output that is a feed is a copy."""
+    nodes = [h.make_node("Add", ["x", "y"], ["s"]), h.make_node("Identity", ["s"], ["t"])]
+    g = h.make_graph(nodes, "g", [vi("x", TP.FLOAT, [5]), vi("y", TP.FLOAT, [5])],
+                     [vi("s", TP.FLOAT, [5]), vi("t", TP.FLOAT, [5]), vi("x", TP.FLOAT, [5])])
+    try:
+        s = InferenceSession(h.make_model(g, opset_imports=[h.make_opsetid("", 21)]))
+    except Exception as e:  # noqa: BLE001
+        pytest.fail(f"the model should load: {e}")
+    x, y = _nonzero(5, seed=1), _nonzero(5, seed=2)
+    want = x.double().numpy() + y.double().numpy()
+    for run in (lambda: s._session.run_torch([x, y]), lambda: s._session.torch_runner()([x, y])):
+        out_s, out_t, out_x = run()
+        np.testing.assert_allclose(out_s.numpy(), want, rtol=1e-6)
+        np.testing.assert_allclose(out_t.numpy(), want, rtol=1e-6)
+        assert torch.equal(out_x, x)
+        assert out_x.data_ptr() != x.data_ptr(), "an output that is a feed is a copy"
+    [a, b_, _] = s.run(None, {"x": x.numpy(), "y": y.numpy()})
+    np.testing.assert_allclose(a, want, rtol=1e-6)
+    np.testing.assert_allclose(b_, want, rtol=1e-6)
+
+
+def test_counters_of_the_fast_path_are_kept_on_every_call():
+    """compile_stats().runs, each graph's GraphMemory.runs and order, and memory_stats() after
+    inference and training calls on the fast path (the runner): a lost increment fails here."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 8)
+    eager = torch.nn.Linear(8, 8)
+    eager.load_state_dict(model.state_dict())
+    compiled = torch.compile(model, backend="ort")
+    with torch.no_grad():
+        for seed in range(4):
+            x = _nonzero(4, 8, seed=seed)
+            torch.testing.assert_close(compiled(x), eager(x))
+    [inference] = [g for g in live_graphs() if g.stage == "inference"]
+    assert inference._fast and inference._runner is not None
+    assert compile_stats().runs == 4
+    assert inference.memory.runs == 4
+    first_order = inference.memory.order
+    for seed in range(3):
+        x = _nonzero(4, 8, seed=10 + seed)
+        got = compiled(x)
+        want = eager(x)
+        torch.testing.assert_close(got, want)
+        got.square().sum().backward()
+        want.square().sum().backward()
+    torch.testing.assert_close(model.weight.grad, eager.weight.grad)
+    torch.testing.assert_close(model.bias.grad, eager.bias.grad)
+    forward = [g for g in live_graphs() if g.stage == "forward"][-1]
+    backward = [g for g in live_graphs() if g.stage == "backward" and g.session is not None][-1]
+    assert compile_stats().runs == 4 + 6
+    assert forward.memory.runs == 3 and backward.memory.runs == 3
+    assert backward.memory.order > forward.memory.order > first_order
+    stats = memory_stats()
+    assert stats["forward_peak_bytes"] >= 0 and stats["backward_peak_bytes"] >= 0
+    assert_engine_ran(10)
