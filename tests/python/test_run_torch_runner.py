@@ -126,27 +126,27 @@ def test_small_run_keeping_the_gil_beside_a_run_that_releases_it():
     assert not errors, errors
 
 
-def test_a_value_fetched_twice_and_outputs_over_feeds_and_constants():
-    """Fetched values move out of their slots: a value named as two outputs still comes back as
-    both (the second a copy of the first fetch's tensor), and an output that is a feed is a copy."""
-    nodes = [h.make_node("Add", ["x", "y"], ["s"]), h.make_node("Identity", ["s"], ["t"])]
-    g = h.make_graph(nodes, "g", [vi("x", TP.FLOAT, [5]), vi("y", TP.FLOAT, [5])],
-                     [vi("s", TP.FLOAT, [5]), vi("t", TP.FLOAT, [5]), vi("x", TP.FLOAT, [5])])
-    try:
-        s = InferenceSession(h.make_model(g, opset_imports=[h.make_opsetid("", 21)]))
-    except Exception as e:  # noqa: BLE001
-        pytest.fail(f"the model should load: {e}")
+def test_a_value_fetched_twice_and_an_output_that_is_a_feed():
+    """Fetched values move out of their slots: a value named as two outputs (of the model, or
+    fetched twice by name) still comes back as both, equal to float64's sum; an output that is a feed
+    is a copy of it."""
+    add = [h.make_node("Add", ["x", "y"], ["s"])]
+    ins = [vi("x", TP.FLOAT, [5]), vi("y", TP.FLOAT, [5])]
+    g = h.make_graph(add, "g", ins, [vi("s", TP.FLOAT, [5]), vi("s", TP.FLOAT, [5]), vi("x", TP.FLOAT, [5])])
+    s = InferenceSession(h.make_model(g, opset_imports=[h.make_opsetid("", 21)]))
     x, y = _nonzero(5, seed=1), _nonzero(5, seed=2)
     want = x.double().numpy() + y.double().numpy()
     for run in (lambda: s._session.run_torch([x, y]), lambda: s._session.torch_runner()([x, y])):
-        out_s, out_t, out_x = run()
-        np.testing.assert_allclose(out_s.numpy(), want, rtol=1e-6)
-        np.testing.assert_allclose(out_t.numpy(), want, rtol=1e-6)
+        first, second, out_x = run()
+        np.testing.assert_allclose(first.numpy(), want, rtol=1e-6)
+        np.testing.assert_allclose(second.numpy(), want, rtol=1e-6)
         assert torch.equal(out_x, x)
         assert out_x.data_ptr() != x.data_ptr(), "an output that is a feed is a copy"
-    [a, b_, _] = s.run(None, {"x": x.numpy(), "y": y.numpy()})
+    one = h.make_graph(add, "g", ins, [vi("s", TP.FLOAT, [5])])
+    s1 = InferenceSession(h.make_model(one, opset_imports=[h.make_opsetid("", 21)]))
+    a, b = s1.run(["s", "s"], {"x": x.numpy(), "y": y.numpy()})
     np.testing.assert_allclose(a, want, rtol=1e-6)
-    np.testing.assert_allclose(b_, want, rtol=1e-6)
+    np.testing.assert_allclose(b, want, rtol=1e-6)
 
 
 def test_counters_of_the_fast_path_are_kept_on_every_call():
