@@ -63,7 +63,10 @@ if [[ "${TOB_WITH_NCCL:-0}" == "1" ]]; then requirements+=("${nccl}"); fi
 # pip's cache would double the download's footprint for no later use.
 free_mb="$(${python_bin} -c 'import shutil, sys; print(shutil.disk_usage(sys.prefix).free // 2**20)')"
 echo "install_cuda_deps: pip install ${requirements[*]} (${free_mb} MiB free)"
-if (( free_mb < 1200 )); then
+installed="$(${python_bin} -c "import importlib.metadata as m, sys
+try: m.version(sys.argv[1]); print(1)
+except m.PackageNotFoundError: print(0)" "${requirements[0]%%==*}")"
+if (( free_mb < 1200 )) && [[ "${installed}" == 0 ]]; then
   echo "install_cuda_deps: only ${free_mb} MiB free on the disk of $(${python_bin} -c 'import sys; print(sys.prefix)');" \
        "the cuBLAS wheel needs about 1000 MiB while it installs (and the build about 800 MiB more)" >&2
 fi

@@ -106,3 +106,30 @@ def test_memory_order_of_the_dropout_input():
     torch.manual_seed(3)
     d, _ = aten.native_dropout.default(torch.ones(2, 4, 5, 3), 0.5, True)
     assert torch.equal(c, d.permute(0, 3, 1, 2))
+
+
+@pytest.mark.parametrize("transposed", [False, True], ids=["contiguous", "transposed"])
+def test_reading_the_layout_does_not_specialise_dynamic_sizes(strict, transposed):
+    """Reading the dropout input's strides must not guard on its sizes: int() on a symbolic size
+    fixed it, so every new sequence length recompiled (then ran in eager past the recompile limit)
+    and mark_dynamic raised ConstraintViolationError."""
+    lin = nn.Linear(16, 16)
+
+    def f(x):
+        h = lin(x)
+        h = h.transpose(1, 2) if transposed else h
+        return torch.nn.functional.dropout(h, 0.1, training=True).sum(-1)
+
+    compiled = torch.compile(f, backend="ort")
+    x = torch.randn(2, 7, 16)
+    torch._dynamo.mark_dynamic(x, 1)
+    torch.manual_seed(4)
+    ye = f(x)
+    torch.manual_seed(4)
+    torch.testing.assert_close(compiled(x), ye, rtol=1e-5, atol=1e-6)
+    first = compile_stats().graphs  # the forward and the backward
+    for n in range(5, 13):  # they serve every length: no recompile
+        compiled(torch.randn(2, n, 16))
+    assert compile_stats().graphs == first, compile_stats()
+    assert compile_stats().recompile_limit_fallbacks == 0
+    assert_engine_ran(min_runs=9)

@@ -290,26 +290,22 @@ _MEMORY_ORDER_RANDOM_OPS = frozenset({torch.ops.aten.native_dropout.default})
 def _random_op_memory_order(op: torch._ops.OpOverload, node: torch.fx.Node) -> list[int] | None:
     """For a random op of _MEMORY_ORDER_RANDOM_OPS whose input (its first argument) torch holds densely
     but not contiguously, the permutation of its dims from outermost to innermost in memory; None
-    when the input is contiguous (or its layout unknown, symbolic or overlapping)."""
+    when the input is contiguous, overlapping, or its layout unknown without a guard."""
     if op not in _MEMORY_ORDER_RANDOM_OPS or not node.args or not isinstance(node.args[0], torch.fx.Node):
         return None
     mv = node.args[0].meta.get("val")
     if not isinstance(mv, torch.Tensor) or mv.dim() < 2:
         return None
-    try:
-        sizes = [int(d) for d in mv.shape]
-        strides = [int(s) for s in mv.stride()]
-    except (TypeError, ValueError, RuntimeError):  # symbolic sizes or strides
+    # Read the layout without guards: int() on a symbolic size or stride would specialise it (a
+    # recompile per sequence length, and mark_dynamic refused); torch's own helpers answer
+    # "unknown" as "not dense" / the logical order instead.
+    from torch._prims_common import (compute_elementwise_output_logical_to_physical_perm,
+                                     is_non_overlapping_and_dense_or_false)
+
+    if not is_non_overlapping_and_dense_or_false(mv):
         return None
-    perm = sorted(range(len(sizes)), key=lambda d: (-strides[d], d))
-    if perm == list(range(len(sizes))):
-        return None
-    expected = 1
-    for d in reversed(perm):  # dense: each dim's stride is the product of the sizes inside it
-        if sizes[d] != 1 and strides[d] != expected:
-            return None
-        expected *= sizes[d]
-    return perm
+    perm = list(compute_elementwise_output_logical_to_physical_perm(mv)[0])
+    return None if perm == list(range(mv.dim())) else perm
 
 
 def _inverse(perm: list[int]) -> list[int]:

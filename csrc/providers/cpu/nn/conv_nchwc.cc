@@ -53,6 +53,16 @@ void ReorderFromBlocked(const float* x, int64_t C, int64_t HW, int64_t cb0, int6
   }
 }
 
+void ZeroSpareLanes(float* y, int64_t images, int64_t C, int64_t HW) {
+  const int64_t used = C % kBlock;
+  if (used == 0) return;
+  const int64_t Cb = Blocks(C);
+  for (int64_t n = 0; n < images; ++n) {
+    float* last = y + ((n * Cb + Cb - 1) * HW) * kBlock;
+    for (int64_t i = 0; i < HW; ++i) std::fill(last + i * kBlock + used, last + (i + 1) * kBlock, 0.f);
+  }
+}
+
 void PadBlocked(const float* x, int64_t H, int64_t W, int64_t pt, int64_t pl, int64_t Hp, int64_t Wp, int64_t cb0,
                 int64_t cb1, float* y) {
   for (int64_t cb = cb0; cb < cb1; ++cb) {
@@ -310,6 +320,7 @@ class NchwcConvKernel final : public OpKernel {
     }
     BlockedConv2D(ctx.thread_pool(), xin, packed, bias != nullptr ? padded_bias.data() : nullptr,
                   z != nullptr ? z->data<float>() : nullptr, y.data<float>(), N, Cb, Mb, b, relu_);
+    conv_nchwc::ZeroSpareLanes(y.data<float>(), N, M, g.out[0] * g.out[1]);
     g_nchwc_convs.fetch_add(1, std::memory_order_relaxed);
     return Status::OK();
   }

@@ -37,6 +37,12 @@ void ReorderToBlocked(const float* x, int64_t C, int64_t HW, int64_t cb0, int64_
 // The inverse for blocks [cb0, cb1) of one image: y[c * HW + i] for the channels c < C of those blocks.
 void ReorderFromBlocked(const float* x, int64_t C, int64_t HW, int64_t cb0, int64_t cb1, float* y);
 
+// Zeroes the spare lanes (channels >= C of the last block) of `images` blocked images [Blocks(C),
+// HW, 16]. A conv computes them as sums of zero weights times its inputs, which is NaN where an
+// input is inf or NaN; the next conv would multiply that NaN by its zero weights and spread it to
+// every real channel of the position. Nothing to do when C fills its blocks.
+void ZeroSpareLanes(float* y, int64_t images, int64_t C, int64_t HW);
+
 // Blocks [cb0, cb1) of one blocked image [Cb, H, W, 16] into a zero-bordered one [Cb, Hp, Wp, 16],
 // the image at rows [pt, pt + H) and columns [pl, pl + W): a padded conv then reads no border.
 void PadBlocked(const float* x, int64_t H, int64_t W, int64_t pt, int64_t pl, int64_t Hp, int64_t Wp, int64_t cb0,

@@ -170,6 +170,7 @@ class NchwcConvNchwInputKernel final : public OpKernel {
     }
     NchwInputConv2D(ctx.thread_pool(), xin, packed, bias != nullptr ? padded_bias.data() : nullptr, y.data<float>(), N,
                     C, H, W, Mb, g, relu_);
+    conv_nchwc::ZeroSpareLanes(y.data<float>(), N, M, g.out[0] * g.out[1]);
     g_nchw_input_convs.fetch_add(1, std::memory_order_relaxed);
     return Status::OK();
   }
