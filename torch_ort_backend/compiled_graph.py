@@ -44,6 +44,9 @@ _from_dlpack = getattr(torch._C, "_from_dlpack", torch.utils.dlpack.from_dlpack)
 _ENGINE, _INPUT, _SAME_AS, _CONSTANT, _VIEW = range(5)
 _DEBUG = logging.DEBUG
 _debug_enabled = logger.isEnabledFor
+# logging's per-logger cache of isEnabledFor's answers, cleared in place whenever a level changes
+# (setLevel, logging.disable): a cached False skips the call (0.03 us a run), anything else asks
+_debug_cached = getattr(logger, "_cache", {}).get
 _next_run_order = _RUN_ORDER.__next__  # GraphMemory.order (step_memory.py)
 # Session.run_torch (csrc/python/torch_run.h): torch tensors straight into the engine and back, no
 # capsules; absent from an engine built without torch, whose fast path exchanges DLPack capsules.
@@ -140,6 +143,7 @@ class CompiledGraph:
         self.fallback = FallbackManager(opts.fallback_policy, opts.fallback_retry, f"the {stage} graph {self.name}")
         self.eager = False
         self._fast = False  # calls take _run_fast (set once the session exists)
+        self.lean_run = self.run_list  # lean_call.py's run of this graph (_make_lean_run)
         self._contiguous_copies: tuple[int, ...] = ()  # arguments _run_fast makes contiguous
         self._declared_outputs = 0  # the session's outputs that are graph outputs (views' bases follow)
         self._donates = False
@@ -195,6 +199,7 @@ class CompiledGraph:
         self._stats = state.stats
         self.fallback = FallbackManager(FallbackPolicy.FALLBACK_DISABLE, False, f"the {stage} graph {self.name}")
         self.eager, self._fast, self._donates = False, False, False
+        self.lean_run = self.run_list
         self._contiguous_copies, self._declared_outputs = (), 0
         self.aot_meta, self.cache_key, self.trusted, self.exported_here = None, None, False, False
         self.session, self.exported, self.memory, self.inspector = None, None, memory, None
@@ -226,6 +231,7 @@ class CompiledGraph:
         engine = self.session._session if self.session is not None else None
         self._runner = engine.torch_runner() if _RUN_TORCH and hasattr(engine, "torch_runner") else None
         self._donates = bool(self.memory.donated_inputs)
+        self._make_lean_run()
         self._report()
 
     def _fast_output_plan(self) -> list[tuple[int, Any]] | None:
@@ -367,35 +373,78 @@ class CompiledGraph:
         """One run on the arguments in ``args`` (a list this call owns: donated inputs leave it)."""
         if self.eager:
             return self._run_eager(args)
-        fast_failed = False
         if self._fast:
             try:
                 return self._run_fast(args)
             except Exception as e:
-                # A bad input (another device, dtype or shape) or a failed run: the checked path
-                # below raises the named error. Or a non-contiguous tensor, which the engine does not
-                # take: the checked path runs it, and later calls copy that argument contiguous
-                # before the fast path (an autocast step's transposed activations come back every
-                # call). Only donated inputs already handed to the engine (taken out of args) rule
-                # out a rerun.
-                if any(a is None for a in args):
-                    raise UnsupportedOnnxModelError(f"running {self.name} failed: {e}") from e
-                fast_failed = True
-                non_contiguous = {i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and not a.is_contiguous()}
+                return self._run_checked(args, e)
+        return self._run_checked(args, None)
+
+    def _run_checked(self, args: list, fast_error: Exception | None) -> Any:
+        """The checked path (``_run_engine``), and the fallback policy around it. ``fast_error``: why
+        the fast path (``_run_fast`` or ``lean_run``) refused this call, if it ran."""
+        if fast_error is not None:
+            # A bad input (another device, dtype or shape) or a failed run: the checked path
+            # below raises the named error. Or a non-contiguous tensor, which the engine does not
+            # take: the checked path runs it, and later calls copy that argument contiguous
+            # before the fast path (an autocast step's transposed activations come back every
+            # call). Only donated inputs already handed to the engine (taken out of args) rule
+            # out a rerun.
+            if any(a is None for a in args):
+                raise UnsupportedOnnxModelError(f"running {self.name} failed: {fast_error}") from fast_error
+            non_contiguous = {i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and not a.is_contiguous()}
         try:
             outs = self._run_engine(args)
-            if fast_failed:
+            if fast_error is not None:
                 if non_contiguous - set(self._contiguous_copies):
                     self._contiguous_copies = tuple(sorted(non_contiguous | set(self._contiguous_copies)))
                 else:  # not a layout the copies mend: this graph keeps to the checked path
                     self._fast = False
+                self._make_lean_run()
             return outs
         except FallbackError as e:
             if not self.fallback.should_fall_back(e):
                 raise
             self.state.stats.fallbacks += 1
             self.eager = not self.opts.fallback_retry
+            self._make_lean_run()
             return self._run_eager(args)
+
+    def _make_lean_run(self) -> None:
+        """``lean_run``: what lean_call.py's region calls run the graph with, ``run_list`` itself
+        unless the graph is in the common case (the fast path through the session's runner, no
+        donation, no saved inputs, no argument to copy contiguous, every output the engine's). Then
+        a closure over what ``_run_fast`` would look up on every call: one Python frame instead of
+        two, its objects bound once. Remade whenever run_list changes the graph's path (a learnt
+        contiguous copy, the checked path for good, the eager fallback), so that both always take
+        the same path and count the same (compile_stats().runs, ``memory.runs`` / ``order``)."""
+        memory = self.memory
+        if not (self._fast and not self.eager and self.session is not None and self._torch_exchange
+                and self._runner is not None and not self._donates and not memory.saved_inputs
+                and not self._contiguous_copies and self._plain_outputs):
+            self.lean_run = self.run_list
+            return
+        runner, session, stats, name = self._runner, self.session, self._stats, self.name
+        run_checked = self._run_checked
+        next_order = _next_run_order
+
+        def lean_run(args: list) -> list:
+            if session._peaks_owner is not memory:  # memory_stats(): a shared session
+                memory.claim(session)
+            try:
+                results = runner(args)
+            except Exception as e:
+                return run_checked(args, e)
+            stats.runs += 1
+            # GraphMemory.record's steps for a graph without saved inputs (as _run_fast)
+            memory._source = session
+            memory.runs += 1
+            memory.order = next_order()
+            if _debug_cached(_DEBUG, True) and _debug_enabled(_DEBUG):
+                logger.debug("%s run: %s", name, session.last_run_stats())
+            return results
+
+        self.lean_run = lean_run
 
     def _run_eager(self, args: list) -> Any:
         if self.gm is None:  # never reached: a warm graph's FallbackManager falls back to nothing

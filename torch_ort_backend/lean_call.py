@@ -34,7 +34,7 @@ functorch's debug asserts are on.
 
 So when AOTAutograd's metadata of a region (``ViewAndMutationMeta``) shows none of those, the
 region's callable is ``LeanRegion``'s: the same steps for what remains, straight-line, with the
-engine graph's run inlined (``CompiledGraph.run_list``). One step differs: autograd does not
+engine graph's run inlined (``CompiledGraph.lean_run``: ``run_list``'s common case as one closure). One step differs: autograd does not
 materialise zeros for the outputs that got no gradient (a language model's logits when the caller
 backpropagates the loss); the backward runs a variant of its graph without those tangents
 (zero_tangents.py), with the gradients eager computes. Everything else, and the first call
@@ -196,30 +196,47 @@ def _lean_inference(graph: Any, params: list, disable_amp: bool, region: LeanReg
     """RuntimeWrapper's inference steps for a plain region: grad off around the graph (its outputs
     never require grad), autocast off if it was traced under autocast. ``n_out``: AOTAutograd's
     output count, read from the graph's metadata when not given (a warm region's record)."""
-    run = graph.run_list
     if n_out is None:
         n_out = graph.aot_meta.num_outputs
+    # graph.lean_run is read on every call: the graph remakes it when its path changes (a learnt
+    # contiguous copy, the checked path, the eager fallback: CompiledGraph._make_lean_run)
 
-    def lean(args: tuple) -> list:
-        region.lean_calls += 1
-        full = [*params, *args] if params else list(args)
-        grad = _is_grad_enabled()
-        if grad:
-            _set_grad_enabled(False)
-        try:
-            if disable_amp:
-                with _DisableAutocast():
-                    outs = run(full)
-            else:
-                outs = run(full)
-        finally:
+    if params or disable_amp:
+        def lean(args: tuple) -> list:
+            region.lean_calls += 1
+            full = [*params, *args] if params else list(args)
+            grad = _is_grad_enabled()
             if grad:
+                _set_grad_enabled(False)
+            try:
+                if disable_amp:
+                    with _DisableAutocast():
+                        outs = graph.lean_run(full)
+                else:
+                    outs = graph.lean_run(full)
+            finally:
+                if grad:
+                    _set_grad_enabled(True)
+            if len(outs) != n_out:
+                raise AssertionError(f"expected {n_out} outputs, got {len(outs)}")
+            return outs
+        return lean
+
+    def lean_plain(args: tuple) -> list:  # the common case: no lifted parameters, no autocast
+        region.lean_calls += 1
+        if _is_grad_enabled():
+            _set_grad_enabled(False)
+            try:
+                outs = graph.lean_run(list(args))
+            finally:
                 _set_grad_enabled(True)
+        else:
+            outs = graph.lean_run(list(args))
         if len(outs) != n_out:
             raise AssertionError(f"expected {n_out} outputs, got {len(outs)}")
         return outs
 
-    return lean
+    return lean_plain
 
 
 @dataclasses.dataclass
@@ -329,7 +346,7 @@ def _lean_training(fw: Any, bw: Any, params: list, disable_amp: bool, region: Le
     tangent_metas = plan.tangent_metas()
     detach = plan.detach
     check_deterministic, donated, inputs_require_grad = plan.check_deterministic, plan.donated, plan.inputs_require_grad
-    fw_run, bw_run = fw.run_list, bw.run_list
+    bw_run = bw.run_list
     _unsafe_view = torch.ops.aten._unsafe_view
     n_tangents, n_inputs = len(surviving), fw.num_inputs
     # Outputs that get no gradient come as None, not as zeros autograd allocates: a variant of the
@@ -351,9 +368,9 @@ def _lean_training(fw: Any, bw: Any, params: list, disable_amp: bool, region: Le
         def forward(ctx, *args):
             if disable_amp:
                 with _DisableAutocast():
-                    outs = fw_run(list(args))
+                    outs = fw.lean_run(list(args))
             else:
-                outs = fw_run(list(args))
+                outs = fw.lean_run(list(args))
             # a graph that fell back to eager (fallback policy) may return views anywhere
             for i in view_candidates if not fw.eager else range(n_fw, len(outs)):
                 if isinstance(outs[i], _Tensor) and outs[i]._is_view():

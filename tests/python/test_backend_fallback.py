@@ -151,9 +151,27 @@ class _FlakyOnce:
                 return original(graph, args)
             return run
 
+        original_make_lean_run = cls._make_lean_run
+
+        def make_lean_run(graph):
+            # lean_call.py's regions run the graph through lean_run, a closure that calls the engine
+            # without _run_fast where it applies: its engine runs fail and count the same way
+            original_make_lean_run(graph)
+            if graph.lean_run == graph.run_list:
+                return
+            closure = graph.lean_run
+
+            def lean_run(args):
+                self.attempts += 1
+                if getattr(graph, "_flaky_failing", False):
+                    return graph._run_checked(args, tob.UnsupportedOnnxModelError("injected run failure"))
+                return closure(args)
+            graph.lean_run = lean_run
+
         monkeypatch.setattr(cls, "__call__", call)
         monkeypatch.setattr(cls, "_run_fast", failing(original_fast))
         monkeypatch.setattr(cls, "_run_engine", failing(original_checked))
+        monkeypatch.setattr(cls, "_make_lean_run", make_lean_run)
 
 
 def test_without_retry_a_failed_graph_stays_eager(monkeypatch):

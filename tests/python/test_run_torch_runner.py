@@ -183,3 +183,145 @@ def test_counters_of_the_fast_path_are_kept_on_every_call():
     stats = memory_stats()
     assert stats["forward_peak_bytes"] >= 0 and stats["backward_peak_bytes"] >= 0
     assert_engine_ran(10)
+
+
+def test_lean_run_counts_every_call_from_two_threads():
+    """lean_call.py's regions run their graphs through CompiledGraph.lean_run (run_list's common
+    case as one closure). N inference calls in one thread beside M training calls in another, on one
+    compiled model: every output and gradient against eager, and the counters exact (compile_stats().runs,
+    each graph's GraphMemory.runs, the regions' lean calls): a lost or doubled increment fails here."""
+    from torch_ort_backend.lean_call import live_regions
+
+    torch.manual_seed(0)
+    gc.collect()
+    old = {id(g) for g in live_graphs()} | {id(r) for r in live_regions()}  # earlier tests' still alive
+    model = torch.nn.Linear(8, 8)
+    eager = torch.nn.Linear(8, 8)
+    eager.load_state_dict(model.state_dict())
+    compiled = torch.compile(model, backend="ort")
+    for _ in range(2):  # both modes compiled, their lean paths built (the first call is AOTAutograd's)
+        with torch.no_grad():
+            compiled(_nonzero(4, 8, seed=1))
+        compiled(_nonzero(4, 8, seed=2)).sum().backward()
+    model.weight.grad = model.bias.grad = None
+    graphs = [g for g in live_graphs() if id(g) not in old]
+    [inference] = [g for g in graphs if g.stage == "inference"]
+    [forward] = [g for g in graphs if g.stage == "forward"]
+    [backward] = [g for g in graphs if g.stage == "backward" and g.session is not None]
+    assert inference.lean_run != inference.run_list  # the closure, not run_list
+    regions = {r.inference: r for r in live_regions() if id(r) not in old}
+    assert len(regions) == 2
+    assert regions[True].lean[0] is not None and regions[False].lean[0] is not None
+    runs0, lean0 = compile_stats().runs, {k: r.lean_calls for k, r in regions.items()}
+    mem0 = {g.stage: g.memory.runs for g in (inference, forward, backward)}
+    order0 = max(g.memory.order for g in (inference, forward, backward))
+    n, m = 300, 120
+    xs = [_nonzero(4, 8, seed=100 + i) for i in range(max(n, m))]
+    errors: list = []
+    grads: list = []
+
+    def infer():
+        try:
+            with torch.no_grad():
+                for i in range(n):
+                    torch.testing.assert_close(compiled(xs[i]), eager(xs[i]))
+        except Exception as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+
+    def train():
+        try:
+            for i in range(m):
+                compiled(xs[i]).sum().backward()
+                grads.append(xs[i])
+        except Exception as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=infer), threading.Thread(target=train)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads)
+    assert not errors, errors
+    for x in grads:
+        eager(x).sum().backward()
+    torch.testing.assert_close(model.weight.grad, eager.weight.grad)
+    torch.testing.assert_close(model.bias.grad, eager.bias.grad)
+    assert compile_stats().runs - runs0 == n + 2 * m
+    assert inference.memory.runs - mem0["inference"] == n
+    assert forward.memory.runs - mem0["forward"] == m
+    assert backward.memory.runs - mem0["backward"] == m
+    assert regions[True].lean_calls - lean0[True] == n
+    assert regions[False].lean_calls - lean0[False] == m
+    orders = sorted(g.memory.order for g in (inference, forward, backward))
+    assert orders[0] > order0 and len(set(orders)) == 3  # each run took its own order number
+    assert_engine_ran(n + 2 * m)
+
+
+def test_lean_run_refused_call_reruns_checked_and_is_remade():
+    """A call lean_run's runner refuses (a non-contiguous argument, as an autocast backward's
+    transposed activations come) reruns the checked path, counted once; the graph then copies that
+    argument contiguous on the fast path, and lean_run is run_list again (the closure only covers
+    graphs with nothing to copy). The graph is called as lean_call.py calls it (a region's
+    non-contiguous input would be a new TorchDynamo graph). Outputs against eager throughout."""
+    torch.manual_seed(0)
+    gc.collect()
+    old = {id(g) for g in live_graphs()}  # earlier tests' graphs still alive
+    model = torch.nn.Linear(8, 8)
+    eager = torch.nn.Linear(8, 8)
+    eager.load_state_dict(model.state_dict())
+    compiled = torch.compile(model, backend="ort")
+    with torch.no_grad():
+        for seed in range(3):
+            x = _nonzero(4, 8, seed=seed)
+            torch.testing.assert_close(compiled(x), eager(x))
+        [graph] = [g for g in live_graphs() if g.stage == "inference" and id(g) not in old]
+        assert graph.lean_run != graph.run_list
+        by_shape = {(8, 8): model.weight, (8,): model.bias}
+        shapes = [tuple(n.meta["val"].shape) for n in graph.gm.graph.nodes if n.op == "placeholder"]
+        x_at = shapes.index((4, 8))
+
+        def args_for(x):
+            return [x if i == x_at else by_shape[s] for i, s in enumerate(shapes)]
+
+        runs = compile_stats().runs
+        assert graph.memory.runs == runs == 3
+        x = _nonzero(8, 4, seed=7).t()
+        assert not x.is_contiguous()
+        [out] = graph.lean_run(args_for(x))
+        torch.testing.assert_close(out, eager(x))
+        assert compile_stats().runs == graph.memory.runs == runs + 1  # refused, then run checked: once
+        assert graph._contiguous_copies == (x_at,) and graph._fast
+        assert graph.lean_run == graph.run_list
+        for seed in range(3):
+            x = _nonzero(8, 4, seed=20 + seed).t()
+            [out] = graph.lean_run(args_for(x))
+            torch.testing.assert_close(out, eager(x))
+        x = _nonzero(4, 8, seed=30)
+        torch.testing.assert_close(compiled(x), eager(x))  # the region again, through run_list
+        assert compile_stats().runs == graph.memory.runs == runs + 5
+    assert_engine_ran(runs + 5)
+
+
+def test_lean_run_logs_each_run_at_debug_level(caplog):
+    """The debug log of each run (the graph's last_run_stats) is kept on lean_run's path: its check
+    reads logging's cache, which a level change clears."""
+    import logging
+
+    gc.collect()
+    old = {id(g) for g in live_graphs()}  # earlier tests' graphs still alive
+    model = torch.nn.Linear(8, 8)
+    compiled = torch.compile(model, backend="ort")
+    with torch.no_grad():
+        for seed in range(3):
+            x = _nonzero(4, 8, seed=seed)
+            torch.testing.assert_close(compiled(x), model(x))
+        [graph] = [g for g in live_graphs() if g.stage == "inference" and id(g) not in old]
+        assert graph.lean_run != graph.run_list
+        caplog.set_level(logging.DEBUG, logger="torch_ort_backend")
+        compiled(_nonzero(4, 8, seed=5))
+        assert [r for r in caplog.records if r.getMessage().startswith(f"{graph.name} run: ")]
+        caplog.clear()
+        caplog.set_level(logging.INFO, logger="torch_ort_backend")
+        compiled(_nonzero(4, 8, seed=6))
+        assert not [r for r in caplog.records if " run: " in r.getMessage()]
