@@ -151,7 +151,8 @@ class GraphMemory:
 
     def record(self, session: Any, args: list) -> None:
         """After a successful run of ``session`` (claimed before it): its peaks are this graph's.
-        (CompiledGraph._run_fast inlines the steps for graphs without saved inputs: keep both alike.)"""
+        (CompiledGraph._run_fast and its lean_run closure inline the steps for graphs without saved
+        inputs: keep all three alike.)"""
         self._source = session
         if self._taken:
             self._taken = False
