@@ -138,7 +138,8 @@ Status InferCrossEntropyLseGrad(InferenceContext& ctx) {
   const ValueType& x = *ctx.input_type(1);
   const ValueType& lse = *ctx.input_type(3);
   if (dy.dtype != x.dtype) return ctx.Fail("dY has dtype ", DTypeName(dy.dtype), ", scores have ", DTypeName(x.dtype));
-  if (lse.dtype != x.dtype) return ctx.Fail("lse has dtype ", DTypeName(lse.dtype), ", scores have ", DTypeName(x.dtype));
+  if (lse.dtype != x.dtype)
+    return ctx.Fail("lse has dtype ", DTypeName(lse.dtype), ", scores have ", DTypeName(x.dtype));
   if (lse.has_rank() && lse.rank() != 1) return ctx.Fail("lse must be [N], got ", lse.ToString());
   if (dy.has_rank() && dy.rank() != (reduction == "none" ? 1 : 0))
     return ctx.Fail("dY must be ", reduction == "none" ? "[N]" : "a scalar", " for reduction '", reduction, "', got ",

@@ -99,15 +99,15 @@ TEST(CrossEntropyLse, MatchesAFloat64LogSoftmax) {
     RunLse<float>(5, 1024, reduction, int64_t{2000}, 2e-5);  // a vocabulary's row; ignore_index past the classes
     RunLse<double>(4, 9, reduction, int64_t{-1}, 1e-12);
   }
-  RunLse<float>(4, 70, "sum", int64_t{-100}, 1e-6, /*all_ignored=*/true);   // 0, every lse 0
+  RunLse<float>(4, 70, "sum", int64_t{-100}, 1e-6, /*all_ignored=*/true);  // 0, every lse 0
   RunLse<float>(4, 70, "none", int64_t{-100}, 1e-6, /*all_ignored=*/true);
 }
 
 TEST(CrossEntropyLse, AllRowsIgnoredMeanIsNan) {
   Tensor x = RandomTensor<float>({3, 8}, -1, 1, 5);
-  auto outs = RunWithOutputs("SoftmaxCrossEntropyLse", kTob, 1,
-                             {x, Tensor::FromVector<int64_t>({-100, -100, -100}, {3})},
-                             {{"ignore_index", Int(-100)}}, {true, true});
+  auto outs =
+      RunWithOutputs("SoftmaxCrossEntropyLse", kTob, 1, {x, Tensor::FromVector<int64_t>({-100, -100, -100}, {3})},
+                     {{"ignore_index", Int(-100)}}, {true, true});
   ASSERT_TRUE(outs.ok()) << outs.status().ToString();
   EXPECT_TRUE(std::isnan(outs.value()[0].data<float>()[0]));
 }

@@ -68,23 +68,23 @@ Status LseForward(const KernelContext& ctx, const Tensor& x_t, const TargetScan&
   TOB_ASSIGN_OR_RETURN(Tensor losses_t, ctx.AllocateScratch(DType::kFloat64, {l.N}));
   double* losses = losses_t.data<double>();
   const bool wide = std::is_same_v<T, float> && l.C >= 64 && vec::avx512::Available();
-  ParallelFor(ctx.thread_pool(), l.N, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, l.C)),
-              [&](int64_t b, int64_t e) {
-                for (int64_t n = b; n < e; ++n) {
-                  const int64_t t = scan.TargetAt(n);
-                  if (scan.Ignored(t)) {
-                    lse[n] = T(0);
-                    losses[n] = 0.0;
-                    continue;
-                  }
-                  const T* row = x + n * l.C;
-                  const RowLse r = LseOfRow(row, l.C, wide);
-                  lse[n] = static_cast<T>(r.lse);
-                  // -log_softmax(x)[t] = -((x[t] - max) - log(sum)), each step rounded as LogSoftmax's
-                  const T lp = static_cast<T>(static_cast<T>(row[t] - static_cast<T>(r.max)) - static_cast<T>(r.log_sum));
-                  losses[n] = -static_cast<double>(lp);
-                }
-              });
+  ParallelFor(
+      ctx.thread_pool(), l.N, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, l.C)), [&](int64_t b, int64_t e) {
+        for (int64_t n = b; n < e; ++n) {
+          const int64_t t = scan.TargetAt(n);
+          if (scan.Ignored(t)) {
+            lse[n] = T(0);
+            losses[n] = 0.0;
+            continue;
+          }
+          const T* row = x + n * l.C;
+          const RowLse r = LseOfRow(row, l.C, wide);
+          lse[n] = static_cast<T>(r.lse);
+          // -log_softmax(x)[t] = -((x[t] - max) - log(sum)), each step rounded as LogSoftmax's
+          const T lp = static_cast<T>(static_cast<T>(row[t] - static_cast<T>(r.max)) - static_cast<T>(r.log_sum));
+          losses[n] = -static_cast<double>(lp);
+        }
+      });
   // Summed in float64 over loss_targets.h's fixed chunking, as WriteNllLoss sums.
   const int64_t count = l.count();
   if (reduction == Reduction::kNone) {
