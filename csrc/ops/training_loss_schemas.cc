@@ -1,8 +1,5 @@
 // Losses: the standard NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss (ai.onnx 12+) and
-// their gradients com.microsoft::NegativeLogLikelihoodLossGrad and SoftmaxCrossEntropyLossGrad;
-// ai.tob::SoftmaxCrossEntropyLse and its gradient (the log-sum-exp per row instead of the
-// log-probabilities; training/cross_entropy_lse.cc).
-#include "ops/fused_elementwise_program.h"  // kTobDomain
+// their gradients com.microsoft::NegativeLogLikelihoodLossGrad and SoftmaxCrossEntropyLossGrad.
 #include "ops/training_schema_utils.h"
 
 namespace tob {
@@ -108,46 +105,6 @@ Status InferSoftmaxCrossEntropy(InferenceContext& ctx) {
   return Status::OK();
 }
 
-// SoftmaxCrossEntropyLse's scores are [N, C] float32 / float64 (what its kernel computes), its
-// target [N]; the loss is NegativeLogLikelihoodLoss's, lse [N] of the scores' dtype.
-Status CheckLseRows(const InferenceContext& ctx, int scores) {
-  const ValueType& x = *ctx.input_type(scores);
-  if (x.dtype != DType::kFloat32 && x.dtype != DType::kFloat64)
-    return ctx.Fail("scores must be float32 or float64, got ", DTypeName(x.dtype));
-  if (x.has_rank() && x.rank() != 2) return ctx.Fail("scores must be [N, C], got ", x.ToString());
-  return Status::OK();
-}
-
-Status InferCrossEntropyLse(InferenceContext& ctx) {
-  TOB_RETURN_IF_ERROR(CheckLseRows(ctx, 0));
-  TOB_RETURN_IF_ERROR(InferNllLoss(ctx));
-  const ValueType& x = *ctx.input_type(0);
-  std::optional<Dims> rows;
-  if (x.has_rank()) rows = Dims{(*x.shape)[0]};
-  ctx.set_output(1, ValueType(x.dtype, std::move(rows)));
-  return Status::OK();
-}
-
-// (dY, scores, target, lse) -> dScores: dY a scalar ('mean', 'sum') or [N] ('none').
-Status InferCrossEntropyLseGrad(InferenceContext& ctx) {
-  std::string reduction;
-  TOB_RETURN_IF_ERROR(ReadReduction(ctx, &reduction));
-  TOB_RETURN_IF_ERROR(CheckLseRows(ctx, 1));
-  TOB_RETURN_IF_ERROR(CheckLossOperands(ctx, 1, 2, /*weight: none*/ ctx.num_inputs()));
-  const ValueType& dy = *ctx.input_type(0);
-  const ValueType& x = *ctx.input_type(1);
-  const ValueType& lse = *ctx.input_type(3);
-  if (dy.dtype != x.dtype) return ctx.Fail("dY has dtype ", DTypeName(dy.dtype), ", scores have ", DTypeName(x.dtype));
-  if (lse.dtype != x.dtype)
-    return ctx.Fail("lse has dtype ", DTypeName(lse.dtype), ", scores have ", DTypeName(x.dtype));
-  if (lse.has_rank() && lse.rank() != 1) return ctx.Fail("lse must be [N], got ", lse.ToString());
-  if (dy.has_rank() && dy.rank() != (reduction == "none" ? 1 : 0))
-    return ctx.Fail("dY must be ", reduction == "none" ? "[N]" : "a scalar", " for reduction '", reduction, "', got ",
-                    dy.ToString());
-  ctx.set_output(0, x);
-  return Status::OK();
-}
-
 }  // namespace
 
 void RegisterTrainingLossSchemas(OpSchemaRegistry& registry) {
@@ -156,8 +113,6 @@ void RegisterTrainingLossSchemas(OpSchemaRegistry& registry) {
   registry.Register(OpSchema{"", "SoftmaxCrossEntropyLoss", 2, 3, 1, 2, InferSoftmaxCrossEntropy});
   // (dY, log_prob, labels, weights?) -> d_logits: the same checks as NegativeLogLikelihoodLossGrad's.
   registry.Register(OpSchema{kMicrosoftDomain, "SoftmaxCrossEntropyLossGrad", 3, 4, 1, 1, InferNllLossGrad});
-  registry.Register(OpSchema{kTobDomain, "SoftmaxCrossEntropyLse", 2, 2, 2, 2, InferCrossEntropyLse});
-  registry.Register(OpSchema{kTobDomain, "SoftmaxCrossEntropyLseGrad", 4, 4, 1, 1, InferCrossEntropyLseGrad});
 }
 
 }  // namespace tob

@@ -262,17 +262,13 @@ def test_nonzero_runs_on_the_engine(dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_cross_entropy_backward_runs_as_one_fused_node(dtype, monkeypatch):
+def test_cross_entropy_backward_runs_as_one_fused_node(dtype):
     """A language-model head's cross-entropy (ignored labels included): the engine's optimizer fuses
     the backward's NegativeLogLikelihoodLossGrad + LogSoftmaxGrad_13 into one
     SoftmaxCrossEntropyLossGrad; loss and gradients match eager (float32: float32 rounding; under
     bfloat16 autocast the logits and their gradient are bfloat16, so within two bfloat16 roundings
-    of eager autocast's). With the memory optimizer's loss-head rewrite off (TOB_LOSS_HEAD_FUSION=0):
-    on, the pair never reaches the engine (tests/python/test_loss_head.py); the engine's fusion is
-    what a head the rewrite declines gets."""
+    of eager autocast's)."""
     from torch_ort_backend.compile_state import live_graphs
-
-    monkeypatch.setenv("TOB_LOSS_HEAD_FUSION", "0")
 
     gen = torch.Generator().manual_seed(3)
     head = torch.nn.Linear(16, 301)

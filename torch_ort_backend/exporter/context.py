@@ -142,7 +142,6 @@ class ExportContext:
         self._const_values: dict[str, np.ndarray] = {}  # initializer name -> value (non-bfloat16)
         self.current_node: str = ""  # the FX node being converted (for node names and errors)
         self.uses_ms_domain = False
-        self.other_domains: set[str] = set()
         # Converters may leave a node to torch's kernel where it is measured faster for its shape
         # (export_fx_graph's prefer_torch_kernels=None, the backend's default).
         self.kernels_by_shape = False
@@ -242,8 +241,6 @@ class ExportContext:
         attrs = {k: v for k, v in attrs.items() if v is not None}
         if domain == MS_DOMAIN:
             self.uses_ms_domain = True
-        elif domain:
-            self.other_domains.add(domain)  # the engine's own ops (ai.tob), opset 1
         self.nodes.append(
             helper.make_node(op_type, names, [o.name for o in outs], name=self.fresh(f"{self.current_node}_{op_type}"),
                              domain=domain, **attrs)
@@ -360,5 +357,4 @@ class ExportContext:
         opsets = [helper.make_opsetid("", opset)]
         if self.uses_ms_domain:
             opsets.append(helper.make_opsetid(MS_DOMAIN, 1))
-        opsets += [helper.make_opsetid(d, 1) for d in sorted(self.other_domains)]
         return helper.make_model(graph, opset_imports=opsets, producer_name=producer, ir_version=10)

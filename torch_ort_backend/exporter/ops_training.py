@@ -165,39 +165,3 @@ def convolution_backward(ctx, node, a):
                         kernel_shape=[int(s) for s in w.shape[2:]] if w.static_shape() else None)
     want_dx, want_dw, want_db = a.output_mask
     return (dx if want_dx else None, dw if want_dw else None, db if (want_db and a.bias_sizes) else None)
-
-
-# The loss head without log-probabilities (memory_optimizer/loss_head.py): ai.tob's fused kernels.
-from ..memory_optimizer import loss_head as _loss_head  # noqa: E402  (defines the tob_loss operators)
-
-_TOB_DOMAIN = "ai.tob"
-
-
-def _lse_attrs(ctx, a):
-    if isinstance(a.reduction, Val) or a.reduction not in _REDUCTION:
-        return None
-    target, ignore_index = ignored_target(ctx, a.target, a.ignore_index)
-    return target, {"reduction": _REDUCTION[a.reduction], "ignore_index": ignore_index}
-
-
-@converter(_loss_head.CROSS_ENTROPY)
-def cross_entropy_lse(ctx, node, a):
-    x = a.self
-    if not engine_has(_TOB_DOMAIN, "SoftmaxCrossEntropyLse", x.dtype) or x.rank != 2:
-        return None
-    target, attrs = _lse_attrs(ctx, a) or (None, None)
-    if attrs is None:
-        return None
-    loss, lse = ctx.op("SoftmaxCrossEntropyLse", x, target, outputs=2, domain=_TOB_DOMAIN, **attrs)
-    return loss, lse
-
-
-@converter(_loss_head.CROSS_ENTROPY_BACKWARD)
-def cross_entropy_lse_backward(ctx, node, a):
-    x = a.self
-    if not engine_has(_TOB_DOMAIN, "SoftmaxCrossEntropyLseGrad", x.dtype) or x.rank != 2:
-        return None
-    target, attrs = _lse_attrs(ctx, a) or (None, None)
-    if attrs is None:
-        return None
-    return ctx.op("SoftmaxCrossEntropyLseGrad", a.grad_output, x, target, a.lse, domain=_TOB_DOMAIN, **attrs)

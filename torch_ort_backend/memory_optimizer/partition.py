@@ -25,7 +25,6 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch.utils.checkpoint import CheckpointPolicy
 
 from .free_rebuild import rebuild_dropout_outputs, rebuild_elementwise_from_stash
-from .loss_head import fuse_loss_heads
 from .analysis import Candidates, Occurrence, alias_root, analyze, recomputable
 from .plans import LAYER_PLAN, RECOMPUTE, RECOMPUTE_WITH_COMPROMISE, PlanConfig
 from .report import log_report
@@ -146,25 +145,6 @@ def stashed_bytes(fw: torch.fx.GraphModule, num_fwd_outputs: int) -> int:
     return total
 
 
-def mark_saved_outputs(fw: torch.fx.GraphModule, bw: torch.fx.GraphModule, num_fwd_outputs: int) -> int:
-    """Marks the backward's placeholders of saved values that the forward also returns to the caller
-    (an output made by the forward, not an input or a parameter, nor a view of one): the logits a
-    fused loss head reads again (loss_head.py). step_memory.py donates them with AOTAutograd's own.
-    Returns how many."""
-    from .step_memory import SAVED_OUTPUT_KEY
-
-    output = next(iter(fw.graph.find_nodes(op="output")))
-    user_roots = {alias_root(n) for n in output.args[0][:num_fwd_outputs] if isinstance(n, torch.fx.Node)}
-    names = {s.name for s in saved_values(fw, num_fwd_outputs)
-             if alias_root(s) in user_roots and alias_root(s).op == "call_function"}
-    marked = 0
-    for p in bw.graph.find_nodes(op="placeholder"):
-        if p.name in names:
-            p.meta[SAVED_OUTPUT_KEY] = True
-            marked += 1
-    return marked
-
-
 def _min_cut(joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any):
     # recompute_views: a saved view would be a graph output copied every step (backend._partition).
     # cse: our own pass when the joint graph does not mutate (joint_cse.py: torch's imports Inductor).
@@ -177,24 +157,15 @@ def _min_cut(joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any):
 
 def partition_with_plans(joint: torch.fx.GraphModule, joint_inputs: Any, *, level: int,
                          plans: Sequence[PlanConfig], **kwargs: Any):
-    """min_cut_rematerialization_partition with the memory optimizer's plans applied. At every level
-    the loss head is first rewritten so that the forward never holds its log-probabilities
-    (loss_head.py)."""
-    try:
-        fuse_loss_heads(joint)
-    except Exception as e:  # an optimisation too: the graph's own cross-entropy trains the same
-        warnings.warn(f"torch_ort_backend: the loss-head rewrite failed on a training graph "
-                      f"({type(e).__name__}: {e}); the loss keeps its log-softmax", UserWarning, stacklevel=2)
-        logger.debug("loss-head rewrite failure", exc_info=True)
+    """min_cut_rematerialization_partition with the memory optimizer's plans applied."""
     fw, bw = _min_cut(joint, joint_inputs, **kwargs)
     try:
-        fw, bw = _apply_plans(joint, joint_inputs, fw, bw, level, plans, **kwargs)
+        return _apply_plans(joint, joint_inputs, fw, bw, level, plans, **kwargs)
     except Exception as e:  # the plans are an optimisation: a graph they fail on trains without them
         warnings.warn(f"torch_ort_backend: the memory optimizer failed on a training graph "
                       f"({type(e).__name__}: {e}); it runs without recompute plans", UserWarning, stacklevel=2)
         logger.debug("memory optimizer failure", exc_info=True)
-    mark_saved_outputs(fw, bw, kwargs["num_fwd_outputs"])
-    return fw, bw
+        return fw, bw
 
 
 def _apply_plans(joint: torch.fx.GraphModule, joint_inputs: Any, fw: torch.fx.GraphModule,

@@ -48,26 +48,12 @@ def _saved_activation_inputs(gm: torch.fx.GraphModule) -> tuple:
                  if not n.name.startswith(("primals", "tangents")) and isinstance(n.meta.get("val"), torch.Tensor))
 
 
-# A backward placeholder's meta key: the forward returns this saved value to the caller too (the
-# logits a fused loss head reads again: loss_head.py), set by partition.py's mark_saved_outputs.
-SAVED_OUTPUT_KEY = "tob_saved_user_output"
-
-
-def _donated_inputs(saved_inputs: tuple, gm: torch.fx.GraphModule | None = None) -> tuple:
+def _donated_inputs(saved_inputs: tuple) -> tuple:
     """The saved activations AOTAutograd donates to the backward being compiled (the module
-    docstring): its ``bw_donated_idxs``, read as Inductor reads them, while the backward compiles.
-    Where AOTAutograd donates (the graph is not kept for a second backward), also the saved values
-    the forward returns to the caller as well (``SAVED_OUTPUT_KEY``), which torch leaves out because
-    the caller may hold them: donating only drops the backward's reference after the last reader,
-    and a tensor the caller still holds is never written or freed (Session::Run's ``donated``); a
-    caller that dropped it (``loss = model(**batch).loss``) gets its memory back there and then
-    instead of at the end of the backward."""
+    docstring): its ``bw_donated_idxs``, read as Inductor reads them, while the backward compiles."""
     context = torch._guards.TracingContext.try_get()
-    donated = set(getattr(getattr(context, "fw_metadata", None), "bw_donated_idxs", None) or ())
-    if donated and gm is not None:
-        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        donated |= {i for i in saved_inputs if i < len(placeholders) and placeholders[i].meta.get(SAVED_OUTPUT_KEY)}
-    return tuple(i for i in saved_inputs if i in donated)
+    donated = getattr(getattr(context, "fw_metadata", None), "bw_donated_idxs", None) or ()
+    return tuple(i for i in saved_inputs if i in set(donated))
 
 
 def _distinct_bytes(tensors) -> int:
@@ -137,7 +123,7 @@ class GraphMemory:
         if stage != "backward":
             return cls(stage)
         saved = _saved_activation_inputs(gm)
-        return cls(stage, saved, _donated_inputs(saved, gm) if donated is None else tuple(i for i in saved if i in donated))
+        return cls(stage, saved, _donated_inputs(saved) if donated is None else tuple(i for i in saved if i in donated))
 
     def keep_returned_inputs(self, output_kinds: list) -> None:
         """Never donate an input the graph hands back (an output that is an input or a view of one)."""
