@@ -19,6 +19,12 @@ from ortmodule_helpers import assert_engine_ran, fresh_state
 @pytest.fixture
 def strict(monkeypatch):
     yield from fresh_state(monkeypatch)  # FALLBACK_DISABLE: a fallback would raise
+    # TorchDynamo installs the graph-broken frame's compiled function and resume function in this
+    # module's globals, and its reset() leaves them there: they would keep this test's compiled
+    # graphs alive (live_graphs(), memory_stats()) into later tests. Emptied, not deleted: TorchDynamo
+    # deletes each name itself once the code that uses it is freed.
+    for name in [n for n in globals() if n.startswith(("__compiled_fn", "__resume_at"))]:
+        globals()[name] = None
 
 
 class MaskedEmbed(nn.Module):
